@@ -1,0 +1,54 @@
+# The two commands: `make demo` and `make test`. Both create or reuse .venv in the checkout.
+SHELL := /bin/bash
+.SHELLFLAGS := -eo pipefail -c
+PY ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+NATIVE_VENV := .venv-native
+# vLLM 0.33 built for this machine's CPU (native late-chunking tests); absent elsewhere.
+VLLM033_WHEELS ?= $(firstword $(wildcard ../shared/wheels /work/shared/wheels))
+QUIET_PIP := sed -u '/^WARNING: Location/d'
+export HF_HUB_OFFLINE := 1
+export TOKENIZERS_PARALLELISM := false
+
+.PHONY: demo test lint test-main test-native dev clean
+
+$(VENV)/.installed: pyproject.toml
+	test -x $(VENV)/bin/python || $(PY) -m venv $(VENV)
+	$(VENV)/bin/pip install -q --upgrade pip 2>&1 | $(QUIET_PIP)
+	$(VENV)/bin/pip install -q -e ".[cpu,model,ui,dev]" 2>&1 | $(QUIET_PIP)
+	# PyPI's torchvision/torchaudio/torchcodec break `import transformers` beside torch 2.13+cpu
+	$(VENV)/bin/pip uninstall -y -q torchvision torchaudio torchcodec 2>&1 | $(QUIET_PIP)
+	touch $@
+
+demo: $(VENV)/.installed
+	$(VENV)/bin/python -m latechunk_dagster.demo
+
+lint: $(VENV)/.installed
+	$(VENV)/bin/ruff check latechunk_dagster tests bench
+
+test-main: $(VENV)/.installed
+	$(VENV)/bin/python -m pytest -m "not native" tests
+
+$(NATIVE_VENV)/.installed: pyproject.toml
+	test -x $(NATIVE_VENV)/bin/python || $(PY) -m venv $(NATIVE_VENV)
+	$(NATIVE_VENV)/bin/pip install -q --upgrade pip 2>&1 | $(QUIET_PIP)
+	$(NATIVE_VENV)/bin/pip install -q "torch==2.13.0" 2>&1 | $(QUIET_PIP)
+	$(NATIVE_VENV)/bin/pip install -q -e ".[model,dev]" 2>&1 | $(QUIET_PIP)
+	bash $(VLLM033_WHEELS)/install-vllm-0.33-cpu.sh $(NATIVE_VENV)/bin/python 2>&1 | $(QUIET_PIP)
+	touch $@
+
+test-native:
+ifeq ($(VLLM033_WHEELS),)
+	@echo "SKIPPED native-path tests: no ../shared/wheels (vLLM 0.33 CPU build) on this machine"
+else
+	$(MAKE) $(NATIVE_VENV)/.installed
+	$(NATIVE_VENV)/bin/python -m pytest -m native tests
+endif
+
+test: lint test-main test-native
+
+dev: $(VENV)/.installed
+	DAGSTER_HOME=$${LATECHUNK_HOME:-$$PWD/data}/dagster $(VENV)/bin/dagster dev -m latechunk_dagster.definitions
+
+clean:
+	rm -rf $(VENV) $(NATIVE_VENV) data

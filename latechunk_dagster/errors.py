@@ -1,0 +1,95 @@
+"""Typed errors: one class per reason a document or a model is refused.
+
+Every document error names the document (its index in the call and its id)
+and the reason, so a rejected row in the pipeline says what went wrong.
+Source of the rules: ``SPEC.md`` sections 4 and 6.
+"""
+
+from __future__ import annotations
+
+
+class LateChunkError(Exception):
+    """Base class of every error raised by latechunk_dagster."""
+
+
+class DocumentError(LateChunkError):
+    """A single document cannot be late-chunked. The other documents of the call are unaffected.
+
+    Attributes:
+        index: position of the document in the ``chunk()`` call.
+        doc_id: the caller's id for the document (defaults to ``str(index)``).
+        reason: a short machine-friendly name of the reason (the subclass's ``reason``).
+    """
+
+    reason = "invalid_document"
+
+    def __init__(self, index: int, doc_id: str, detail: str) -> None:
+        self.index = index
+        self.doc_id = doc_id
+        self.detail = detail
+        super().__init__(f"document {doc_id!r} (index {index}): {detail}")
+
+
+class EmptyDocumentError(DocumentError):
+    """The text is empty or whitespace only."""
+
+    reason = "empty_text"
+
+
+class InvalidUnicodeError(DocumentError):
+    """The text is not valid Unicode (e.g. a lone surrogate), so it cannot be encoded as UTF-8."""
+
+    reason = "invalid_unicode"
+
+
+class NoContentTokensError(DocumentError):
+    """The tokenizer produced no token with a source range (only special tokens)."""
+
+    reason = "no_content_tokens"
+
+
+class OffsetsError(DocumentError):
+    """The tokenizer's offsets are missing, out of order or outside the text."""
+
+    reason = "bad_offsets"
+
+
+class DocumentTooLongError(DocumentError):
+    """The document has more tokens than the model takes and windowing is switched off."""
+
+    reason = "too_long"
+
+
+class SpanError(DocumentError):
+    """Caller-given spans overlap, fall outside the text or split a token."""
+
+    reason = "bad_spans"
+
+
+class TokenizationMismatchError(LateChunkError):
+    """vLLM tokenized a document differently from our one tokenization pass (SPEC section 1)."""
+
+
+class ModelNotSupportedError(LateChunkError):
+    """The model is refused for late chunking (SPEC section 4) unless the caller opts in."""
+
+
+class HeadNotSupportedError(LateChunkError):
+    """The model's embedding head cannot be applied after a span mean on this engine path."""
+
+
+class DocumentBatchError(LateChunkError):
+    """Some documents of a ``chunk()`` call failed and ``errors="raise"`` was asked for.
+
+    Attributes:
+        results: one entry per input document, in input order: a ``ChunkedDocument``
+            for each document that succeeded, the ``DocumentError`` for each that failed.
+        failures: the ``DocumentError`` instances only.
+    """
+
+    def __init__(self, results: list, failures: list[DocumentError]) -> None:
+        self.results = results
+        self.failures = failures
+        lines = "; ".join(str(f) for f in failures[:5])
+        more = f" (and {len(failures) - 5} more)" if len(failures) > 5 else ""
+        super().__init__(f"{len(failures)} of {len(results)} documents failed: {lines}{more}")

