@@ -1,6 +1,14 @@
 """latechunk_dagster: late chunking on vLLM, orchestrated by Dagster, stored in LanceDB."""
 
-from latechunk_dagster.chunking import ChunkingStrategy, FixedTokens, Sentences, Span
+from latechunk_dagster.chunking import (
+    CharSpans,
+    ChunkingStrategy,
+    FixedTokens,
+    MarkdownSections,
+    Paragraphs,
+    Sentences,
+    Span,
+)
 from latechunk_dagster.engine import LateChunker
 from latechunk_dagster.errors import (
     DocumentBatchError,
@@ -21,6 +29,7 @@ from latechunk_dagster.results import Chunk, ChunkedDocument
 __version__ = "0.1.0"
 
 __all__ = [
+    "CharSpans",
     "Chunk",
     "ChunkedDocument",
     "ChunkingStrategy",
@@ -33,9 +42,11 @@ __all__ = [
     "InvalidUnicodeError",
     "LateChunkError",
     "LateChunker",
+    "MarkdownSections",
     "ModelNotSupportedError",
     "NoContentTokensError",
     "OffsetsError",
+    "Paragraphs",
     "Sentences",
     "Span",
     "SpanError",

@@ -43,6 +43,11 @@ log = logging.getLogger(__name__)
 
 EnginePath = Literal["auto", "native", "token_states"]
 
+#: ids of live LateChunkers whose engine core runs in this process. vLLM keeps its
+#: parallel state in module globals, so a second in-process engine would tear down the
+#: first one's state when it closes; later engines in the process run out of process.
+_IN_PROCESS_ENGINES: set[int] = set()
+
 
 def native_late_chunking_available() -> bool:
     """True when the installed vLLM has ``vllm.pooling_params.LateChunkingParams`` (vLLM >= 0.33)."""
@@ -110,7 +115,9 @@ class LateChunker:
         in_process: run vLLM's engine core in this process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``).
             Default: True on the CPU, where it measured 2.9 s vs 22 s start-up (eager) and
             5,400 vs 3,600 tokens/s, because no core is reserved for a front-end process; it
-            also leaves no child process behind. vLLM's own default elsewhere.
+            also leaves no child process behind. vLLM's own default elsewhere. Only one engine
+            per process runs in process (vLLM's parallel state is global): while one is live,
+            the default for the next is out of process, and ``in_process=True`` raises.
         **engine_kwargs: passed to ``vllm.LLM`` (``tensor_parallel_size``, ``enforce_eager``...).
 
     Raises:
@@ -165,9 +172,14 @@ class LateChunker:
         on_cpu = _on_cpu()
         self.dtype = dtype or ("float32" if on_cpu else "auto")
         if in_process is None:
-            in_process = on_cpu
+            in_process = on_cpu and not _IN_PROCESS_ENGINES
+        elif in_process and _IN_PROCESS_ENGINES:
+            raise RuntimeError("another LateChunker already runs its engine in this process; close it first")
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0" if in_process else "1"
+        self.in_process = in_process
         self.llm = self._start_engine(self.dtype, gpu_memory_utilization, engine_kwargs)
+        if in_process:
+            _IN_PROCESS_ENGINES.add(id(self))
         import vllm
 
         self.vllm_version: str = vllm.__version__
@@ -209,6 +221,7 @@ class LateChunker:
             llm.llm_engine.engine_core.shutdown()
         except Exception:  # pragma: no cover - best effort on odd vLLM builds
             log.exception("vLLM engine shutdown failed")
+        _IN_PROCESS_ENGINES.discard(id(self))
         del llm
         gc.collect()
 

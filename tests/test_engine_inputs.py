@@ -1,0 +1,94 @@
+"""Bad input gets a typed error naming the document; odd but valid input gets correct chunks."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from latechunk_dagster import (
+    DocumentBatchError,
+    DocumentError,
+    DocumentTooLongError,
+    EmptyDocumentError,
+    FixedTokens,
+    InvalidUnicodeError,
+    LateChunker,
+)
+from tests.reference import reference_chunk_vectors
+
+
+def test_bad_documents_fail_alone_with_typed_errors(chunker: LateChunker) -> None:
+    texts = ["A good document.", "", "   \n\t ", "bad \ud800 surrogate", "Another good one."]
+    ids = ["good-1", "empty", "blank", "surrogate", "good-2"]
+    with pytest.raises(DocumentBatchError) as info:
+        chunker.chunk(texts, FixedTokens(4), doc_ids=ids)
+    results = info.value.results
+    assert [type(r).__name__ for r in results] == [
+        "ChunkedDocument", "EmptyDocumentError", "EmptyDocumentError", "InvalidUnicodeError", "ChunkedDocument",
+    ]
+    assert [f.doc_id for f in info.value.failures] == ["empty", "blank", "surrogate"]
+    assert "'surrogate' (index 3)" in str(results[3]) and "code point 4" in str(results[3])
+    assert all(isinstance(f, DocumentError) for f in info.value.failures)
+    assert results[4].doc_id == "good-2" and results[4].vectors.shape[1] == 384
+
+    returned = chunker.chunk(texts, FixedTokens(4), doc_ids=ids, errors="return")
+    assert isinstance(returned[1], EmptyDocumentError) and isinstance(returned[3], InvalidUnicodeError)
+    np.testing.assert_allclose(returned[0].vectors, results[0].vectors, atol=1e-6)
+
+
+def test_too_long_without_windows_is_refused_not_truncated(chunker: LateChunker) -> None:
+    chunker.allow_windows = False
+    try:
+        out = chunker.chunk(["word " * 300, "short"], FixedTokens(8), errors="return")
+    finally:
+        chunker.allow_windows = True
+    assert isinstance(out[0], DocumentTooLongError)
+    assert "302 tokens > max_model_len 256" in str(out[0])
+    assert out[1].chunks[0].text == "short"
+
+
+@pytest.mark.parametrize(
+    ("name", "text"),
+    [
+        ("nul byte", "before\x00after and more"),
+        ("control characters", "bell\x07 tab\t vt\x0b formfeed\x0c escape\x1b[0m done"),
+        ("unknown characters", "snow \u2603 and \U0001d518 and \U0001f9ff unknown"),
+    ],
+)
+def test_odd_but_valid_text(chunker: LateChunker, minilm_dir, name: str, text: str) -> None:
+    [doc] = chunker.chunk([text], FixedTokens(2))
+    ref = reference_chunk_vectors(minilm_dir, doc.token_ids, [c.token_range for c in doc.chunks])
+    np.testing.assert_allclose(doc.vectors, ref, atol=1e-4)
+    for c in doc.chunks:
+        if c.char_range:
+            assert c.text == text[c.char_range[0] : c.char_range[1]]
+    # the tokenizer drops control characters (BERT clean_text) but offsets still point into the original text
+    sourced = [c.char_range for c in doc.chunks if c.char_range]
+    assert sourced[0][0] == 0 and sourced[-1][1] == len(text)
+
+
+def test_nul_byte_is_deleted_by_the_normalizer_and_the_word_joins(chunker: LateChunker) -> None:
+    # BERT's normalizer deletes NUL, so "ab\x00cd" is the word "abcd" = "abc" + "##d";
+    # the first token's range covers the NUL, so no character of the source is lost.
+    t = chunker.tokenize("ab\x00cd")
+    assert chunker.tokenizer.convert_ids_to_tokens(t.token_ids) == ["[CLS]", "abc", "##d", "[SEP]"]
+    assert t.offsets == [None, (0, 4), (4, 5), None]
+
+
+def test_unknown_character_maps_to_unk_with_its_own_range(chunker: LateChunker) -> None:
+    t = chunker.tokenize("snow \U0001f9ff here")
+    unk = chunker.tokenizer.unk_token_id
+    i = t.token_ids.index(unk)
+    assert t.offsets[i] == (5, 6)
+
+
+def test_hundred_thousand_character_word(chunker: LateChunker, minilm_dir) -> None:
+    text = "start " + "x" * 100_000 + " end"
+    [doc] = chunker.chunk([text], FixedTokens(2))
+    # WordPiece maps a word over 100 characters to one [UNK] covering the whole word
+    assert len(doc.token_ids) == 5
+    # [CLS] start | [UNK] end | [SEP]
+    assert [c.char_range for c in doc.chunks] == [(0, 5), (6, 100_010), None]
+    assert doc.chunks[1].text == "x" * 100_000 + " end"
+    ref = reference_chunk_vectors(minilm_dir, doc.token_ids, [c.token_range for c in doc.chunks])
+    np.testing.assert_allclose(doc.vectors, ref, atol=1e-4)
