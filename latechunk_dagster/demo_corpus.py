@@ -177,7 +177,10 @@ def _child_main(names_file: str, out_file: str) -> None:
         module = _quiet_import(name)
         if module is None:
             continue
-        text = module_document(module)
+        try:
+            text = module_document(module)
+        except Exception:
+            continue
         if len(text) >= MIN_CHARS and _is_utf8(text):
             docs[name] = text
     Path(out_file).write_text(json.dumps(docs, ensure_ascii=False, sort_keys=True), encoding="utf-8")

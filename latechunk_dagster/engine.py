@@ -108,6 +108,7 @@ class LateChunker:
             (fail if it has not), ``"token_states"`` (force the token-state path).
         window_overlap: tokens shared by consecutive windows of a long document
             (default :func:`latechunk_dagster.windows.default_overlap`).
+        window_length: tokens per window (default and maximum: ``max_model_len``).
         allow_windows: ``False`` turns long documents into ``DocumentTooLongError``.
         gpu_memory_utilization: vLLM's memory fraction; default 0.3 on the CPU (where it is a
             fraction of host memory and vLLM's 0.92 fails to start, see shared/ENVIRONMENT.md)
@@ -138,6 +139,7 @@ class LateChunker:
         allow_non_mean_pooling: bool = False,
         engine_path: EnginePath = "auto",
         window_overlap: int | None = None,
+        window_length: int | None = None,
         allow_windows: bool = True,
         gpu_memory_utilization: float | None = None,
         in_process: bool | None = None,
@@ -168,6 +170,7 @@ class LateChunker:
         cfg_max = self._config_max_len()
         self.max_model_len = int(max_model_len or self.card.max_seq_length or cfg_max)
         self.window_overlap = window_overlap
+        self.window_length = min(window_length or self.max_model_len, self.max_model_len)
         self.allow_windows = allow_windows
         on_cpu = _on_cpu()
         self.dtype = dtype or ("float32" if on_cpu else "auto")
@@ -331,11 +334,11 @@ class LateChunker:
         return spans
 
     def _plan(self, tokens: Tokenization, i: int, did: str) -> WindowPlan:
-        if len(tokens) > self.max_model_len and not self.allow_windows:
+        if len(tokens) > self.window_length and not self.allow_windows:
             raise DocumentTooLongError(
-                i, did, f"{len(tokens)} tokens > max_model_len {self.max_model_len} and windowing is off"
+                i, did, f"{len(tokens)} tokens > max_model_len {self.window_length} and windowing is off"
             )
-        return plan_windows(tokens, self.max_model_len, self.window_overlap)
+        return plan_windows(tokens, self.window_length, self.window_overlap)
 
     def _token_rows(self, prompts: list[list[int]]) -> list[np.ndarray]:
         """Per-token rows (projection applied, normalization off) for each prompt, float32."""

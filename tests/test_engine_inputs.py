@@ -24,7 +24,11 @@ def test_bad_documents_fail_alone_with_typed_errors(chunker: LateChunker) -> Non
         chunker.chunk(texts, FixedTokens(4), doc_ids=ids)
     results = info.value.results
     assert [type(r).__name__ for r in results] == [
-        "ChunkedDocument", "EmptyDocumentError", "EmptyDocumentError", "InvalidUnicodeError", "ChunkedDocument",
+        "ChunkedDocument",
+        "EmptyDocumentError",
+        "EmptyDocumentError",
+        "InvalidUnicodeError",
+        "ChunkedDocument",
     ]
     assert [f.doc_id for f in info.value.failures] == ["empty", "blank", "surrogate"]
     assert "'surrogate' (index 3)" in str(results[3]) and "code point 4" in str(results[3])

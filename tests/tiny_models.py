@@ -26,7 +26,7 @@ def build_tiny_bert(
     normalize: bool = True,
     is_decoder: bool = False,
     matryoshka: list[int] | None = None,
-    hidden: int = 32,
+    hidden: int = 64,
     seed: int = 0,
 ) -> Path:
     """Write a tiny BERT with the given sentence-transformers head to ``out`` and return it."""
@@ -35,7 +35,7 @@ def build_tiny_bert(
         vocab_size=30522,
         hidden_size=hidden,
         num_hidden_layers=2,
-        num_attention_heads=2,
+        num_attention_heads=1,  # head_dim 64: vLLM CPU attention rejects 16
         intermediate_size=2 * hidden,
         max_position_embeddings=512,
         is_decoder=is_decoder,
