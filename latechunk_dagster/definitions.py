@@ -1,0 +1,45 @@
+"""The Dagster ``Definitions`` of the embedded default: ``dagster dev -m latechunk_dagster.definitions``.
+
+Resources read :mod:`latechunk_dagster.settings` (``LATECHUNK_HOME``, ``LATECHUNK_DOCUMENT_STORE``);
+production deployments override them with resource config as usual.
+"""
+
+from __future__ import annotations
+
+import dagster as dg
+
+from latechunk_dagster import settings
+from latechunk_dagster.assets import chunk_index, chunk_vectors, document_shards, documents
+from latechunk_dagster.checks import chunk_table_checks, parity_sample
+from latechunk_dagster.resources import DocumentStoreResource, LanceDBResource, VLLMEngineResource
+from latechunk_dagster.sensors import document_store_sensor
+
+chunk_job = dg.define_asset_job(
+    "chunk_documents",
+    selection=dg.AssetSelection.assets(chunk_vectors),
+    partitions_def=document_shards,
+    description="Late-chunk shards into LanceDB, then run the asset checks.",
+)
+index_job = dg.define_asset_job("index_chunks", selection=dg.AssetSelection.assets(chunk_index))
+nightly_index = dg.ScheduleDefinition(
+    job=index_job, cron_schedule="0 3 * * *", default_status=dg.DefaultScheduleStatus.STOPPED
+)
+
+
+def default_resources() -> dict[str, dg.ConfigurableResource]:
+    store_path, build_demo = settings.document_store()
+    return {
+        "engine": VLLMEngineResource(),
+        "lancedb": LanceDBResource(uri=settings.lancedb_uri()),
+        "store": DocumentStoreResource(path=store_path, build_demo=build_demo),
+    }
+
+
+defs = dg.Definitions(
+    assets=[documents, chunk_vectors, chunk_index],
+    asset_checks=[chunk_table_checks, parity_sample],
+    jobs=[chunk_job, index_job],
+    schedules=[nightly_index],
+    sensors=[document_store_sensor],
+    resources=default_resources(),
+)

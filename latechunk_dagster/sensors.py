@@ -1,0 +1,53 @@
+"""Keep partitions in sync with the store: new shards become partitions, changed shards re-run."""
+
+import json
+
+import dagster as dg
+
+from latechunk_dagster.assets import chunk_vectors, document_shards
+from latechunk_dagster.resources import DocumentStoreResource
+from latechunk_dagster.store import DocumentStore
+
+
+def sync_partitions(instance: dg.DagsterInstance, store: DocumentStore) -> tuple[list[str], list[str]]:
+    """Add the store's shards that are not yet partitions and delete partitions whose shard is gone.
+
+    Returns ``(added, removed)``. Used by the ``latechunk sync-partitions`` command; the sensor
+    does the same through a ``SensorResult``.
+    """
+    shards = set(store.shards())
+    known = set(instance.get_dynamic_partitions(document_shards.name))
+    added, removed = sorted(shards - known), sorted(known - shards)
+    if added:
+        instance.add_dynamic_partitions(document_shards.name, added)
+    for key in removed:
+        instance.delete_dynamic_partition(document_shards.name, key)
+    return added, removed
+
+
+@dg.sensor(
+    asset_selection=[chunk_vectors],
+    minimum_interval_seconds=60,
+    default_status=dg.DefaultSensorStatus.STOPPED,
+    description="Adds a partition per new shard and materializes new or changed shards.",
+)
+def document_store_sensor(context: dg.SensorEvaluationContext, store: DocumentStoreResource) -> dg.SensorResult:
+    st = store.get_store()
+    previous: dict[str, str] = json.loads(context.cursor) if context.cursor else {}
+    current = st.fingerprints()
+    known = set(context.instance.get_dynamic_partitions(document_shards.name))
+    new = sorted(set(current) - known)
+    gone = sorted(known - set(current))
+    changed = sorted(k for k, fp in current.items() if previous.get(k) != fp)
+    return dg.SensorResult(
+        run_requests=[dg.RunRequest(partition_key=k, run_key=f"{k}:{current[k]}") for k in changed],
+        dynamic_partitions_requests=[
+            r
+            for r in (
+                document_shards.build_add_request(new) if new else None,
+                document_shards.build_delete_request(gone) if gone else None,
+            )
+            if r
+        ],
+        cursor=json.dumps(current, sort_keys=True),
+    )

@@ -1,0 +1,44 @@
+"""The embedded default's locations, from the environment.
+
+``LATECHUNK_HOME`` (default ``./data``) holds ``lancedb/``, ``dagster/`` (``DAGSTER_HOME``) and
+``documents/`` (the demo store). ``LATECHUNK_DOCUMENT_STORE`` points at another store instead
+(a directory, JSONL or Parquet); the demo corpus is then not built.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+DAGSTER_YAML = """\
+# written by latechunk_dagster: one run at a time may hold the encoder
+concurrency:
+  pools:
+    default_limit: 1
+"""
+
+
+def home() -> Path:
+    return Path(os.environ.get("LATECHUNK_HOME", "data")).resolve()
+
+
+def lancedb_uri() -> str:
+    return str(home() / "lancedb")
+
+
+def document_store() -> tuple[str, bool]:
+    """``(path, build_demo)``: the configured store, or the demo store to build under ``home()``."""
+    configured = os.environ.get("LATECHUNK_DOCUMENT_STORE")
+    if configured:
+        return str(Path(configured).resolve()), False
+    return str(home() / "documents"), True
+
+
+def ensure_dagster_home() -> Path:
+    """Create ``$LATECHUNK_HOME/dagster`` with a ``dagster.yaml``, point ``DAGSTER_HOME`` at it (unless set)."""
+    path = Path(os.environ.get("DAGSTER_HOME") or home() / "dagster")
+    path.mkdir(parents=True, exist_ok=True)
+    if not (path / "dagster.yaml").exists():
+        (path / "dagster.yaml").write_text(DAGSTER_YAML)
+    os.environ["DAGSTER_HOME"] = str(path)
+    return path
