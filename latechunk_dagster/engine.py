@@ -29,6 +29,7 @@ from latechunk_dagster.errors import (
     DocumentTooLongError,
     HeadNotSupportedError,
     ModelNotSupportedError,
+    NonFiniteVectorError,
     SpanError,
     TokenizationMismatchError,
 )
@@ -308,6 +309,10 @@ class LateChunker:
         if path == "native" and not native_late_chunking_available():
             raise ModelNotSupportedError("engine_path='native' needs vLLM >= 0.33 (LateChunkingParams)")
         self._encode(jobs, texts, ids, strategy, results, path)
+        for i, r in enumerate(results):
+            if isinstance(r, ChunkedDocument) and not np.isfinite(r.vectors).all():
+                bad = int((~np.isfinite(r.vectors).all(axis=1)).sum())
+                results[i] = NonFiniteVectorError(i, ids[i], f"{bad} of {len(r.chunks)} chunk vectors are not finite")
         failures = [r for r in results if isinstance(r, DocumentError)]
         if failures and errors == "raise":
             raise DocumentBatchError(results, failures)

@@ -60,6 +60,12 @@ class DocumentTooLongError(DocumentError):
     reason = "too_long"
 
 
+class NonFiniteVectorError(DocumentError):
+    """The encoder produced NaN or infinite states for the document (e.g. fp16 overflow)."""
+
+    reason = "non_finite_vector"
+
+
 class SpanError(DocumentError):
     """Caller-given spans overlap, fall outside the text or split a token."""
 

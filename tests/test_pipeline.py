@@ -1,0 +1,279 @@
+"""Real Dagster materializations: real vLLM engine, real LanceDB in a temp dir, temp DAGSTER_HOME."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import dagster as dg
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from latechunk_dagster import LateChunker, sink
+from latechunk_dagster.assets import chunk_vectors, document_shards, documents
+from latechunk_dagster.checks import chunk_table_checks, parity_sample
+from latechunk_dagster.resources import DocumentStoreResource, LanceDBResource, VLLMEngineResource
+from latechunk_dagster.search import search
+from latechunk_dagster.sensors import document_store_sensor, sync_partitions
+from latechunk_dagster.store import DocumentStore
+from tests.conftest import TEST_ENGINE_ARGS
+
+_SHARED: dict[str, LateChunker] = {}
+
+
+class SessionEngineResource(VLLMEngineResource):
+    """The real session engine, handed to Dagster instead of loading the model again (not a fake)."""
+
+    def setup_for_execution(self, context: dg.InitResourceContext) -> None:
+        self._chunker = _SHARED["chunker"]
+
+    def teardown_after_execution(self, context: dg.InitResourceContext) -> None:
+        self._chunker = None
+
+
+DOCS = {
+    "alpha/acme.txt": "Acme Corp. builds pumps in Rotterdam. Its maintenance team repairs them within a day.",
+    "alpha/berlin.md": "# Berlin\n\nBerlin is the capital of Germany.\n\nIt has 3.8 million inhabitants.",
+    "alpha/empty.txt": "   \n",
+    "beta/long.txt": " ".join(
+        f"Paragraph {i} explains how the heat exchanger of unit {i} is cleaned." for i in range(40)
+    ),
+    "beta/owls.txt": "Owls hunt at night. Their feathers make their flight almost silent.",
+    "gamma/tea.txt": "Green tea is steamed or pan-fired soon after picking to stop oxidation.",
+}
+
+
+def write_store(root: Path, docs: dict[str, str]) -> Path:
+    for rel, text in docs.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    return root
+
+
+def make_defs(store: Path, db: Path) -> dg.Definitions:
+    return dg.Definitions(
+        assets=[documents, chunk_vectors],
+        asset_checks=[chunk_table_checks, parity_sample],
+        jobs=[
+            dg.define_asset_job("chunk", selection=[chunk_vectors], partitions_def=document_shards),
+            dg.define_asset_job("checks_only", selection=dg.AssetSelection.checks(chunk_table_checks)),
+        ],
+        sensors=[document_store_sensor],
+        resources={
+            "engine": SessionEngineResource(),
+            "lancedb": LanceDBResource(uri=str(db)),
+            "store": DocumentStoreResource(path=str(store)),
+        },
+    )
+
+
+def run_partitions(defs: dg.Definitions, instance: dg.DagsterInstance, first: str, last: str, **kw: Any):
+    return defs.resolve_job_def("chunk").execute_in_process(
+        instance=instance,
+        tags={"dagster/asset_partition_range_start": first, "dagster/asset_partition_range_end": last},
+        raise_on_error=False,
+        **kw,
+    )
+
+
+def table_rows(db: Path) -> pa.Table:
+    return sink.connect(str(db)).open_table("chunks").to_arrow().sort_by("chunk_id")
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory, chunker: LateChunker) -> Iterator[dict[str, Any]]:
+    _SHARED["chunker"] = chunker
+    root = tmp_path_factory.mktemp("pipeline")
+    store, db = write_store(root / "store", DOCS), root / "lancedb"
+    (root / "dagster_home").mkdir()
+    with dg.instance_for_test(temp_dir=str(root / "dagster_home")) as instance:
+        sync_partitions(instance, DocumentStore.from_path(store))
+        defs = make_defs(store, db)
+        result = run_partitions(defs, instance, "alpha", "gamma")
+        yield {"root": root, "store": store, "db": db, "instance": instance, "defs": defs, "first": result}
+
+
+def test_multi_partition_backfill_runs_once_and_writes_every_partition(env) -> None:
+    result = env["first"]
+    assert result.success
+    mats = result.get_asset_materialization_events()
+    by_part = {m.partition: m.event_specific_data.materialization.metadata for m in mats}
+    assert sorted(by_part) == ["alpha", "beta", "gamma"]  # three partitions, one run
+    assert by_part["alpha"]["documents_in"].value == 3 and by_part["alpha"]["rejected"].value == 1
+    assert by_part["beta"]["encoder_windows"].value > 2  # the long document was windowed, not rejected
+    rows = table_rows(env["db"])
+    assert rows.num_rows == sum(m["partition_row_count"].value for m in by_part.values())
+    assert set(rows.column("doc_id").to_pylist()) == set(DOCS) - {"alpha/empty.txt"}
+    lineage = rows.slice(0, 1).to_pylist()[0]
+    assert lineage["run_id"] == result.run_id and lineage["engine_path"] == "token_states"
+    assert lineage["strategy"] == "sentences(language='en', max_tokens=128)"
+    assert len(lineage["model_sha256"]) == 64 and lineage["vllm_version"].startswith("0.3")
+    rejected = sink.connect(str(env["db"])).open_table("rejected_documents").to_arrow().to_pylist()
+    assert [(r["doc_id"], r["partition"], r["reason"]) for r in rejected] == [
+        ("alpha/empty.txt", "alpha", "empty_text")
+    ]
+    checks = result.get_asset_check_evaluations()
+    assert {c.check_name for c in checks} == {
+        "vectors_valid",
+        "spans_tile",
+        "unique_chunk_ids",
+        "documents_accounted",
+        "row_count_matches",
+        "parity_sample",
+    }
+    assert all(c.passed for c in checks), [(c.check_name, c.metadata) for c in checks if not c.passed]
+
+
+def test_stored_ranges_and_vectors_are_the_engines(env, chunker: LateChunker) -> None:
+    rows = [r for r in table_rows(env["db"]).to_pylist() if r["doc_id"] == "alpha/acme.txt"]
+    rows.sort(key=lambda r: r["chunk_index"])
+    text = DOCS["alpha/acme.txt"]
+    assert [r["text"] for r in rows] == [
+        "Acme Corp. builds pumps in Rotterdam. Its maintenance team repairs them within a day."
+    ]
+    assert (rows[0]["char_start"], rows[0]["char_end"]) == (0, len(text))
+    from latechunk_dagster import Sentences
+
+    [doc] = chunker.chunk([text], Sentences(max_tokens=128))
+    np.testing.assert_allclose(np.array([r["vector"] for r in rows]), doc.vectors, atol=1e-6)
+
+
+def test_rematerialization_is_idempotent_and_one_commit(env) -> None:
+    table = sink.connect(str(env["db"])).open_table("chunks")
+    before, version = table_rows(env["db"]), table.version
+    result = run_partitions(env["defs"], env["instance"], "beta", "beta")
+    assert result.success
+    after = table_rows(env["db"])
+    assert after.column("chunk_id").to_pylist() == before.column("chunk_id").to_pylist()
+    assert after.column("vector").to_pylist() == before.column("vector").to_pylist()
+    assert after.column("text").to_pylist() == before.column("text").to_pylist()
+    assert sink.connect(str(env["db"])).open_table("chunks").version == version + 1
+
+
+def test_removed_document_loses_its_rows(env, tmp_path) -> None:
+    store = write_store(tmp_path / "store", DOCS)
+    db = tmp_path / "lancedb"
+    shutil.copytree(env["db"], db)
+    (store / "beta" / "owls.txt").unlink()
+    defs = make_defs(store, db)
+    (tmp_path / "home").mkdir()
+    with dg.instance_for_test(temp_dir=str(tmp_path / "home")) as instance:  # its own run history
+        sync_partitions(instance, DocumentStore.from_path(store))
+        result = run_partitions(defs, instance, "beta", "beta")
+    assert result.success
+    assert all(c.passed for c in result.get_asset_check_evaluations())
+    ids = set(table_rows(db).column("doc_id").to_pylist())
+    assert "beta/owls.txt" not in ids and "beta/long.txt" in ids and "alpha/acme.txt" in ids
+
+
+def test_sensor_adds_new_shard_and_requests_changed_ones(env, tmp_path) -> None:
+    store = write_store(tmp_path / "store", DOCS)
+    defs = make_defs(store, tmp_path / "db")
+    sensor = (
+        defs.resolve_sensor_def("document_store_sensor")
+        if hasattr(defs, "resolve_sensor_def")
+        else document_store_sensor
+    )
+    with dg.build_sensor_context(
+        instance=env["instance"], resources={"store": DocumentStoreResource(path=str(store))}
+    ) as ctx:
+        first = sensor(ctx)
+    assert first.dynamic_partitions_requests == []  # all shards already partitions
+    assert sorted(r.partition_key for r in first.run_requests) == ["alpha", "beta", "gamma"]  # no cursor yet
+    write_store(store, {"delta/new.txt": "A brand new shard about lighthouses.", "gamma/tea.txt": "Changed tea text."})
+    with dg.build_sensor_context(
+        instance=env["instance"], cursor=first.cursor, resources={"store": DocumentStoreResource(path=str(store))}
+    ) as ctx:
+        second = sensor(ctx)
+    [add] = second.dynamic_partitions_requests
+    assert list(add.partition_keys) == ["delta"]
+    assert sorted(r.partition_key for r in second.run_requests) == ["delta", "gamma"]
+
+
+def test_search_finds_the_chunk_of_a_known_document(env, chunker: LateChunker) -> None:
+    hits = search("silent flight of owls at night", chunker=chunker, uri=str(env["db"]), k=3)
+    assert hits[0].doc_id == "beta/owls.txt"
+    assert hits[0].text == DOCS["beta/owls.txt"] and hits[0].char_range == (0, len(DOCS["beta/owls.txt"]))
+    assert hits[0].distance < hits[1].distance
+
+
+def _run_checks(env, db: Path, partitions: list[str]) -> dict[str, dg.AssetCheckEvaluation]:
+    defs = make_defs(env["store"], db)
+    result = defs.resolve_job_def("checks_only").execute_in_process(
+        instance=env["instance"],
+        run_config={"ops": {"chunk_table_checks": {"config": {"partitions": partitions}}}},
+        raise_on_error=False,
+    )
+    return {c.check_name: c for c in result.get_asset_check_evaluations()}
+
+
+def _plant(env, tmp_path: Path, fault) -> Path:
+    db = tmp_path / "lancedb"
+    shutil.copytree(env["db"], db)
+    fault(sink.connect(str(db)))
+    return db
+
+
+def test_checks_pass_on_clean_copy(env, tmp_path) -> None:
+    got = _run_checks(env, _plant(env, tmp_path, lambda db: None), ["alpha", "beta"])
+    assert all(c.passed for c in got.values()), {k: c.metadata for k, c in got.items() if not c.passed}
+
+
+def test_check_fails_on_non_finite_vector(env, tmp_path) -> None:
+    # LanceDB itself refuses NaN vectors on write (on_bad_vectors="error"), so plant an infinity
+    def fault(db) -> None:
+        t = db.open_table("chunks")
+        rows = t.to_arrow().to_pylist()
+        for r in rows:
+            if r["doc_id"] == "beta/owls.txt" and r["chunk_index"] == 0:
+                r["vector"][5] = float("inf")
+        schema = t.schema
+        db.drop_table("chunks")
+        db.create_table("chunks", pa.Table.from_pylist(rows, schema=schema))
+
+    got = _run_checks(env, _plant(env, tmp_path, fault), ["beta"])
+    assert not got["vectors_valid"].passed and got["spans_tile"].passed
+
+
+def test_check_fails_on_wrong_dimension(env, tmp_path) -> None:
+    def fault(db) -> None:
+        rows = db.open_table("chunks").to_arrow()
+        flat = pa.compute.list_slice(rows.column("vector"), 0, 8).combine_chunks()
+        cut = pa.FixedSizeListArray.from_arrays(flat.flatten(), 8)
+        rows = rows.set_column(rows.schema.get_field_index("vector"), "vector", cut)
+        db.drop_table("chunks")
+        db.create_table("chunks", rows)
+
+    got = _run_checks(env, _plant(env, tmp_path, fault), ["alpha"])
+    assert not got["vectors_valid"].passed
+    assert "dimension 8 != expected 384" in str(got["vectors_valid"].metadata)
+
+
+def test_check_fails_on_gap_in_spans(env, tmp_path) -> None:
+    def fault(db) -> None:
+        db.open_table("chunks").update(
+            where="doc_id = 'beta/long.txt' AND chunk_index = 2", values={"token_start": 999}
+        )
+
+    got = _run_checks(env, _plant(env, tmp_path, fault), ["beta"])
+    assert not got["spans_tile"].passed and "beta/long.txt" in str(got["spans_tile"].metadata)
+
+
+def test_check_fails_on_duplicate_chunk_id(env, tmp_path) -> None:
+    def fault(db) -> None:
+        t = db.open_table("chunks")
+        t.add(t.search().where("doc_id = 'gamma/tea.txt'").limit(1).to_arrow())
+
+    got = _run_checks(env, _plant(env, tmp_path, fault), ["gamma"])
+    assert not got["unique_chunk_ids"].passed and not got["row_count_matches"].passed
+
+
+def test_check_fails_when_a_document_is_neither_chunked_nor_rejected(env, tmp_path) -> None:
+    def fault(db) -> None:
+        db.open_table("chunks").delete("doc_id = 'alpha/acme.txt'")
+
+    got = _run_checks(env, _plant(env, tmp_path, fault), ["alpha"])
+    assert not got["documents_accounted"].passed and "alpha/acme.txt" in str(got["documents_accounted"].metadata)
