@@ -308,6 +308,11 @@ class LateChunker:
         path = engine_path or self.path
         if path == "native" and not native_late_chunking_available():
             raise ModelNotSupportedError("engine_path='native' needs vLLM >= 0.33 (LateChunkingParams)")
+        if not self.head.linear_projection and not (path == "native" and isinstance(strategy, FixedTokens)):
+            raise HeadNotSupportedError(
+                f"{self.card.path}: the head {self.head.describe()} is non-linear; only native FixedTokens "
+                "chunking applies it after the mean"
+            )
         self._encode(jobs, texts, ids, strategy, results, path)
         for i, r in enumerate(results):
             if isinstance(r, ChunkedDocument) and not np.isfinite(r.vectors).all():
@@ -373,6 +378,15 @@ class LateChunker:
         # come from several windows, so its spans are pooled here (SPEC section 5).
         native_jobs = [j for j in jobs if native and len(j[3].windows) == 1]
         state_jobs = [j for j in jobs if not (native and len(j[3].windows) == 1)]
+        if not self.head.linear_projection:
+            for i, tokens, _spans, plan in state_jobs:
+                results[i] = DocumentTooLongError(
+                    i,
+                    ids[i],
+                    f"{len(tokens)} tokens need {len(plan.windows)} windows, and the non-linear head "
+                    f"{self.head.describe()} cannot be applied to windowed token states",
+                )
+            state_jobs = []
         if native_jobs:
             self._encode_native(native_jobs, texts, ids, strategy, results)
         prompts = [w for j in state_jobs for w in j[3].windows]

@@ -19,7 +19,6 @@ from latechunk_dagster.resources import DocumentStoreResource, LanceDBResource, 
 from latechunk_dagster.search import search
 from latechunk_dagster.sensors import document_store_sensor, sync_partitions
 from latechunk_dagster.store import DocumentStore
-from tests.conftest import TEST_ENGINE_ARGS
 
 _SHARED: dict[str, LateChunker] = {}
 
