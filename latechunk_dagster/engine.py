@@ -45,8 +45,7 @@ log = logging.getLogger(__name__)
 EnginePath = Literal["auto", "native", "token_states"]
 
 #: ids of live LateChunkers whose engine core runs in this process. vLLM keeps its
-#: parallel state in module globals, so a second in-process engine would tear down the
-#: first one's state when it closes; later engines in the process run out of process.
+#: parallel state in module globals: another engine started beside one would break it.
 _IN_PROCESS_ENGINES: set[int] = set()
 
 
@@ -117,9 +116,9 @@ class LateChunker:
         in_process: run vLLM's engine core in this process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``).
             Default: True on the CPU, where it measured 2.9 s vs 22 s start-up (eager) and
             5,400 vs 3,600 tokens/s, because no core is reserved for a front-end process; it
-            also leaves no child process behind. vLLM's own default elsewhere. Only one engine
-            per process runs in process (vLLM's parallel state is global): while one is live,
-            the default for the next is out of process, and ``in_process=True`` raises.
+            also leaves no child process behind. vLLM's own default elsewhere. vLLM keeps its
+            parallel state in module globals, so while an in-process engine is live no other
+            LateChunker can start in the same process (``RuntimeError``); close it first.
         **engine_kwargs: passed to ``vllm.LLM`` (``tensor_parallel_size``, ``enforce_eager``...);
             on the CPU ``enforce_eager`` defaults to True (torch.compile measured +35 s start-up
             for +25% tokens/s: a loss below ~750k tokens).
@@ -177,10 +176,12 @@ class LateChunker:
         self.allow_windows = allow_windows
         on_cpu = _on_cpu()
         self.dtype = dtype or ("float32" if on_cpu else "auto")
+        if _IN_PROCESS_ENGINES:
+            # seen here: starting a second vLLM engine (in or out of process) tears down the
+            # parallel state of the live in-process one, whose next encode then fails
+            raise RuntimeError("another LateChunker runs its engine in this process; close it first")
         if in_process is None:
-            in_process = on_cpu and not _IN_PROCESS_ENGINES
-        elif in_process and _IN_PROCESS_ENGINES:
-            raise RuntimeError("another LateChunker already runs its engine in this process; close it first")
+            in_process = on_cpu
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0" if in_process else "1"
         if on_cpu:
             # measured here: torch.compile adds ~35 s to start-up (20 s cached) for ~25% more tokens/s

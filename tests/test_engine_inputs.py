@@ -96,3 +96,11 @@ def test_hundred_thousand_character_word(chunker: LateChunker, minilm_dir) -> No
     assert doc.chunks[1].text == "x" * 100_000 + " end"
     ref = reference_chunk_vectors(minilm_dir, doc.token_ids, [c.token_range for c in doc.chunks])
     np.testing.assert_allclose(doc.vectors, ref, atol=1e-4)
+
+
+def test_second_engine_beside_an_in_process_one_is_refused(chunker: LateChunker, minilm_dir) -> None:
+    assert chunker.in_process
+    with pytest.raises(RuntimeError, match="close it first"):
+        LateChunker(minilm_dir, dtype="float32", enforce_eager=True)
+    # and the live engine still works
+    assert chunker.chunk(["still alive"], FixedTokens(4))[0].chunks[0].text == "still alive"
