@@ -15,7 +15,6 @@ import pytest
 from latechunk_dagster import FixedTokens, LateChunker, Sentences
 from latechunk_dagster.engine import native_late_chunking_available
 from tests.reference import reference_chunk_vectors
-from tests.tiny_models import build_tiny_bert
 
 pytestmark = pytest.mark.native
 
@@ -67,11 +66,3 @@ def test_prefix_native_matches_token_states(native: LateChunker) -> None:
     for a, b in zip(nat, tok):
         assert np.abs(a.vectors - b.vectors).max() < 1e-5
         assert a.chunks[0].char_range is not None and a.chunks[0].char_range[0] == 0
-
-
-def test_native_path_applies_a_non_linear_projection_after_the_mean(tmp_path: Path, minilm_dir) -> None:
-    tanh = build_tiny_bert(tmp_path / "tanh", minilm_dir, dense=[(64, 32, "torch.nn.modules.activation.Tanh")])
-    with LateChunker(tanh, dtype="float32", enforce_eager=True, gpu_memory_utilization=0.05) as c:
-        [d] = c.chunk([DOCS[0]], FixedTokens(6))
-    ref = reference_chunk_vectors(tanh, d.token_ids, [ch.token_range for ch in d.chunks])
-    np.testing.assert_allclose(d.vectors, ref, atol=1e-4)
