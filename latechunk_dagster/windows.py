@@ -32,14 +32,16 @@ class WindowPlan:
 
 
 def default_overlap(max_len: int) -> int:
-    """Default overlap between windows: a quarter of the window, in tokens.
+    """Default overlap between windows: an eighth of the window, in tokens.
 
-    Chosen by measurement (``bench/window_overlap.py``): with all-MiniLM-L6-v2 the
-    worst deviation of windowed token states from single-pass states falls steeply
-    up to about a quarter of the window and little after it, while the encoded-token
-    overhead grows as ``W / (W - overlap)``.
+    Chosen by measurement (``bench/window_overlap.py``, all-MiniLM-L6-v2, 190 demo documents
+    of <= 256 tokens forced into 128-token windows, compared with their single pass): the
+    99th percentile of per-token cosine distance falls from 0.339 (no overlap) to 0.324 at
+    16 tokens and no further with more, while the mean distance of 16-token chunks is flat
+    (0.112-0.119) and rises slightly with overlap (absolute positions shift). Overlap costs
+    ``W / (W - overlap)`` encoded tokens on long documents, so a small one wins.
     """
-    return max(1, max_len // 4)
+    return max(1, max_len // 8)
 
 
 def plan_windows(tokens: Tokenization, max_len: int, overlap: int | None = None) -> WindowPlan:
