@@ -23,6 +23,7 @@ from latechunk_dagster.errors import (
     NonFiniteVectorError,
     OffsetsError,
     SpanError,
+    StrategyFailedError,
     TokenizationMismatchError,
 )
 from latechunk_dagster.results import Chunk, ChunkedDocument
@@ -51,7 +52,7 @@ __all__ = [
     "Paragraphs",
     "Sentences",
     "Span",
-    "SpanError",
+    "SpanError", "StrategyFailedError",
     "TokenizationMismatchError",
     "__version__",
 ]

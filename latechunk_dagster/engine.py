@@ -31,6 +31,7 @@ from latechunk_dagster.errors import (
     ModelNotSupportedError,
     NonFiniteVectorError,
     SpanError,
+    StrategyFailedError,
     TokenizationMismatchError,
 )
 from latechunk_dagster.head import apply_head_after_projection
@@ -346,6 +347,9 @@ class LateChunker:
             spans = strategy.spans(text, tokens)
         except SpanError as exc:
             raise type(exc)(i, did, exc.detail) from None
+        except Exception as exc:  # one document's strategy failure must not sink the batch
+            log.exception("strategy %s failed on document %r", strategy.describe(), did)
+            raise StrategyFailedError(i, did, f"{strategy.describe()} raised {type(exc).__name__}: {exc}") from exc
         check_tiling(spans, len(tokens))
         return spans
 

@@ -72,6 +72,12 @@ class SpanError(DocumentError):
     reason = "bad_spans"
 
 
+class StrategyFailedError(DocumentError):
+    """The chunking strategy raised on this document (e.g. the sentence segmenter failed)."""
+
+    reason = "strategy_failed"
+
+
 class TokenizationMismatchError(LateChunkError):
     """vLLM tokenized a document differently from our one tokenization pass (SPEC section 1)."""
 

@@ -46,10 +46,16 @@ def search(
     if table_name not in db.list_tables().tables:
         raise ValueError(f"no table {table_name!r} at {uri}: materialize chunk_vectors first")
     table = db.open_table(table_name)
-    models = set(table.search().select(["model_sha256"]).limit(None).to_arrow().column(0).unique().to_pylist())
-    if models and models != {chunker.card.fingerprint}:
+    other = (
+        table.search()
+        .where(f"model_sha256 != {sink.sql_string(chunker.card.fingerprint)}")
+        .select(["model_sha256"])
+        .limit(1)
+        .to_list()
+    )
+    if other:
         raise ValueError(
-            f"table {table_name!r} holds vectors of model(s) {sorted(m[:12] for m in models)}, "
+            f"table {table_name!r} holds vectors of model {other[0]['model_sha256'][:12]}, "
             f"the query model is {chunker.card.fingerprint[:12]}: embed queries with the same model"
         )
     [vec] = chunker.embed_queries([query])

@@ -3,8 +3,9 @@
 import json
 
 import dagster as dg
+from dagster._core.definitions.data_version import DATA_VERSION_TAG
 
-from latechunk_dagster.assets import chunk_vectors, document_shards
+from latechunk_dagster.assets import chunk_vectors, document_shards, documents
 from latechunk_dagster.resources import DocumentStoreResource
 from latechunk_dagster.store import DocumentStore
 
@@ -41,6 +42,12 @@ def document_store_sensor(context: dg.SensorEvaluationContext, store: DocumentSt
     changed = sorted(k for k, fp in current.items() if previous.get(k) != fp)
     return dg.SensorResult(
         run_requests=[dg.RunRequest(partition_key=k, run_key=f"{k}:{current[k]}") for k in changed],
+        # the new data versions of the `documents` source asset: the UI then marks stale partitions
+        asset_events=[
+            dg.AssetObservation(asset_key=documents.key, partition=k, tags={DATA_VERSION_TAG: current[k]})
+            for k in changed
+            if k in known
+        ],
         dynamic_partitions_requests=[
             r
             for r in (

@@ -14,6 +14,8 @@ from latechunk_dagster import (
     InvalidUnicodeError,
     LateChunker,
 )
+from latechunk_dagster.chunking.base import Span
+from latechunk_dagster.errors import StrategyFailedError
 from tests.reference import reference_chunk_vectors
 
 
@@ -104,3 +106,19 @@ def test_second_engine_beside_an_in_process_one_is_refused(chunker: LateChunker,
         LateChunker(minilm_dir, dtype="float32", enforce_eager=True)
     # and the live engine still works
     assert chunker.chunk(["still alive"], FixedTokens(4))[0].chunks[0].text == "still alive"
+
+
+class _Fragile(FixedTokens):
+    """A strategy that fails on one document, as a buggy third-party segmenter might."""
+
+    def spans(self, text, tokens) -> list[Span]:
+        if "boom" in text:
+            raise IndexError("segmenter bug")
+        return super().spans(text, tokens)
+
+
+def test_a_strategy_failure_is_one_documents_failure(chunker: LateChunker) -> None:
+    out = chunker.chunk(["fine text", "boom goes this one", "also fine"], _Fragile(4), errors="return")
+    assert isinstance(out[1], StrategyFailedError) and out[1].reason == "strategy_failed"
+    assert "IndexError: segmenter bug" in str(out[1]) and "index 1" in str(out[1])
+    assert out[0].chunks[0].text == "fine text" and out[2].chunks[0].text == "also fine"

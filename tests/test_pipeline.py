@@ -190,6 +190,10 @@ def test_sensor_adds_new_shard_and_requests_changed_ones(env, tmp_path) -> None:
     [add] = second.dynamic_partitions_requests
     assert list(add.partition_keys) == ["delta"]
     assert sorted(r.partition_key for r in second.run_requests) == ["delta", "gamma"]
+    # the changed shard's new data version is reported for the `documents` source asset
+    [obs] = second.asset_events
+    assert (obs.asset_key, obs.partition) == (documents.key, "gamma")
+    assert obs.tags["dagster/data_version"] == DocumentStore.from_path(store).shard_fingerprint("gamma")
 
 
 def test_search_finds_the_chunk_of_a_known_document(env, chunker: LateChunker) -> None:
