@@ -139,6 +139,7 @@ def _partition_metadata(out: PartitionOutput, written: sink.WriteResult, fingerp
         "rejected_reasons": dg.MetadataValue.json(out.rejected_reasons),
         "tokens": dg.MetadataValue.int(out.tokens),
         "encoder_windows": dg.MetadataValue.int(out.windows),
+        "documents_over_model_length": dg.MetadataValue.int(out.windowed_documents),
         "encoded_tokens": dg.MetadataValue.int(out.encoded_tokens),
         "tokens_per_second": dg.MetadataValue.float(out.tokens / max(out.seconds, 1e-9)),
         "engine_seconds": dg.MetadataValue.float(out.seconds),

@@ -52,12 +52,14 @@ def main() -> int:
     tokens = sum(m["tokens"].value for m in md)
     encoded = sum(m["encoded_tokens"].value for m in md)
     windows = sum(m["encoder_windows"].value for m in md)
+    long_docs = sum(m["documents_over_model_length"].value for m in md)
     seconds = sum(m["engine_seconds"].value for m in md)
     checks = result.get_asset_check_evaluations()
     failed = [c.check_name for c in checks if not c.passed]
     print(
         f"materialized {len(md)} partitions in one run: {docs} documents -> {chunks} chunks, "
-        f"{rejected} rejected; {tokens} tokens ({encoded} encoded in {windows} windows, "
+        f"{rejected} rejected; {long_docs} documents longer than the model; "
+          f"{tokens} tokens ({encoded} encoded in {windows} windows, "
         f"+{100 * (encoded - tokens) / max(tokens, 1):.1f}% overlap); engine {seconds:.1f} s "
         f"({tokens / max(seconds, 1e-9):.0f} tokens/s); run wall {wall:.1f} s"
     )

@@ -33,6 +33,7 @@ class PartitionOutput:
         rejected: rejection rows (:data:`latechunk_dagster.sink.REJECTED_SCHEMA`).
         documents, tokens, windows, encoded_tokens: documents read; document tokens pooled;
             encoder inputs; tokens sent to the encoder (> ``tokens`` when windows overlap).
+        windowed_documents: documents longer than the model (encoded in several windows).
         seconds: wall time of the engine call.
         paths: documents per engine path.
     """
@@ -44,6 +45,7 @@ class PartitionOutput:
     windows: int
     encoded_tokens: int
     seconds: float
+    windowed_documents: int = 0
     paths: dict[str, int] = field(default_factory=dict)
     rejected_reasons: dict[str, int] = field(default_factory=dict)
 
@@ -80,6 +82,7 @@ def chunk_partition(
         assert isinstance(res, ChunkedDocument)
         out.tokens += len(res.token_ids)
         out.windows += res.windows
+        out.windowed_documents += res.windows > 1
         out.paths[res.path] = out.paths.get(res.path, 0) + 1
         rows.extend(_chunk_rows(doc, res, partition, lineage))
     out.encoded_tokens = _encoded_tokens(chunker, results)

@@ -103,6 +103,7 @@ def test_multi_partition_backfill_runs_once_and_writes_every_partition(env) -> N
     assert sorted(by_part) == ["alpha", "beta", "gamma"]  # three partitions, one run
     assert by_part["alpha"]["documents_in"].value == 3 and by_part["alpha"]["rejected"].value == 1
     assert by_part["beta"]["encoder_windows"].value > 2  # the long document was windowed, not rejected
+    assert by_part["beta"]["documents_over_model_length"].value == 1
     rows = table_rows(env["db"])
     assert rows.num_rows == sum(m["partition_row_count"].value for m in by_part.values())
     assert set(rows.column("doc_id").to_pylist()) == set(DOCS) - {"alpha/empty.txt"}
@@ -280,3 +281,20 @@ def test_check_fails_when_a_document_is_neither_chunked_nor_rejected(env, tmp_pa
 
     got = _run_checks(env, _plant(env, tmp_path, fault), ["alpha"])
     assert not got["documents_accounted"].passed and "alpha/acme.txt" in str(got["documents_accounted"].metadata)
+
+
+def test_strategy_comes_from_run_config_and_lands_in_lineage(env, tmp_path) -> None:
+    store = write_store(tmp_path / "store", {"docs/guide.md": "# Install\n\nRun make.\n\n## On Linux\n\nUse apt.\n"})
+    db = tmp_path / "lancedb"
+    defs = make_defs(store, db)
+    (tmp_path / "home").mkdir()
+    with dg.instance_for_test(temp_dir=str(tmp_path / "home")) as instance:
+        sync_partitions(instance, DocumentStore.from_path(store))
+        config = {"ops": {"chunk_vectors": {"config": {"strategy": "markdown_sections", "max_tokens": 64}}}}
+        result = run_partitions(defs, instance, "docs", "docs", run_config=config)
+    assert result.success
+    rows = sorted(table_rows(db).to_pylist(), key=lambda r: r["chunk_index"])
+    assert [r["headings"] for r in rows] == [["Install"], ["Install", "On Linux"]]
+    assert [r["text"] for r in rows] == ["# Install\n\nRun make.", "## On Linux\n\nUse apt."]
+    assert rows[0]["strategy"] == "markdown_sections(language='en', max_tokens=64)"
+    assert '"name": "markdown_sections"' in rows[0]["strategy_params"]
