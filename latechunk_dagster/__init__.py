@@ -52,7 +52,8 @@ __all__ = [
     "Paragraphs",
     "Sentences",
     "Span",
-    "SpanError", "StrategyFailedError",
+    "SpanError",
+    "StrategyFailedError",
     "TokenizationMismatchError",
     "__version__",
 ]

@@ -59,7 +59,7 @@ def main() -> int:
     print(
         f"materialized {len(md)} partitions in one run: {docs} documents -> {chunks} chunks, "
         f"{rejected} rejected; {long_docs} documents longer than the model; "
-          f"{tokens} tokens ({encoded} encoded in {windows} windows, "
+        f"{tokens} tokens ({encoded} encoded in {windows} windows, "
         f"+{100 * (encoded - tokens) / max(tokens, 1):.1f}% overlap); engine {seconds:.1f} s "
         f"({tokens / max(seconds, 1e-9):.0f} tokens/s); run wall {wall:.1f} s"
     )

@@ -403,16 +403,7 @@ class LateChunker:
             # shape: [n_tokens, dim]
             states = np.stack([win_rows[w][p] for w, p in plan.source])
             vectors = apply_head_after_projection(mean_pool_spans(states, spans), self.head)
-            results[i] = ChunkedDocument(
-                i,
-                ids[i],
-                chunks_from_spans(texts[i], tokens, spans),
-                vectors,
-                tokens.token_ids,
-                "token_states",
-                len(plan.windows),
-                self.opt_ins,
-            )
+            results[i] = self._result(i, ids[i], texts[i], tokens, spans, vectors, "token_states", len(plan.windows))
 
     def _encode_native(
         self, jobs: list, texts: Sequence[str], ids: list[str], strategy: FixedTokens, results: list
@@ -443,13 +434,18 @@ class LateChunker:
                     f"document {ids[i]!r}: vLLM's chunk token ranges {got[:3]}... differ from ours"
                 )
             vectors = np.ascontiguousarray(out.outputs.data.float().numpy(), dtype=np.float32)
-            results[i] = ChunkedDocument(
-                i,
-                ids[i],
-                chunks_from_spans(texts[i], tokens, spans),
-                vectors,
-                tokens.token_ids,
-                "native",
-                1,
-                self.opt_ins,
-            )
+            results[i] = self._result(i, ids[i], texts[i], tokens, spans, vectors, "native", 1)
+
+    def _result(
+        self,
+        i: int,
+        doc_id: str,
+        text: str,
+        tokens: Tokenization,
+        spans: list[Span],
+        vectors: np.ndarray,
+        path: str,
+        windows: int,
+    ) -> ChunkedDocument:
+        chunks = chunks_from_spans(text, tokens, spans)
+        return ChunkedDocument(i, doc_id, chunks, vectors, tokens.token_ids, path, windows, self.opt_ins)

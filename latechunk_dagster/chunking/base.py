@@ -59,6 +59,26 @@ class ChunkingStrategy(ABC):
         return f"{self.name}({args})"
 
 
+@dataclass(frozen=True)
+class TokenBudgetStrategy(ChunkingStrategy):
+    """Base of the boundary strategies that pack text units into chunks of at most ``max_tokens``.
+
+    Attributes:
+        max_tokens: the token budget of a chunk (>= 1), special and prefix tokens included.
+        language: pySBD language code of the sentence segmenter.
+
+    Raises:
+        ValueError: ``max_tokens`` is not a positive int.
+    """
+
+    max_tokens: int
+    language: str = "en"
+
+    def __post_init__(self) -> None:
+        if type(self.max_tokens) is not int or self.max_tokens < 1:
+            raise ValueError(f"max_tokens must be a positive int, got {self.max_tokens!r}")
+
+
 def split_fixed(start: int, end: int, size: int, headings: tuple[str, ...] = ()) -> list[Span]:
     """Cut ``[start, end)`` into pieces of ``size`` tokens; the last keeps what is left."""
     return [Span(s, min(s + size, end), headings) for s in range(start, end, size)]

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, ClassVar
 
-from latechunk_dagster.chunking.base import ChunkingStrategy, Span
+from latechunk_dagster.chunking.base import Span, TokenBudgetStrategy
 from latechunk_dagster.chunking.paragraphs import cut_at_chars, line_starts, pack_paragraphs, segment_region
 from latechunk_dagster.tokenization import Tokenization
 
@@ -95,7 +95,7 @@ def heading_paths(found: list[Heading]) -> list[tuple[str, ...]]:
 
 
 @dataclass(frozen=True)
-class MarkdownSections(ChunkingStrategy):
+class MarkdownSections(TokenBudgetStrategy):
     """One chunk per Markdown section, cut further only when it exceeds ``max_tokens``.
 
     A section runs from the first line of a top-level heading (ATX or setext, found by
@@ -124,12 +124,6 @@ class MarkdownSections(ChunkingStrategy):
     """
 
     name: ClassVar[str] = "markdown_sections"
-    max_tokens: int
-    language: str = "en"
-
-    def __post_init__(self) -> None:
-        if type(self.max_tokens) is not int or self.max_tokens < 1:
-            raise ValueError(f"max_tokens must be a positive int, got {self.max_tokens!r}")
 
     def spans(self, text: str, tokens: Tokenization) -> list[Span]:
         found = headings(text)

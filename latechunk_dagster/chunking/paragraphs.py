@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from latechunk_dagster.chunking.base import (
-    ChunkingStrategy,
     Span,
+    TokenBudgetStrategy,
     chunk_of_each_token,
     pack_units,
     spans_from_segments,
@@ -144,7 +144,7 @@ def pack_paragraphs(
 
 
 @dataclass(frozen=True)
-class Paragraphs(ChunkingStrategy):
+class Paragraphs(TokenBudgetStrategy):
     """Chunks of whole paragraphs, packed greedily up to ``max_tokens`` tokens each.
 
     Paragraphs are separated by blank lines (lines holding only whitespace; line
@@ -169,12 +169,6 @@ class Paragraphs(ChunkingStrategy):
     """
 
     name: ClassVar[str] = "paragraphs"
-    max_tokens: int
-    language: str = "en"
-
-    def __post_init__(self) -> None:
-        if type(self.max_tokens) is not int or self.max_tokens < 1:
-            raise ValueError(f"max_tokens must be a positive int, got {self.max_tokens!r}")
 
     def spans(self, text: str, tokens: Tokenization) -> list[Span]:
         return pack_paragraphs(

@@ -7,8 +7,8 @@ from functools import lru_cache
 from typing import Any, ClassVar
 
 from latechunk_dagster.chunking.base import (
-    ChunkingStrategy,
     Span,
+    TokenBudgetStrategy,
     pack_units,
     spans_from_char_boundaries,
 )
@@ -38,7 +38,7 @@ def sentence_starts(text: str, language: str = "en", base: int = 0) -> list[int]
 
 
 @dataclass(frozen=True)
-class Sentences(ChunkingStrategy):
+class Sentences(TokenBudgetStrategy):
     """Chunks of whole sentences, packed greedily up to ``max_tokens`` tokens each.
 
     A sentence longer than ``max_tokens`` is split at token boundaries. Leading and
@@ -50,12 +50,6 @@ class Sentences(ChunkingStrategy):
     """
 
     name: ClassVar[str] = "sentences"
-    max_tokens: int
-    language: str = "en"
-
-    def __post_init__(self) -> None:
-        if type(self.max_tokens) is not int or self.max_tokens < 1:
-            raise ValueError(f"max_tokens must be a positive int, got {self.max_tokens!r}")
 
     def spans(self, text: str, tokens: Tokenization) -> list[Span]:
         units = spans_from_char_boundaries(tokens, sentence_starts(text, self.language))
