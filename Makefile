@@ -27,7 +27,7 @@ lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check latechunk_dagster tests bench
 
 test-main: $(VENV)/.installed
-	$(VENV)/bin/python -m pytest -m "not native" tests
+	$(VENV)/bin/python -m pytest -m "not native" tests --doctest-modules latechunk_dagster/chunking
 
 $(NATIVE_VENV)/.installed: pyproject.toml
 	test -x $(NATIVE_VENV)/bin/python || $(PY) -m venv $(NATIVE_VENV)
