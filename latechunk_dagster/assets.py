@@ -11,6 +11,7 @@
 
 import hashlib
 import json
+from datetime import UTC, datetime
 from typing import Any
 
 import dagster as dg
@@ -31,6 +32,9 @@ ENGINE_POOL = "latechunk_engine"
 #: Changes when the package's chunking semantics change; with the observed document
 #: versions it drives Dagster's staleness of ``chunk_vectors`` partitions.
 CODE_VERSION = f"latechunk-{__version__}"
+
+#: ``doc_id`` of the rejection row that stands for a whole shard that could not be read.
+UNREADABLE_SHARD = "*"
 
 
 class ChunkingConfig(dg.Config):
@@ -88,9 +92,19 @@ def chunk_vectors(
     st = store.get_store()
     table = lancedb.chunk_table(chunker.embedding_dim)
     rejected_table = lancedb.rejected_table()
-    totals: dict[str, float] = {"documents": 0, "chunks": 0, "rejected": 0, "tokens": 0, "seconds": 0.0}
+    totals: dict[str, float] = dict.fromkeys(
+        ("documents", "chunks", "rejected", "tokens", "seconds", "unreadable_shards"), 0
+    )
     for partition in context.partition_keys:
-        docs = st.read_shard(partition)
+        try:
+            docs = st.read_shard(partition)
+        except (ValueError, KeyError, OSError) as exc:
+            # The shard cannot be read (bad row, duplicate id, gone): keep its old chunk rows,
+            # record why, and let the blocking `documents_accounted` check fail for it, while the
+            # other partitions of the run are written and recorded as usual.
+            _record_unreadable_shard(context, rejected_table, partition, exc)
+            totals["unreadable_shards"] += 1
+            continue
         out = chunk_partition(chunker, docs, partition, strategy, context.run.run_id)
         written = sink.replace_partition(table, "chunk_id", partition, out.chunks)
         sink.replace_partition(rejected_table, "rejection_id", partition, out.rejected)
@@ -119,6 +133,7 @@ def chunk_vectors(
             "run_documents_in": dg.MetadataValue.int(int(totals["documents"])),
             "run_chunks_out": dg.MetadataValue.int(int(totals["chunks"])),
             "run_rejected": dg.MetadataValue.int(int(totals["rejected"])),
+            "run_unreadable_shards": dg.MetadataValue.int(int(totals["unreadable_shards"])),
             "run_tokens_per_second": dg.MetadataValue.float(totals["tokens"] / max(totals["seconds"], 1e-9)),
             "model": dg.MetadataValue.text(chunker.card.name),
             "model_sha256": dg.MetadataValue.text(chunker.card.fingerprint),
@@ -127,6 +142,31 @@ def chunk_vectors(
             "vllm_version": dg.MetadataValue.text(chunker.vllm_version),
             "code_version": dg.MetadataValue.text(CODE_VERSION),
         }
+    )
+
+
+def _record_unreadable_shard(
+    context: dg.AssetExecutionContext, rejected_table: Any, partition: str, exc: Exception
+) -> None:
+    import pyarrow as pa
+
+    context.log.error(f"partition {partition}: shard cannot be read, its old rows are kept: {exc}")
+    row = {
+        "rejection_id": sink.chunk_id(partition, UNREADABLE_SHARD, -1),
+        "doc_id": UNREADABLE_SHARD,
+        "partition": partition,
+        "reason": "unreadable_shard",
+        "detail": str(exc),
+        "doc_sha256": "",
+        "run_id": context.run.run_id,
+        "rejected_at": datetime.now(UTC),
+    }
+    sink.replace_partition(
+        rejected_table, "rejection_id", partition, pa.Table.from_pylist([row], schema=sink.REJECTED_SCHEMA)
+    )
+    context.add_asset_metadata(
+        {"shard_error": dg.MetadataValue.text(str(exc)), "partition_row_count": dg.MetadataValue.int(-1)},
+        partition_key=partition,
     )
 
 

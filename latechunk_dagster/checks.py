@@ -18,6 +18,7 @@ from latechunk_dagster.assets import ENGINE_POOL, chunk_vectors, document_shards
 from latechunk_dagster.chunking import strategy_from_config
 from latechunk_dagster.resources import DocumentStoreResource, LanceDBResource, VLLMEngineResource
 from latechunk_dagster.sink import sql_string
+from latechunk_dagster.store import Document, DocumentStore
 
 CHECKS = {
     "vectors_valid": "vectors finite, of the table's dimension, unit norm when the head normalizes",
@@ -103,7 +104,7 @@ def chunk_table_checks(
         )
     st = store.get_store()
     known = set(st.shards())
-    docs_by_part = {p: {d.doc_id: d for d in st.read_shard(p)} if p in known else {} for p in partitions}
+    docs_by_part = {p: _shard_docs(st, p, known) for p in partitions}
     dim = table.schema.field("vector").type.list_size
     heads = set(rows.column("head").to_pylist()) if rows.num_rows else set()
     reported = {_last_reported(context.instance, p, "embedding_dim") for p in partitions} - {None}
@@ -112,13 +113,15 @@ def chunk_table_checks(
         "vectors_valid", validation.vectors_valid(rows, expected_dim, all(h.endswith("l2") for h in heads)), partitions
     )
     span_outcomes = [
-        validation.spans_tile(rows.filter(pa.compute.equal(rows.column("partition"), p)), docs_by_part[p])
+        _unreadable(docs_by_part[p])
+        or validation.spans_tile(rows.filter(pa.compute.equal(rows.column("partition"), p)), docs_by_part[p])
         for p in partitions
     ]
     yield _result("spans_tile", _merge(span_outcomes, partitions), partitions)
     yield _result("unique_chunk_ids", validation.unique_chunk_ids(rows), partitions)
     accounted = [
-        validation.documents_accounted(
+        _unreadable(docs_by_part[p])
+        or validation.documents_accounted(
             rows.filter(pa.compute.equal(rows.column("partition"), p)),
             rejected.filter(pa.compute.equal(rejected.column("partition"), p)),
             docs_by_part[p],
@@ -134,6 +137,20 @@ def chunk_table_checks(
         for p in partitions
     ]
     yield _result("row_count_matches", _merge(counts, partitions), partitions)
+
+
+def _shard_docs(st: DocumentStore, partition: str, known: set[str]) -> dict[str, Document] | str:
+    """The shard's documents by id ({} for a shard gone from the store), or the read error as text."""
+    if partition not in known:
+        return {}
+    try:
+        return {d.doc_id: d for d in st.read_shard(partition)}
+    except (ValueError, KeyError, OSError) as exc:
+        return f"shard cannot be read: {exc}"
+
+
+def _unreadable(docs: dict[str, Document] | str) -> validation.Outcome | None:
+    return (False, {"reason": docs}) if isinstance(docs, str) else None
 
 
 def _merge(outcomes: list[validation.Outcome], partitions: list[str]) -> validation.Outcome:
@@ -165,7 +182,11 @@ def parity_sample(
     for p in partitions:
         part = rows.filter(pa.compute.equal(rows.column("partition"), p))
         doc_ids = sorted(set(part.column("doc_id").to_pylist()))[: config.docs_per_partition]
-        docs = {d.doc_id: d for d in st.read_shard(p)} if p in st.shards() else {}
+        docs = _shard_docs(st, p, set(st.shards()))
+        if isinstance(docs, str):
+            passed = False
+            details[p] = docs
+            continue
         for doc_id in doc_ids:
             mine = part.filter(pa.compute.equal(part.column("doc_id"), doc_id)).sort_by("chunk_index")
             params = json.loads(mine.column("strategy_params")[0].as_py())

@@ -12,6 +12,9 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from pathlib import Path
+
+from latechunk_dagster.errors import LateChunkError
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -26,6 +29,14 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("demo", help="run the main job on the embedded default and search")
     args = parser.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    try:
+        return _run(args)
+    except (LateChunkError, FileNotFoundError, ValueError, KeyError) as exc:
+        print(f"latechunk {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+
+
+def _run(args: argparse.Namespace) -> int:
 
     if args.command == "demo":
         from latechunk_dagster.demo import main as demo_main
@@ -33,22 +44,28 @@ def main(argv: list[str] | None = None) -> int:
         return demo_main()
     from latechunk_dagster import settings
 
-    settings.ensure_dagster_home()
     if args.command == "sync-partitions":
+        settings.ensure_dagster_home()
         import dagster as dg
 
         from latechunk_dagster.definitions import defs
         from latechunk_dagster.sensors import sync_partitions
 
-        added, removed = sync_partitions(dg.DagsterInstance.get(), defs.resources["store"].get_store())
-        print(f"added {added or 'none'}; removed {removed or 'none'}")
+        res = defs.resources
+        added, removed = sync_partitions(dg.DagsterInstance.get(), res["store"].get_store(), res["lancedb"])
+        print(f"added {added or 'none'}; removed {removed or 'none'} (and their rows)")
         return 0
+    from latechunk_dagster import sink
     from latechunk_dagster.engine import LateChunker
     from latechunk_dagster.resources import shipped_model_path
     from latechunk_dagster.search import search
 
+    uri = settings.lancedb_uri()
+    if not Path(uri).is_dir() or sink.CHUNK_TABLE not in sink.connect(uri).list_tables().tables:
+        raise ValueError(f"no table {sink.CHUNK_TABLE!r} at {uri} (LATECHUNK_HOME): materialize chunk_vectors first")
     with LateChunker(args.model or shipped_model_path()) as chunker:
-        hits = search(args.query, chunker=chunker, uri=settings.lancedb_uri(), k=args.k, where=args.where)
+        hits = search(args.query, chunker=chunker, uri=uri, k=args.k, where=args.where)
+    print("cosine_distance\tdoc_id\tchar_range\ttext")
     for h in hits:
         print(f"{h.distance:.4f}\t{h.doc_id}\t{h.char_range}\t{' '.join((h.text or '').split())[:160]}")
     return 0

@@ -42,4 +42,7 @@ defs = dg.Definitions(
     schedules=[nightly_index],
     sensors=[document_store_sensor],
     resources=default_resources(),
+    # One process per run: the chunking step and the parity check share one engine load
+    # (the multiprocess executor would start the model once per step process).
+    executor=dg.in_process_executor,
 )

@@ -12,11 +12,14 @@ import os
 import sys
 import time
 
+#: Dagster's console logger at WARNING: the run's events are in the UI (`make dev`), not on the terminal.
+QUIET = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
 QUERIES = ["parse command-line options and arguments", "compress data with gzip", "make a temporary directory"]
 
 
 def main() -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
     from latechunk_dagster import settings
 
     settings.ensure_dagster_home()
@@ -30,7 +33,7 @@ def main() -> int:
     resources = defs.resources
     store = resources["store"].get_store()
     instance = dg.DagsterInstance.get()
-    added, removed = sync_partitions(instance, store)
+    added, removed = sync_partitions(instance, store, resources["lancedb"])
     keys = instance.get_dynamic_partitions("document_shards")
     print(f"store {store.uri} ({store.kind}): {len(keys)} shards (+{len(added)} -{len(removed)})", flush=True)
 
@@ -38,6 +41,7 @@ def main() -> int:
     result = defs.resolve_job_def("chunk_documents").execute_in_process(
         instance=instance,
         tags={"dagster/asset_partition_range_start": keys[0], "dagster/asset_partition_range_end": keys[-1]},
+        run_config=QUIET,
         raise_on_error=False,
     )
     wall = time.perf_counter() - t0
@@ -63,15 +67,15 @@ def main() -> int:
         f"+{100 * (encoded - tokens) / max(tokens, 1):.1f}% overlap); engine {seconds:.1f} s "
         f"({tokens / max(seconds, 1e-9):.0f} tokens/s); run wall {wall:.1f} s"
     )
-    print(f"asset checks: {len(checks) - len(failed)} passed, {len(failed)} failed {failed or ''}")
+    print(f"asset checks: {len(checks) - len(failed)} passed, {len(failed)} failed" + (f" {failed}" if failed else ""))
     if rejected:
         print("rejected documents are in the rejected_documents table (doc_id, partition, reason)")
-    defs.resolve_job_def("index_chunks").execute_in_process(instance=instance)
+    defs.resolve_job_def("index_chunks").execute_in_process(instance=instance, run_config=QUIET)
 
     engine = resources["engine"]
     with LateChunker(engine.model_path()) as chunker:
         for q in QUERIES:
-            print(f"\nsearch: {q!r}")
+            print(f"\nsearch: {q!r}   (cosine distance, doc_id, char range, text)")
             for hit in search(q, chunker=chunker, uri=resources["lancedb"].uri, k=3):
                 snippet = " ".join((hit.text or "").split())[:110]
                 print(f"  {hit.distance:.3f}  {hit.doc_id} {hit.char_range}: {snippet}")

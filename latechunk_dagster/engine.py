@@ -290,9 +290,17 @@ class LateChunker:
         Raises:
             DocumentBatchError: some documents failed and ``errors="raise"``.
             TokenizationMismatchError: vLLM's token ids differ from ours (native path).
+            TypeError: ``texts`` is a single ``str`` or ``strategy`` is not a ``ChunkingStrategy``.
+            ValueError: ``errors`` is not ``"raise"`` or ``"return"``; ``doc_ids`` has another length.
         """
         if self.llm is None:
             raise RuntimeError("LateChunker is closed")
+        if isinstance(texts, str):
+            raise TypeError("texts must be a sequence of documents, not one str: wrap it as [text]")
+        if not isinstance(strategy, ChunkingStrategy):
+            raise TypeError(f"strategy must be a ChunkingStrategy (e.g. FixedTokens(64)), got {strategy!r}")
+        if errors not in ("raise", "return"):
+            raise ValueError(f"errors must be 'raise' or 'return', got {errors!r}")
         ids = [str(i) for i in range(len(texts))] if doc_ids is None else [str(d) for d in doc_ids]
         if len(ids) != len(texts):
             raise ValueError(f"{len(texts)} texts but {len(ids)} doc_ids")

@@ -128,6 +128,11 @@ class LanceDBResource(ConfigurableResource):
         with self.get_connection() as db:
             return sink.open_or_create(db, self.rejected_table_name, sink.REJECTED_SCHEMA)
 
+    def drop_partitions(self, partitions: list[str]) -> int:
+        """Delete the rows of ``partitions`` (shards gone from the store) from both tables."""
+        with self.get_connection() as db:
+            return sink.delete_partitions(db, [self.table_name, self.rejected_table_name], partitions)
+
     def open_chunk_table(self) -> Any | None:
         """The chunk table if it exists, else ``None``."""
         with self.get_connection() as db:

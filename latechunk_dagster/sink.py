@@ -136,6 +136,20 @@ def replace_partition(table: Any, key: str, partition: str, rows: pa.Table) -> W
     )
 
 
+def delete_partitions(db: Any, table_names: list[str], partitions: list[str]) -> int:
+    """Delete every row of ``partitions`` from each existing table (one commit per table); rows deleted."""
+    if not partitions:
+        return 0
+    where = "partition IN (" + ", ".join(sql_string(p) for p in partitions) + ")"
+    deleted = 0
+    for name in table_names:
+        if name in db.list_tables().tables:
+            table = db.open_table(name)
+            deleted += table.count_rows(where)
+            table.delete(where)
+    return deleted
+
+
 def connect(uri: str, **kwargs: Any) -> Any:
     """``lancedb.connect(uri)``: a local directory or an object-store URI (``s3://``, ``gs://``...)."""
     return lancedb.connect(uri, **kwargs)

@@ -122,3 +122,15 @@ def test_a_strategy_failure_is_one_documents_failure(chunker: LateChunker) -> No
     assert isinstance(out[1], StrategyFailedError) and out[1].reason == "strategy_failed"
     assert "IndexError: segmenter bug" in str(out[1]) and "index 1" in str(out[1])
     assert out[0].chunks[0].text == "fine text" and out[2].chunks[0].text == "also fine"
+
+
+def test_api_misuse_is_refused_up_front(chunker: LateChunker) -> None:
+    with pytest.raises(TypeError, match="not one str"):
+        chunker.chunk("one document as a bare string", FixedTokens(4))
+    with pytest.raises(TypeError, match="ChunkingStrategy"):
+        chunker.chunk(["text"], "sentences")
+    with pytest.raises(ValueError, match="'raise' or 'return'"):
+        chunker.chunk(["text"], FixedTokens(4), errors="ignore")
+    with pytest.raises(ValueError, match="2 texts but 1 doc_ids"):
+        chunker.chunk(["a", "b"], FixedTokens(4), doc_ids=["x"])
+    assert chunker.chunk([], FixedTokens(4)) == []

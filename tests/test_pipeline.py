@@ -172,21 +172,14 @@ def test_removed_document_loses_its_rows(env, tmp_path) -> None:
 def test_sensor_adds_new_shard_and_requests_changed_ones(env, tmp_path) -> None:
     store = write_store(tmp_path / "store", DOCS)
     defs = make_defs(store, tmp_path / "db")
-    sensor = (
-        defs.resolve_sensor_def("document_store_sensor")
-        if hasattr(defs, "resolve_sensor_def")
-        else document_store_sensor
-    )
-    with dg.build_sensor_context(
-        instance=env["instance"], resources={"store": DocumentStoreResource(path=str(store))}
-    ) as ctx:
+    sensor = defs.resolve_sensor_def("document_store_sensor")
+    resources = {"store": DocumentStoreResource(path=str(store)), "lancedb": LanceDBResource(uri=str(tmp_path / "db"))}
+    with dg.build_sensor_context(instance=env["instance"], resources=resources) as ctx:
         first = sensor(ctx)
     assert first.dynamic_partitions_requests == []  # all shards already partitions
     assert sorted(r.partition_key for r in first.run_requests) == ["alpha", "beta", "gamma"]  # no cursor yet
     write_store(store, {"delta/new.txt": "A brand new shard about lighthouses.", "gamma/tea.txt": "Changed tea text."})
-    with dg.build_sensor_context(
-        instance=env["instance"], cursor=first.cursor, resources={"store": DocumentStoreResource(path=str(store))}
-    ) as ctx:
+    with dg.build_sensor_context(instance=env["instance"], cursor=first.cursor, resources=resources) as ctx:
         second = sensor(ctx)
     [add] = second.dynamic_partitions_requests
     assert list(add.partition_keys) == ["delta"]
@@ -298,3 +291,43 @@ def test_strategy_comes_from_run_config_and_lands_in_lineage(env, tmp_path) -> N
     assert [r["text"] for r in rows] == ["# Install\n\nRun make.", "## On Linux\n\nUse apt."]
     assert rows[0]["strategy"] == "markdown_sections(language='en', max_tokens=64)"
     assert '"name": "markdown_sections"' in rows[0]["strategy_params"]
+
+
+def test_removed_shard_loses_its_partition_and_rows(env, tmp_path) -> None:
+    store = write_store(tmp_path / "store", DOCS)
+    db = tmp_path / "lancedb"
+    shutil.copytree(env["db"], db)
+    shutil.rmtree(store / "gamma")
+    (tmp_path / "home").mkdir()
+    with dg.instance_for_test(temp_dir=str(tmp_path / "home")) as instance:
+        instance.add_dynamic_partitions(document_shards.name, ["alpha", "beta", "gamma"])
+        added, removed = sync_partitions(instance, DocumentStore.from_path(store), LanceDBResource(uri=str(db)))
+        assert (added, removed) == ([], ["gamma"])
+        assert instance.get_dynamic_partitions(document_shards.name) == ["alpha", "beta"]
+    parts = set(table_rows(db).column("partition").to_pylist())
+    assert parts == {"alpha", "beta"}
+
+
+def test_unreadable_shard_is_recorded_and_the_other_partitions_are_written(env, tmp_path) -> None:
+    store = tmp_path / "store"
+    store.mkdir()
+    (store / "good.jsonl").write_text('{"id": "g1", "text": "A fine document about owls."}\n')
+    (store / "bad.jsonl").write_text('{"id": "b1", "text": 12}\n')
+    (store / "zzz.jsonl").write_text('{"id": "z1", "text": "Another fine one about tea."}\n')
+    db = tmp_path / "lancedb"
+    defs = make_defs(store, db)
+    (tmp_path / "home").mkdir()
+    with dg.instance_for_test(temp_dir=str(tmp_path / "home")) as instance:
+        sync_partitions(instance, DocumentStore.from_path(store))
+        keys = instance.get_dynamic_partitions(document_shards.name)
+        assert keys == ["bad", "good", "zzz"]
+        result = run_partitions(defs, instance, "bad", "zzz")
+        # the asset step succeeds; the blocking check fails for the unreadable shard
+        assert instance.get_materialized_partitions(chunk_vectors.key) == {"bad", "good", "zzz"}
+    assert set(table_rows(db).column("doc_id").to_pylist()) == {"g1", "z1"}
+    [rej] = sink.connect(str(db)).open_table("rejected_documents").to_arrow().to_pylist()
+    assert (rej["doc_id"], rej["partition"], rej["reason"]) == ("*", "bad", "unreadable_shard")
+    assert "'text' must be a string, got int (id 'b1')" in rej["detail"]
+    checks = {c.check_name: c for c in result.get_asset_check_evaluations()}
+    assert not checks["documents_accounted"].passed
+    assert "shard cannot be read" in str(checks["documents_accounted"].metadata)
