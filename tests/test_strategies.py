@@ -370,3 +370,17 @@ def test_strategy_from_config_errors() -> None:
         strategy_from_config("paragraphs", {"size": 3})
     with pytest.raises(ValueError, match="max_tokens must be a positive int"):
         strategy_from_config("markdown_sections", {"max_tokens": 0})
+
+
+@pytest.mark.parametrize("budget", [1, 2, 3])
+def test_tiny_budgets_never_leave_special_tokens_alone(tok, budget: int) -> None:
+    from latechunk_dagster.chunking import MarkdownSections, Paragraphs, Sentences
+
+    text = "Hi there. Bye."
+    t = tokenize_document(tok, text)
+    for strategy in (Sentences(max_tokens=budget), Paragraphs(max_tokens=budget), MarkdownSections(max_tokens=budget)):
+        spans = strategy.spans(text, t)
+        check_tiling(spans, len(t))
+        for s in spans:
+            assert any(o is not None for o in t.offsets[s.start : s.end]), (strategy, s)
+        assert spans[0].start == 0 and spans[-1].end == len(t)

@@ -78,6 +78,39 @@ class TokenBudgetStrategy(ChunkingStrategy):
         if type(self.max_tokens) is not int or self.max_tokens < 1:
             raise ValueError(f"max_tokens must be a positive int, got {self.max_tokens!r}")
 
+    @abstractmethod
+    def budget_spans(self, text: str, tokens: Tokenization) -> list[Span]:
+        """Spans cut on the text's structure within the budget (may leave specials alone)."""
+
+    def spans(self, text: str, tokens: Tokenization) -> list[Span]:
+        return attach_unsourced(self.budget_spans(text, tokens), tokens)
+
+
+def attach_unsourced(spans: Sequence[Span], tokens: Tokenization) -> list[Span]:
+    """Merge a span of only unsourced tokens (specials, prefix) into its neighbour (SPEC section 2).
+
+    A token budget cut at token boundaries can leave e.g. ``[SEP]`` alone in the last chunk;
+    the SPEC sends leading unsourced tokens to the first text chunk and trailing ones to the
+    last, so such a span joins the next span (at the start) or the previous one (elsewhere),
+    even if that chunk then exceeds ``max_tokens`` by those tokens.
+    """
+    out: list[Span] = []
+    pending: Span | None = None
+    for s in spans:
+        sourced = any(o is not None for o in tokens.offsets[s.start : s.end])
+        if pending is not None:
+            s = Span(pending.start, s.end, s.headings)
+            pending = None
+        if sourced:
+            out.append(s)
+        elif out:
+            out[-1] = Span(out[-1].start, s.end, out[-1].headings)
+        else:
+            pending = s
+    if pending is not None:  # no sourced token at all: keep it (tokenization refuses such documents)
+        out.append(pending)
+    return out
+
 
 def split_fixed(start: int, end: int, size: int, headings: tuple[str, ...] = ()) -> list[Span]:
     """Cut ``[start, end)`` into pieces of ``size`` tokens; the last keeps what is left."""

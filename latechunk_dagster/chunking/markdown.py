@@ -125,7 +125,7 @@ class MarkdownSections(TokenBudgetStrategy):
 
     name: ClassVar[str] = "markdown_sections"
 
-    def spans(self, text: str, tokens: Tokenization) -> list[Span]:
+    def budget_spans(self, text: str, tokens: Tokenization) -> list[Span]:
         found = headings(text)
         paths = heading_paths(found)
         starts = [h.start for h in found]

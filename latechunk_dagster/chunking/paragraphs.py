@@ -170,7 +170,7 @@ class Paragraphs(TokenBudgetStrategy):
 
     name: ClassVar[str] = "paragraphs"
 
-    def spans(self, text: str, tokens: Tokenization) -> list[Span]:
+    def budget_spans(self, text: str, tokens: Tokenization) -> list[Span]:
         return pack_paragraphs(
             text, tokens, Span(0, len(tokens)), (0, len(text)), self.max_tokens, language=self.language
         )

@@ -51,6 +51,6 @@ class Sentences(TokenBudgetStrategy):
 
     name: ClassVar[str] = "sentences"
 
-    def spans(self, text: str, tokens: Tokenization) -> list[Span]:
+    def budget_spans(self, text: str, tokens: Tokenization) -> list[Span]:
         units = spans_from_char_boundaries(tokens, sentence_starts(text, self.language))
         return pack_units(units, self.max_tokens)
