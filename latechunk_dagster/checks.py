@@ -11,6 +11,7 @@ from collections.abc import Iterator
 import dagster as dg
 import numpy as np
 import pyarrow as pa
+from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
 from pydantic import Field
 
 from latechunk_dagster import validation
@@ -45,7 +46,7 @@ def run_partitions(context: dg.AssetCheckExecutionContext, config: CheckConfig, 
     tags = context.run.tags
     if "dagster/partition" in tags:
         return [tags["dagster/partition"]]
-    start, end = tags.get("dagster/asset_partition_range_start"), tags.get("dagster/asset_partition_range_end")
+    start, end = tags.get(ASSET_PARTITION_RANGE_START_TAG), tags.get(ASSET_PARTITION_RANGE_END_TAG)
     if start and end:
         keys = context.instance.get_dynamic_partitions(document_shards.name)
         return keys[keys.index(start) : keys.index(end) + 1]

@@ -26,9 +26,10 @@ def shipped_model_path() -> str:
 class VLLMEngineResource(ConfigurableResource):
     """One :class:`~latechunk_dagster.LateChunker` (one ``vllm.LLM``) per process.
 
-    The engine starts in ``setup_for_execution`` and shuts down in
-    ``teardown_after_execution``, so a single-run backfill of many partitions loads the
-    model once, and no engine process outlives the step.
+    The engine starts on the first :meth:`get_chunker` call of the process (after the step's
+    run config has been validated) and shuts down in ``teardown_after_execution``, so a
+    single-run backfill of many partitions loads the model once, and no engine process
+    outlives the step.
 
     Example::
 
@@ -61,16 +62,23 @@ class VLLMEngineResource(ConfigurableResource):
     engine_args: dict[str, Any] = Field(default_factory=dict, description="Other vllm.LLM keyword arguments.")
 
     _chunker: LateChunker | None = PrivateAttr(default=None)
+    _log: Any = PrivateAttr(default=None)
 
     def model_path(self) -> str:
         return self.model or shipped_model_path()
 
     def setup_for_execution(self, context: InitResourceContext) -> None:
+        # The engine starts on the first get_chunker() call of this process, so a step whose
+        # run config is wrong fails before the model loads, and a step that never encodes
+        # never loads it.
+        self._log = context.log
+
+    def _start(self) -> LateChunker:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         args = dict(self.engine_args)
         if self.enforce_eager is not None:
             args["enforce_eager"] = self.enforce_eager
-        self._chunker = LateChunker(
+        chunker = LateChunker(
             self.model_path(),
             dtype=self.dtype,
             max_model_len=self.max_model_len,
@@ -85,11 +93,12 @@ class VLLMEngineResource(ConfigurableResource):
             allow_non_mean_pooling=self.allow_non_mean_pooling,
             **args,
         )
-        if context.log:
-            context.log.info(
-                f"vLLM {self._chunker.vllm_version} engine up in {self._chunker.startup_seconds:.1f} s "
-                f"(path={self._chunker.path}, model={self._chunker.card.path})"
+        if self._log:
+            self._log.info(
+                f"vLLM {chunker.vllm_version} engine up in {chunker.startup_seconds:.1f} s "
+                f"(path={chunker.path}, model={chunker.card.path})"
             )
+        return chunker
 
     def teardown_after_execution(self, context: InitResourceContext) -> None:
         if self._chunker is not None:
@@ -97,9 +106,9 @@ class VLLMEngineResource(ConfigurableResource):
             self._chunker = None
 
     def get_chunker(self) -> LateChunker:
-        """The live chunker of this process. Raises ``RuntimeError`` outside an execution."""
+        """The chunker of this process, started on first use and shut down at teardown."""
         if self._chunker is None:
-            raise RuntimeError("VLLMEngineResource is not set up (use it inside a Dagster execution)")
+            self._chunker = self._start()
         return self._chunker
 
 

@@ -1,9 +1,11 @@
 """Keep partitions in sync with the store: new shards become partitions, changed shards re-run."""
 
+import hashlib
 import json
 
 import dagster as dg
 from dagster._core.definitions.data_version import DATA_VERSION_TAG
+from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
 
 from latechunk_dagster.assets import chunk_vectors, document_shards, documents
 from latechunk_dagster.resources import DocumentStoreResource, LanceDBResource
@@ -29,6 +31,33 @@ def sync_partitions(
     for key in removed:
         instance.delete_dynamic_partition(document_shards.name, key)
     return added, removed
+
+
+def range_run_requests(order: list[str], changed: list[str], versions: dict[str, str]) -> list[dg.RunRequest]:
+    """One run per contiguous stretch of changed partitions (in partition order).
+
+    A stretch of several partitions becomes one run over a partition range, so the single-run
+    backfill policy loads the engine once for all of them. ``run_key`` includes the shard
+    fingerprints, so the same change is never requested twice.
+    """
+    todo = set(changed)
+    stretches: list[list[str]] = []
+    for i, key in enumerate(order):
+        if key not in todo:
+            continue
+        if stretches and i > 0 and order[i - 1] == stretches[-1][-1]:
+            stretches[-1].append(key)
+        else:
+            stretches.append([key])
+    requests = []
+    for keys in stretches:
+        run_key = hashlib.sha256(json.dumps([(k, versions[k]) for k in keys]).encode()).hexdigest()
+        if len(keys) == 1:
+            requests.append(dg.RunRequest(partition_key=keys[0], run_key=run_key))
+        else:
+            tags = {ASSET_PARTITION_RANGE_START_TAG: keys[0], ASSET_PARTITION_RANGE_END_TAG: keys[-1]}
+            requests.append(dg.RunRequest(run_key=run_key, tags=tags))
+    return requests
 
 
 def shard_fingerprints(st: DocumentStore) -> dict[str, str]:
@@ -65,8 +94,9 @@ def document_store_sensor(
     changed = sorted(k for k, fp in current.items() if previous.get(k) != fp)
     if gone:
         context.log.info(f"shards gone from the store: {gone}; deleted {lancedb.drop_partitions(gone)} rows")
+    order = [k for k in context.instance.get_dynamic_partitions(document_shards.name) if k in current] + new
     return dg.SensorResult(
-        run_requests=[dg.RunRequest(partition_key=k, run_key=f"{k}:{current[k][:200]}") for k in changed],
+        run_requests=range_run_requests(order, changed, current),
         # the new data versions of the `documents` source asset: the UI then marks stale partitions
         asset_events=[
             dg.AssetObservation(asset_key=documents.key, partition=k, tags={DATA_VERSION_TAG: current[k]})

@@ -177,13 +177,20 @@ def test_sensor_adds_new_shard_and_requests_changed_ones(env, tmp_path) -> None:
     with dg.build_sensor_context(instance=env["instance"], resources=resources) as ctx:
         first = sensor(ctx)
     assert first.dynamic_partitions_requests == []  # all shards already partitions
-    assert sorted(r.partition_key for r in first.run_requests) == ["alpha", "beta", "gamma"]  # no cursor yet
+    # no cursor yet: every shard is new to the sensor, one range run covers them (one engine load)
+    [run] = first.run_requests
+    assert run.tags["dagster/asset_partition_range_start"] == "alpha"
+    assert run.tags["dagster/asset_partition_range_end"] == "gamma"
     write_store(store, {"delta/new.txt": "A brand new shard about lighthouses.", "gamma/tea.txt": "Changed tea text."})
     with dg.build_sensor_context(instance=env["instance"], cursor=first.cursor, resources=resources) as ctx:
         second = sensor(ctx)
     [add] = second.dynamic_partitions_requests
     assert list(add.partition_keys) == ["delta"]
-    assert sorted(r.partition_key for r in second.run_requests) == ["delta", "gamma"]
+    [run] = second.run_requests  # gamma (changed) and delta (new) are neighbours in partition order
+    assert (run.tags["dagster/asset_partition_range_start"], run.tags["dagster/asset_partition_range_end"]) == (
+        "gamma",
+        "delta",
+    )
     # the changed shard's new data version is reported for the `documents` source asset
     [obs] = second.asset_events
     assert (obs.asset_key, obs.partition) == (documents.key, "gamma")
@@ -331,3 +338,44 @@ def test_unreadable_shard_is_recorded_and_the_other_partitions_are_written(env, 
     checks = {c.check_name: c for c in result.get_asset_check_evaluations()}
     assert not checks["documents_accounted"].passed
     assert "shard cannot be read" in str(checks["documents_accounted"].metadata)
+
+
+def test_range_run_requests_group_contiguous_changes() -> None:
+    from latechunk_dagster.sensors import range_run_requests
+
+    order = ["a", "b", "c", "d", "e"]
+    reqs = range_run_requests(order, ["a", "b", "d"], dict.fromkeys(order, "v"))
+    assert [
+        (
+            r.partition_key,
+            r.tags.get("dagster/asset_partition_range_start"),
+            r.tags.get("dagster/asset_partition_range_end"),
+        )
+        for r in reqs
+    ] == [(None, "a", "b"), ("d", None, None)]
+    again = range_run_requests(order, ["a", "b", "d"], dict.fromkeys(order, "v"))
+    assert [r.run_key for r in reqs] == [r.run_key for r in again]  # the same change is requested once
+
+
+def test_bad_run_config_fails_before_the_engine_loads(env, tmp_path) -> None:
+    """The real engine resource: starting it here would raise (the module's engine is live),
+    so a failure about the strategy proves the model was never loaded."""
+    store = write_store(tmp_path / "store", {"docs/a.txt": "Some text."})
+    defs = dg.Definitions(
+        assets=[chunk_vectors],
+        jobs=[dg.define_asset_job("chunk", selection=[chunk_vectors], partitions_def=document_shards)],
+        resources={
+            "engine": VLLMEngineResource(),
+            "lancedb": LanceDBResource(uri=str(tmp_path / "db")),
+            "store": DocumentStoreResource(path=str(store)),
+        },
+    )
+    (tmp_path / "home").mkdir()
+    with dg.instance_for_test(temp_dir=str(tmp_path / "home")) as instance:
+        sync_partitions(instance, DocumentStore.from_path(store))
+        config = {"ops": {"chunk_vectors": {"config": {"strategy": "bogus"}}}}
+        result = run_partitions(defs, instance, "docs", "docs", run_config=config)
+    assert not result.success
+    [failure] = [e for e in result.all_events if e.event_type_value == "STEP_FAILURE"]
+    message = str(failure.event_specific_data.error.cause or failure.event_specific_data.error)
+    assert "unknown chunking strategy 'bogus'" in message and "close it first" not in message
