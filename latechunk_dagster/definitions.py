@@ -9,8 +9,16 @@ from __future__ import annotations
 import dagster as dg
 
 from latechunk_dagster import settings
-from latechunk_dagster.assets import chunk_index, chunk_vectors, document_shards, documents
+from latechunk_dagster.assets import (
+    CODE_VERSION,
+    ChunkingConfig,
+    chunk_index,
+    chunk_vectors,
+    document_shards,
+    documents,
+)
 from latechunk_dagster.checks import chunk_table_checks, parity_sample
+from latechunk_dagster.model_card import model_version
 from latechunk_dagster.resources import DocumentStoreResource, LanceDBResource, VLLMEngineResource
 from latechunk_dagster.sensors import document_store_sensor
 
@@ -35,13 +43,23 @@ def default_resources() -> dict[str, dg.ConfigurableResource]:
     }
 
 
+def versioned_chunk_vectors(engine: VLLMEngineResource, default: ChunkingConfig) -> dg.AssetsDefinition:
+    """``chunk_vectors`` whose code version names the model and the default strategy, so the UI
+    marks every partition stale when either changes in the definitions (a strategy chosen in one
+    run's config is recorded in the rows' lineage, not in the code version)."""
+    version = f"{CODE_VERSION}+model.{model_version(engine.model_path())}+{default.build().describe()}"
+    return chunk_vectors.map_asset_specs(lambda spec: spec.replace_attributes(code_version=version))
+
+
+RESOURCES = default_resources()
+
 defs = dg.Definitions(
-    assets=[documents, chunk_vectors, chunk_index],
+    assets=[documents, versioned_chunk_vectors(RESOURCES["engine"], ChunkingConfig()), chunk_index],
     asset_checks=[chunk_table_checks, parity_sample],
     jobs=[chunk_job, index_job],
     schedules=[nightly_index],
     sensors=[document_store_sensor],
-    resources=default_resources(),
+    resources=RESOURCES,
     # One process per run: the chunking step and the parity check share one engine load
     # (the multiprocess executor would start the model once per step process).
     executor=dg.in_process_executor,

@@ -113,6 +113,22 @@ def _fingerprint(path: Path) -> str:
     return h.hexdigest()
 
 
+def model_version(path: str | Path) -> str:
+    """A cheap version of a model directory for Dagster code versions: sha256 (first 12 hex) over
+    its config and tokenizer files and the names and sizes of its weight files.
+
+    Unlike :attr:`ModelCard.fingerprint` it does not read the weights, so code locations load fast.
+    """
+    path = Path(path)
+    h = hashlib.sha256()
+    for p in sorted(path.rglob("*")):
+        if p.is_file() and p.name in _CONFIG_FILES:
+            h.update(str(p.relative_to(path)).encode() + p.read_bytes())
+        elif p.is_file() and p.name in _WEIGHT_FILES:
+            h.update(f"{p.relative_to(path)}:{p.stat().st_size}".encode())
+    return h.hexdigest()[:12]
+
+
 def _pooling_mode(cfg: dict[str, Any]) -> str:
     modes = [
         k.removeprefix("pooling_mode_").removesuffix("_tokens").removesuffix("_token")

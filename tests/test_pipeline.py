@@ -379,3 +379,19 @@ def test_bad_run_config_fails_before_the_engine_loads(env, tmp_path) -> None:
     [failure] = [e for e in result.all_events if e.event_type_value == "STEP_FAILURE"]
     message = str(failure.event_specific_data.error.cause or failure.event_specific_data.error)
     assert "unknown chunking strategy 'bogus'" in message and "close it first" not in message
+
+
+def test_code_version_names_the_model_and_default_strategy(tmp_path, minilm_dir) -> None:
+    from latechunk_dagster.assets import ChunkingConfig
+    from latechunk_dagster.definitions import defs, versioned_chunk_vectors
+    from tests.tiny_models import build_tiny_bert
+
+    def version(engine: VLLMEngineResource, config: ChunkingConfig) -> str:
+        return versioned_chunk_vectors(engine, config).code_versions_by_key[chunk_vectors.key]
+
+    shipped = version(VLLMEngineResource(), ChunkingConfig())
+    assert shipped == defs.resolve_assets_def("chunk_vectors").code_versions_by_key[chunk_vectors.key]
+    assert "sentences(language='en', max_tokens=128)" in shipped
+    tiny = build_tiny_bert(tmp_path / "tiny", minilm_dir)
+    assert version(VLLMEngineResource(model=str(tiny)), ChunkingConfig()) != shipped
+    assert version(VLLMEngineResource(), ChunkingConfig(strategy="fixed_tokens")) != shipped
