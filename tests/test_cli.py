@@ -1,0 +1,42 @@
+"""The `latechunk` command: clear one-line errors, no side effects before a search can run."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+
+def run_cli(args: list[str], home: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    environ = {**os.environ, "LATECHUNK_HOME": str(home), "HF_HUB_OFFLINE": "1", **env}
+    environ.pop("DAGSTER_HOME", None)
+    return subprocess.run(
+        [sys.executable, "-m", "latechunk_dagster.cli", *args], env=environ, capture_output=True, text=True, timeout=300
+    )
+
+
+def test_search_before_any_materialization_is_one_line_and_touches_nothing(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    out = run_cli(["search", "gzip"], home)
+    assert out.returncode == 2
+    assert out.stderr.strip().splitlines()[-1].startswith("latechunk search: error: no table 'chunks'")
+    assert "Traceback" not in out.stderr
+    assert not home.exists()  # a read-only command creates no directories
+
+
+def test_sync_partitions_with_a_missing_store_is_one_line(tmp_path: Path) -> None:
+    out = run_cli(["sync-partitions"], tmp_path / "home", LATECHUNK_DOCUMENT_STORE=str(tmp_path / "nope"))
+    assert out.returncode == 2
+    assert "Traceback" not in out.stderr
+    assert "latechunk sync-partitions: error:" in out.stderr and "nope" in out.stderr
+
+
+def test_sync_partitions_adds_the_stores_shards(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    (store / "a").mkdir(parents=True)
+    (store / "a" / "x.txt").write_text("hello")
+    (store / "b.txt").write_text("root file")
+    out = run_cli(["sync-partitions"], tmp_path / "home", LATECHUNK_DOCUMENT_STORE=str(store))
+    assert out.returncode == 0, out.stderr
+    assert "added ['_root', 'a']" in out.stdout
