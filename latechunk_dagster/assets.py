@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import dagster as dg
+import pyarrow as pa
 from pydantic import Field
 
 from latechunk_dagster import __version__, sink
@@ -22,6 +23,7 @@ from latechunk_dagster.chunking import ChunkingStrategy, strategy_from_config
 from latechunk_dagster.indexing import refresh_indexes
 from latechunk_dagster.partition_job import PartitionOutput, chunk_partition
 from latechunk_dagster.resources import DocumentStoreResource, LanceDBResource, VLLMEngineResource
+from latechunk_dagster.store import fingerprint_of
 
 document_shards = dg.DynamicPartitionsDefinition(name="document_shards")
 
@@ -108,7 +110,7 @@ def chunk_vectors(
         out = chunk_partition(chunker, docs, partition, strategy, context.run.run_id)
         written = sink.replace_partition(table, "chunk_id", partition, out.chunks)
         sink.replace_partition(rejected_table, "rejection_id", partition, out.rejected)
-        md = _partition_metadata(out, written, st.shard_fingerprint(partition))
+        md = _partition_metadata(out, written, fingerprint_of(docs))
         md["embedding_dim"] = dg.MetadataValue.int(chunker.embedding_dim)
         context.add_asset_metadata(md, partition_key=partition)
         if out.rejected.num_rows:
@@ -148,8 +150,6 @@ def chunk_vectors(
 def _record_unreadable_shard(
     context: dg.AssetExecutionContext, rejected_table: Any, partition: str, exc: Exception
 ) -> None:
-    import pyarrow as pa
-
     context.log.error(f"partition {partition}: shard cannot be read, its old rows are kept: {exc}")
     row = {
         "rejection_id": sink.chunk_id(partition, UNREADABLE_SHARD, -1),

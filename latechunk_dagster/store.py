@@ -134,12 +134,12 @@ class DocumentStore:
     def shard_fingerprint(self, shard: str) -> str:
         """Hex sha256 over the sorted (doc_id, sha256) pairs of a shard: changes iff a document
         of the shard is added, removed, renamed or edited. Reads (only) that shard's files."""
-        return _fingerprint(self.read_shard(shard))
+        return fingerprint_of(self.read_shard(shard))
 
     def fingerprints(self) -> dict[str, str]:
         """{shard: :meth:`shard_fingerprint`} for every shard, reading each file once."""
         if self.path.is_file():
-            return {shard: _fingerprint(docs) for shard, docs in sorted(self._read_single_file().items())}
+            return {shard: fingerprint_of(docs) for shard, docs in sorted(self._read_single_file().items())}
         return {shard: self.shard_fingerprint(shard) for shard in self.shards()}
 
     # -- layout ----------------------------------------------------------------------------------
@@ -253,6 +253,8 @@ def _sorted_unique(docs: Iterable[Document], shard: str, uri: str) -> list[Docum
     return docs
 
 
-def _fingerprint(docs: Iterable[Document]) -> str:
+def fingerprint_of(docs: Iterable[Document]) -> str:
+    """Hex sha256 over the sorted (doc_id, sha256) pairs: what :meth:`DocumentStore.shard_fingerprint`
+    returns for a shard holding ``docs``, without reading the shard again."""
     pairs = sorted((doc.doc_id, doc.sha256) for doc in docs)
     return hashlib.sha256(json.dumps(pairs, separators=(",", ":")).encode("ascii")).hexdigest()
