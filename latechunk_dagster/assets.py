@@ -21,7 +21,7 @@ from pydantic import Field
 from latechunk_dagster import __version__, sink
 from latechunk_dagster.chunking import ChunkingStrategy, strategy_from_config
 from latechunk_dagster.indexing import refresh_indexes
-from latechunk_dagster.partition_job import PartitionOutput, chunk_partition
+from latechunk_dagster.partition_job import PartitionOutput, chunk_partition, rejection_row
 from latechunk_dagster.resources import DocumentStoreResource, LanceDBResource, VLLMEngineResource
 from latechunk_dagster.store import fingerprint_of
 
@@ -151,16 +151,9 @@ def _record_unreadable_shard(
     context: dg.AssetExecutionContext, rejected_table: Any, partition: str, exc: Exception
 ) -> None:
     context.log.error(f"partition {partition}: shard cannot be read, its old rows are kept: {exc}")
-    row = {
-        "rejection_id": sink.chunk_id(partition, UNREADABLE_SHARD, -1),
-        "doc_id": UNREADABLE_SHARD,
-        "partition": partition,
-        "reason": "unreadable_shard",
-        "detail": str(exc),
-        "doc_sha256": "",
-        "run_id": context.run.run_id,
-        "rejected_at": datetime.now(UTC),
-    }
+    row = rejection_row(
+        UNREADABLE_SHARD, "", partition, "unreadable_shard", str(exc), context.run.run_id, datetime.now(UTC)
+    )
     sink.replace_partition(
         rejected_table, "rejection_id", partition, pa.Table.from_pylist([row], schema=sink.REJECTED_SCHEMA)
     )

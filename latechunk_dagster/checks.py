@@ -113,31 +113,27 @@ def chunk_table_checks(
     yield _result(
         "vectors_valid", validation.vectors_valid(rows, expected_dim, all(h.endswith("l2") for h in heads)), partitions
     )
+    rows_of = {p: _of_partition(rows, p) for p in partitions}
     span_outcomes = [
-        _unreadable(docs_by_part[p])
-        or validation.spans_tile(rows.filter(pa.compute.equal(rows.column("partition"), p)), docs_by_part[p])
-        for p in partitions
+        _unreadable(docs_by_part[p]) or validation.spans_tile(rows_of[p], docs_by_part[p]) for p in partitions
     ]
     yield _result("spans_tile", _merge(span_outcomes, partitions), partitions)
     yield _result("unique_chunk_ids", validation.unique_chunk_ids(rows), partitions)
     accounted = [
         _unreadable(docs_by_part[p])
-        or validation.documents_accounted(
-            rows.filter(pa.compute.equal(rows.column("partition"), p)),
-            rejected.filter(pa.compute.equal(rejected.column("partition"), p)),
-            docs_by_part[p],
-        )
+        or validation.documents_accounted(rows_of[p], _of_partition(rejected, p), docs_by_part[p])
         for p in partitions
     ]
     yield _result("documents_accounted", _merge(accounted, partitions), partitions)
     counts = [
-        validation.row_count_matches(
-            rows.filter(pa.compute.equal(rows.column("partition"), p)),
-            _last_reported(context.instance, p, "partition_row_count"),
-        )
+        validation.row_count_matches(rows_of[p], _last_reported(context.instance, p, "partition_row_count"))
         for p in partitions
     ]
     yield _result("row_count_matches", _merge(counts, partitions), partitions)
+
+
+def _of_partition(rows: pa.Table, partition: str) -> pa.Table:
+    return rows.filter(pa.compute.equal(rows.column("partition"), partition))
 
 
 def _shard_docs(st: DocumentStore, partition: str, known: set[str]) -> dict[str, Document] | str:
@@ -181,7 +177,7 @@ def parity_sample(
     details: dict[str, object] = {}
     passed = True
     for p in partitions:
-        part = rows.filter(pa.compute.equal(rows.column("partition"), p))
+        part = _of_partition(rows, p)
         doc_ids = sorted(set(part.column("doc_id").to_pylist()))[: config.docs_per_partition]
         docs = _shard_docs(st, p, set(st.shards()))
         if isinstance(docs, str):

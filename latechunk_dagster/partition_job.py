@@ -76,7 +76,7 @@ def chunk_partition(
     out = PartitionOutput(pa.table({}), pa.table({}), len(docs), 0, 0, 0, seconds)
     for doc, res in zip(docs, results):
         if isinstance(res, DocumentError):
-            rejected.append(_rejection(doc, partition, res.reason, res.detail, run_id, now))
+            rejected.append(rejection_row(doc.doc_id, doc.sha256, partition, res.reason, res.detail, run_id, now))
             out.rejected_reasons[res.reason] = out.rejected_reasons.get(res.reason, 0) + 1
             continue
         assert isinstance(res, ChunkedDocument)
@@ -124,14 +124,17 @@ def _chunk_rows(doc: Document, res: ChunkedDocument, partition: str, lineage: di
     ]
 
 
-def _rejection(doc: Document, partition: str, reason: str, detail: str, run_id: str, now: datetime) -> dict:
+def rejection_row(
+    doc_id: str, doc_sha256: str, partition: str, reason: str, detail: str, run_id: str, now: datetime
+) -> dict:
+    """One row of the rejected-documents table (:data:`latechunk_dagster.sink.REJECTED_SCHEMA`)."""
     return {
-        "rejection_id": chunk_id(partition, doc.doc_id, -1),
-        "doc_id": doc.doc_id,
+        "rejection_id": chunk_id(partition, doc_id, -1),
+        "doc_id": doc_id,
         "partition": partition,
         "reason": reason,
         "detail": detail,
-        "doc_sha256": doc.sha256,
+        "doc_sha256": doc_sha256,
         "run_id": run_id,
         "rejected_at": now,
     }
