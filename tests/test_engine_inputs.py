@@ -14,8 +14,8 @@ from latechunk_dagster import (
     InvalidUnicodeError,
     LateChunker,
 )
-from latechunk_dagster.chunking.base import Span
-from latechunk_dagster.errors import StrategyFailedError
+from latechunk_dagster.core.chunking.base import Span
+from latechunk_dagster.core.errors import StrategyFailedError
 from tests.reference import reference_chunk_vectors
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from latechunk_dagster import FixedTokens, LateChunker
-from latechunk_dagster.chunking.base import Span, check_tiling
+from latechunk_dagster.core.chunking.base import Span, check_tiling
 
 
 def test_hand_checked_ranges(chunker: LateChunker) -> None:
@@ -47,7 +47,7 @@ def test_multibyte_characters_at_chunk_edges(chunker: LateChunker) -> None:
 def test_prefix_tokens_have_no_source_range(minilm_dir) -> None:
     from transformers import AutoTokenizer
 
-    from latechunk_dagster.tokenization import tokenize_document
+    from latechunk_dagster.core.tokenization import tokenize_document
 
     tok = AutoTokenizer.from_pretrained(str(minilm_dir))
     t = tokenize_document(tok, "Paris is nice.", prefix="passage: ")

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from latechunk_dagster import FixedTokens, HeadNotSupportedError, LateChunker, ModelNotSupportedError, Sentences
-from latechunk_dagster.model_card import check_late_chunking_allowed, read_model_card
+from latechunk_dagster.core.model_card import check_late_chunking_allowed, read_model_card
 from tests.reference import reference_chunk_vectors
 from tests.tiny_models import build_tiny_bert
 

@@ -13,12 +13,12 @@ import pyarrow as pa
 import pytest
 
 from latechunk_dagster import LateChunker, sink
-from latechunk_dagster.assets import chunk_vectors, document_shards, documents
-from latechunk_dagster.checks import chunk_table_checks, parity_sample
-from latechunk_dagster.resources import DocumentStoreResource, LanceDBResource, VLLMEngineResource
-from latechunk_dagster.search import search
-from latechunk_dagster.sensors import document_store_sensor, sync_partitions
-from latechunk_dagster.store import DocumentStore
+from latechunk_dagster.integration.assets import chunk_vectors, document_shards, documents
+from latechunk_dagster.integration.checks import chunk_table_checks, parity_sample
+from latechunk_dagster.integration.resources import DocumentStoreResource, LanceDBResource, VLLMEngineResource
+from latechunk_dagster.integration.sensors import document_store_sensor, sync_partitions
+from latechunk_dagster.sink.search import search
+from latechunk_dagster.sources.files import DocumentStore
 
 _SHARED: dict[str, LateChunker] = {}
 
@@ -341,7 +341,7 @@ def test_unreadable_shard_is_recorded_and_the_other_partitions_are_written(env, 
 
 
 def test_range_run_requests_group_contiguous_changes() -> None:
-    from latechunk_dagster.sensors import range_run_requests
+    from latechunk_dagster.integration.sensors import range_run_requests
 
     order = ["a", "b", "c", "d", "e"]
     reqs = range_run_requests(order, ["a", "b", "d"], dict.fromkeys(order, "v"))
@@ -382,8 +382,8 @@ def test_bad_run_config_fails_before_the_engine_loads(env, tmp_path) -> None:
 
 
 def test_code_version_names_the_model_and_default_strategy(tmp_path, minilm_dir) -> None:
-    from latechunk_dagster.assets import ChunkingConfig
-    from latechunk_dagster.definitions import defs, versioned_chunk_vectors
+    from latechunk_dagster.app.definitions import defs, versioned_chunk_vectors
+    from latechunk_dagster.integration.assets import ChunkingConfig
     from tests.tiny_models import build_tiny_bert
 
     def version(engine: VLLMEngineResource, config: ChunkingConfig) -> str:

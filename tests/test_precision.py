@@ -6,8 +6,8 @@ import numpy as np
 import torch
 
 from latechunk_dagster import FixedTokens, LateChunker
-from latechunk_dagster.chunking.base import Span
-from latechunk_dagster.pooling import mean_pool_spans
+from latechunk_dagster.core.chunking.base import Span
+from latechunk_dagster.core.pooling import mean_pool_spans
 from tests.reference import reference_chunk_vectors
 
 

@@ -11,8 +11,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from latechunk_dagster.demo_corpus import DEMO_SHARDS, SHARD_LETTERS, build_demo_store, shard_of
-from latechunk_dagster.store import Document, DocumentStore
+from latechunk_dagster.app.demo_corpus import DEMO_SHARDS, SHARD_LETTERS, build_demo_store, shard_of
+from latechunk_dagster.sources.files import Document, DocumentStore
 
 
 def sha(text: str) -> str:

@@ -17,7 +17,7 @@ from typing import Any  # noqa: E402
 
 import pytest  # noqa: E402
 
-from latechunk_dagster.chunking import (  # noqa: E402
+from latechunk_dagster.core.chunking import (  # noqa: E402
     STRATEGIES,
     CharSpans,
     ChunkingStrategy,
@@ -28,11 +28,11 @@ from latechunk_dagster.chunking import (  # noqa: E402
     Span,
     strategy_from_config,
 )
-from latechunk_dagster.chunking.base import check_tiling  # noqa: E402
-from latechunk_dagster.chunking.markdown import headings  # noqa: E402
-from latechunk_dagster.chunking.paragraphs import line_starts, paragraph_starts  # noqa: E402
-from latechunk_dagster.errors import SpanError  # noqa: E402
-from latechunk_dagster.tokenization import Tokenization, tokenize_document  # noqa: E402
+from latechunk_dagster.core.chunking.base import check_tiling  # noqa: E402
+from latechunk_dagster.core.chunking.markdown import headings  # noqa: E402
+from latechunk_dagster.core.chunking.paragraphs import line_starts, paragraph_starts  # noqa: E402
+from latechunk_dagster.core.errors import SpanError  # noqa: E402
+from latechunk_dagster.core.tokenization import Tokenization, tokenize_document  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -374,7 +374,7 @@ def test_strategy_from_config_errors() -> None:
 
 @pytest.mark.parametrize("budget", [1, 2, 3])
 def test_tiny_budgets_never_leave_special_tokens_alone(tok, budget: int) -> None:
-    from latechunk_dagster.chunking import MarkdownSections, Paragraphs, Sentences
+    from latechunk_dagster.core.chunking import MarkdownSections, Paragraphs, Sentences
 
     text = "Hi there. Bye."
     t = tokenize_document(tok, text)

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from latechunk_dagster import FixedTokens, LateChunker, Sentences
-from latechunk_dagster.engine import native_late_chunking_available
+from latechunk_dagster.core.engines.vllm_local import native_late_chunking_available
 from tests.reference import reference_chunk_vectors
 
 pytestmark = pytest.mark.native

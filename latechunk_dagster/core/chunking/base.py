@@ -1,0 +1,198 @@
+"""The strategy interface and the SPEC section 2 rules shared by every strategy.
+
+A strategy turns a document's text and its one :class:`Tokenization` into token
+spans that tile ``[0, n_tokens)``. Boundary strategies choose *character*
+boundaries on the text and call :func:`spans_from_char_boundaries`, which maps
+them to tokens by the SPEC rule (a token belongs to the chunk that contains its
+first character; tokens without a source range go with their neighbours).
+"""
+
+from __future__ import annotations
+
+import bisect
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any, ClassVar
+
+from latechunk_dagster.core.tokenization import Tokenization
+
+
+@dataclass(frozen=True)
+class Span:
+    """A half-open token range ``[start, end)`` of one chunk, plus strategy metadata.
+
+    Attributes:
+        start, end: token indices into the document's token ids (``end > start``).
+        headings: heading path of the chunk (Markdown strategies), outermost first.
+    """
+
+    start: int
+    end: int
+    headings: tuple[str, ...] = field(default=())
+
+    def __len__(self) -> int:
+        return self.end - self.start
+
+
+class ChunkingStrategy(ABC):
+    """Turns one document into token spans that tile its tokens (SPEC section 2).
+
+    Subclasses are small frozen dataclasses: their fields are the strategy's
+    parameters (recorded in lineage via :meth:`params`) and they implement
+    :meth:`spans`. The engine never looks inside a strategy.
+    """
+
+    name: ClassVar[str]
+
+    @abstractmethod
+    def spans(self, text: str, tokens: Tokenization) -> list[Span]:
+        """Return spans tiling ``[0, len(tokens))`` in order, none empty."""
+
+    def params(self) -> dict[str, Any]:
+        """The strategy's parameters, JSON-serializable, for lineage."""
+        return asdict(self)  # type: ignore[call-overload]
+
+    def describe(self) -> str:
+        """``name(k=v, ...)``: a stable one-line description for lineage columns."""
+        args = ", ".join(f"{k}={v!r}" for k, v in sorted(self.params().items()))
+        return f"{self.name}({args})"
+
+
+@dataclass(frozen=True)
+class TokenBudgetStrategy(ChunkingStrategy):
+    """Base of the boundary strategies that pack text units into chunks of at most ``max_tokens``.
+
+    Attributes:
+        max_tokens: the token budget of a chunk (>= 1), special and prefix tokens included.
+        language: pySBD language code of the sentence segmenter.
+
+    Raises:
+        ValueError: ``max_tokens`` is not a positive int.
+    """
+
+    max_tokens: int
+    language: str = "en"
+
+    def __post_init__(self) -> None:
+        if type(self.max_tokens) is not int or self.max_tokens < 1:
+            raise ValueError(f"max_tokens must be a positive int, got {self.max_tokens!r}")
+
+    @abstractmethod
+    def budget_spans(self, text: str, tokens: Tokenization) -> list[Span]:
+        """Spans cut on the text's structure within the budget (may leave specials alone)."""
+
+    def spans(self, text: str, tokens: Tokenization) -> list[Span]:
+        return attach_unsourced(self.budget_spans(text, tokens), tokens)
+
+
+def attach_unsourced(spans: Sequence[Span], tokens: Tokenization) -> list[Span]:
+    """Merge a span of only unsourced tokens (specials, prefix) into its neighbour (SPEC section 2).
+
+    A token budget cut at token boundaries can leave e.g. ``[SEP]`` alone in the last chunk;
+    the SPEC sends leading unsourced tokens to the first text chunk and trailing ones to the
+    last, so such a span joins the next span (at the start) or the previous one (elsewhere),
+    even if that chunk then exceeds ``max_tokens`` by those tokens.
+    """
+    out: list[Span] = []
+    pending: Span | None = None
+    for s in spans:
+        sourced = any(o is not None for o in tokens.offsets[s.start : s.end])
+        if pending is not None:
+            s = Span(pending.start, s.end, s.headings)
+            pending = None
+        if sourced:
+            out.append(s)
+        elif out:
+            out[-1] = Span(out[-1].start, s.end, out[-1].headings)
+        else:
+            pending = s
+    if pending is not None:  # no sourced token at all: keep it (tokenization refuses such documents)
+        out.append(pending)
+    return out
+
+
+def split_fixed(start: int, end: int, size: int, headings: tuple[str, ...] = ()) -> list[Span]:
+    """Cut ``[start, end)`` into pieces of ``size`` tokens; the last keeps what is left."""
+    return [Span(s, min(s + size, end), headings) for s in range(start, end, size)]
+
+
+def chunk_of_each_token(tokens: Tokenization, boundaries: Sequence[int]) -> list[int]:
+    """Assign each token to a segment between character boundaries (SPEC section 2).
+
+    Args:
+        boundaries: sorted character offsets where a new segment starts (0 may be omitted).
+
+    Returns:
+        ``list[int]`` of length ``n_tokens``: the segment index of each token,
+        non-decreasing. A sourced token goes to the segment containing its first
+        character; leading unsourced tokens go to the first sourced token's segment,
+        trailing ones to the last sourced token's segment, any other to the segment of
+        the token before it.
+    """
+    seg: list[int | None] = [None if off is None else bisect.bisect_right(boundaries, off[0]) for off in tokens.offsets]
+    first = next(s for s in seg if s is not None)
+    out: list[int] = []
+    prev = first
+    for s in seg:
+        prev = prev if s is None else s
+        out.append(prev)
+    return out
+
+
+def spans_from_segments(
+    segment_of_token: Sequence[int], headings: Sequence[tuple[str, ...]] | None = None
+) -> list[Span]:
+    """Group consecutive tokens of the same segment into spans (segments without tokens vanish)."""
+    spans: list[Span] = []
+    start = 0
+    for i in range(1, len(segment_of_token) + 1):
+        if i == len(segment_of_token) or segment_of_token[i] != segment_of_token[start]:
+            h = headings[segment_of_token[start]] if headings is not None else ()
+            spans.append(Span(start, i, h))
+            start = i
+    return spans
+
+
+def spans_from_char_boundaries(tokens: Tokenization, boundaries: Sequence[int]) -> list[Span]:
+    """Token spans of the text segments that start at ``boundaries`` (see :func:`chunk_of_each_token`)."""
+    return spans_from_segments(chunk_of_each_token(tokens, sorted(boundaries)))
+
+
+def pack_units(units: Sequence[Span], max_tokens: int) -> list[Span]:
+    """Greedily pack consecutive units (sentences, paragraphs) into chunks of at most ``max_tokens``.
+
+    A unit longer than ``max_tokens`` becomes its own chunks, cut at token boundaries
+    into ``max_tokens``-sized pieces. Units must tile the tokens in order; so do the
+    chunks returned. Units with different ``headings`` are never packed together.
+    """
+    if max_tokens < 1:
+        raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
+    out: list[Span] = []
+    cur: Span | None = None
+    for u in units:
+        if len(u) > max_tokens:
+            if cur is not None:
+                out.append(cur)
+                cur = None
+            out.extend(split_fixed(u.start, u.end, max_tokens, u.headings))
+        elif cur is not None and cur.headings == u.headings and u.end - cur.start <= max_tokens:
+            cur = Span(cur.start, u.end, cur.headings)
+        else:
+            if cur is not None:
+                out.append(cur)
+            cur = u
+    if cur is not None:
+        out.append(cur)
+    return out
+
+
+def check_tiling(spans: Sequence[Span], n_tokens: int) -> None:
+    """Raise ``AssertionError`` unless ``spans`` tile ``[0, n_tokens)`` in order with none empty."""
+    pos = 0
+    for s in spans:
+        if s.start != pos or s.end <= s.start:
+            raise AssertionError(f"spans do not tile the tokens at {s} (expected start {pos})")
+        pos = s.end
+    if pos != n_tokens:
+        raise AssertionError(f"spans end at {pos}, document has {n_tokens} tokens")

@@ -1,0 +1,118 @@
+"""``CharSpans``: caller-given character spans (e.g. from another chunker), mapped to tokens."""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from latechunk_dagster.core.chunking.base import ChunkingStrategy, Span, spans_from_char_boundaries
+from latechunk_dagster.core.errors import SpanError
+from latechunk_dagster.core.tokenization import Tokenization
+
+
+def _as_pairs(ranges: Any) -> tuple[tuple[int, int], ...]:
+    """``ranges`` as a tuple of ``(start, end)`` int pairs (lists from JSON are accepted)."""
+    try:
+        pairs = tuple(tuple(p) for p in ranges)
+    except TypeError:
+        raise ValueError(f"ranges must be a sequence of (start, end) pairs, got {ranges!r}") from None
+    for k, p in enumerate(pairs):
+        if len(p) != 2 or any(type(x) is not int for x in p):
+            raise ValueError(f"range {k} must be a (start, end) pair of ints, got {p!r}")
+    return pairs  # type: ignore[return-value]
+
+
+def _fail(detail: str) -> SpanError:
+    # The engine re-raises with the document's real index and id: type(exc)(i, doc_id, exc.detail).
+    return SpanError(-1, "?", detail)
+
+
+@dataclass(frozen=True)
+class CharSpans(ChunkingStrategy):
+    """One chunk per caller-given character range ``[start, end)`` of the document text.
+
+    The ranges are the field ``ranges`` (the name ``spans`` is taken by the
+    :meth:`spans` method every strategy has).
+
+    Offsets are Python ``str`` indices (code points) into the document's own text
+    (not the instruction prefix). Chunk ``i`` of the result belongs to ``ranges[i]``:
+    the ranges must be sorted, non-overlapping, non-empty, inside ``[0, len(text)]``,
+    each must contain the first character of at least one token, and no span start or
+    end may fall strictly inside a token (for a token at ``(s, e)``, no boundary ``b``
+    with ``s < b < e``).
+
+    Text that no span covers (gaps) goes to the *following* chunk: the chunk
+    boundaries are the ends of all spans but the last, and a token belongs to the chunk
+    that holds its first character (SPEC section 2). So text before the first span
+    joins the first chunk and, there being no following chunk, text after the last span
+    joins the last chunk. Leading special tokens join the first chunk, trailing ones
+    the last.
+
+    The same spans apply to every document the strategy is given: chunk one document
+    per call with ``CharSpans`` (the usual case), or use spans that fit every document
+    of the call.
+
+    Args:
+        ranges: ``((start, end), ...)``; lists (e.g. from JSON) are turned into tuples.
+
+    Raises:
+        ValueError: at construction, ``ranges`` is not a sequence of int pairs.
+        SpanError: from :meth:`spans`, the spans do not fit the text or its tokens; the
+            message names the span and the reason (the engine fills in the document).
+
+    Example:
+        >>> CharSpans(ranges=[[0, 5], [6, 11]]).ranges
+        ((0, 5), (6, 11))
+    """
+
+    name: ClassVar[str] = "char_spans"
+    ranges: tuple[tuple[int, int], ...]
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "ranges", _as_pairs(self.ranges))
+
+    def check(self, text: str, tokens: Tokenization) -> None:
+        """Raise :class:`SpanError` unless the spans fit ``text`` and its ``tokens`` (see the class doc)."""
+        pairs = self.ranges
+        if not pairs:
+            raise _fail("no spans given")
+        prev: tuple[int, int] | None = None
+        for k, (a, b) in enumerate(pairs):
+            if b <= a:
+                raise _fail(f"span {k} ({a}, {b}) is empty: end must be greater than start")
+            if a < 0 or b > len(text):
+                raise _fail(f"span {k} ({a}, {b}) is out of range: the text has {len(text)} characters")
+            if prev is not None and a < prev[0]:
+                raise _fail(f"spans are not sorted: span {k} ({a}, {b}) starts before span {k - 1} {prev}")
+            if prev is not None and a < prev[1]:
+                raise _fail(f"span {k} ({a}, {b}) overlaps span {k - 1} {prev}")
+            prev = (a, b)
+        bounds = sorted({x for p in pairs for x in p})
+        starts = [a for a, _ in pairs]
+        has_token = [False] * len(pairs)
+        for t, off in enumerate(tokens.offsets):
+            if off is None:
+                continue
+            s, e = off
+            i = bisect.bisect_right(bounds, s)
+            if i < len(bounds) and bounds[i] < e:
+                b = bounds[i]
+                k, side = next((k, side) for k, p in enumerate(pairs) for side, x in zip(("start", "end"), p) if x == b)
+                raise _fail(
+                    f"span {k} {pairs[k]}: its {side} {b} falls inside token {t} {text[s:e]!r} at characters "
+                    f"({s}, {e}); a span boundary must not split a token (use {s} or {e})"
+                )
+            k = bisect.bisect_right(starts, s) - 1
+            if k >= 0 and s < pairs[k][1]:
+                has_token[k] = True
+        if not all(has_token):
+            k = has_token.index(False)
+            raise _fail(
+                f"span {k} {pairs[k]} holds no token (only {text[pairs[k][0] : pairs[k][1]]!r}); "
+                "every span must contain the first character of a token"
+            )
+
+    def spans(self, text: str, tokens: Tokenization) -> list[Span]:
+        self.check(text, tokens)
+        return spans_from_char_boundaries(tokens, [b for _, b in self.ranges[:-1]])

@@ -1,0 +1,1 @@
+"""The Dagster integration: resources, the asset factory and its translator, checks, sensor, component."""

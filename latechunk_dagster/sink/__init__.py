@@ -1,0 +1,30 @@
+"""The LanceDB sink: table schemas, chunk rows, atomic partition writes, indexes and search.
+
+Dagster-free. Rows are built in :mod:`~latechunk_dagster.sink.rows`, written in
+:mod:`~latechunk_dagster.sink.writes` (one commit per partition), indexed in
+:mod:`~latechunk_dagster.sink.indexing` and searched in :mod:`~latechunk_dagster.sink.search`.
+"""
+
+from latechunk_dagster.sink.schema import (
+    CHUNK_TABLE,
+    REJECTED_SCHEMA,
+    REJECTED_TABLE,
+    chunk_id,
+    chunk_schema,
+    sql_string,
+)
+from latechunk_dagster.sink.writes import WriteResult, connect, delete_partitions, open_or_create, replace_partition
+
+__all__ = [
+    "CHUNK_TABLE",
+    "REJECTED_SCHEMA",
+    "REJECTED_TABLE",
+    "WriteResult",
+    "chunk_id",
+    "chunk_schema",
+    "connect",
+    "delete_partitions",
+    "open_or_create",
+    "replace_partition",
+    "sql_string",
+]

@@ -1,0 +1,68 @@
+"""Schemas of the two tables this package writes, and the deterministic row ids."""
+
+from __future__ import annotations
+
+import hashlib
+
+import pyarrow as pa
+
+CHUNK_TABLE = "chunks"
+REJECTED_TABLE = "rejected_documents"
+
+
+def chunk_schema(dim: int) -> pa.Schema:
+    """Schema of the chunk table; ``vector`` is ``fixed_size_list<float32>[dim]``."""
+    return pa.schema(
+        [
+            pa.field("chunk_id", pa.string(), nullable=False),
+            pa.field("doc_id", pa.string(), nullable=False),
+            pa.field("partition", pa.string(), nullable=False),
+            pa.field("chunk_index", pa.int32(), nullable=False),
+            pa.field("token_start", pa.int32(), nullable=False),
+            pa.field("token_end", pa.int32(), nullable=False),
+            pa.field("char_start", pa.int32()),
+            pa.field("char_end", pa.int32()),
+            pa.field("text", pa.string()),
+            pa.field("headings", pa.list_(pa.string())),
+            pa.field("vector", pa.list_(pa.float32(), dim), nullable=False),
+            pa.field("doc_sha256", pa.string(), nullable=False),
+            pa.field("doc_tokens", pa.int32(), nullable=False),
+            pa.field("windows", pa.int32(), nullable=False),
+            # lineage
+            pa.field("model_name", pa.string(), nullable=False),
+            pa.field("model_sha256", pa.string(), nullable=False),
+            pa.field("head", pa.string(), nullable=False),
+            pa.field("opt_ins", pa.string(), nullable=False),
+            pa.field("strategy", pa.string(), nullable=False),
+            pa.field("strategy_params", pa.string(), nullable=False),
+            pa.field("engine_path", pa.string(), nullable=False),
+            pa.field("vllm_version", pa.string(), nullable=False),
+            pa.field("package_version", pa.string(), nullable=False),
+            pa.field("run_id", pa.string(), nullable=False),
+            pa.field("materialized_at", pa.timestamp("us", tz="UTC"), nullable=False),
+        ]
+    )
+
+
+REJECTED_SCHEMA = pa.schema(
+    [
+        pa.field("rejection_id", pa.string(), nullable=False),
+        pa.field("doc_id", pa.string(), nullable=False),
+        pa.field("partition", pa.string(), nullable=False),
+        pa.field("reason", pa.string(), nullable=False),
+        pa.field("detail", pa.string(), nullable=False),
+        pa.field("doc_sha256", pa.string(), nullable=False),
+        pa.field("run_id", pa.string(), nullable=False),
+        pa.field("rejected_at", pa.timestamp("us", tz="UTC"), nullable=False),
+    ]
+)
+
+
+def chunk_id(partition: str, doc_id: str, chunk_index: int) -> str:
+    """Deterministic id of a chunk: hex sha256 of ``partition \\x1f doc_id \\x1f chunk_index`` (first 32 chars)."""
+    return hashlib.sha256(f"{partition}\x1f{doc_id}\x1f{chunk_index}".encode("utf-8", "surrogatepass")).hexdigest()[:32]
+
+
+def sql_string(value: str) -> str:
+    """A SQL string literal for a LanceDB filter: quotes doubled (``x' OR '1'='1`` matches only itself)."""
+    return "'" + value.replace("'", "''") + "'"

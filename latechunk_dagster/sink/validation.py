@@ -1,0 +1,125 @@
+"""What the asset checks assert about written rows. Plain functions over Arrow tables, no Dagster.
+
+Each function returns ``(passed, details)``; ``details`` lists the first offending rows or
+documents so a failed check says where to look.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from latechunk_dagster.sources.files import Document
+
+Outcome = tuple[bool, dict[str, Any]]
+MAX_LISTED = 10
+
+
+def vectors_valid(rows: pa.Table, dim: int, normalized: bool, atol: float = 1e-3) -> Outcome:
+    """Every vector is finite, has ``dim`` values and, when the head normalizes, unit L2 norm (±``atol``)."""
+    col = rows.column("vector").combine_chunks() if rows.num_rows else None
+    width = col.type.list_size if col is not None else dim
+    if width != dim:
+        return False, {"reason": f"vector dimension {width} != expected {dim}"}
+    if col is None:
+        return True, {"rows": 0}
+    # shape: [n_rows, dim]
+    v = col.flatten().to_numpy(zero_copy_only=False).reshape(-1, dim)
+    bad_finite = ~np.isfinite(v).all(axis=1)
+    norms = np.linalg.norm(np.where(np.isfinite(v), v, 0.0).astype(np.float64), axis=1)
+    bad_norm = np.abs(norms - 1.0) > atol if normalized else np.zeros(len(v), bool)
+    ids = rows.column("chunk_id").to_pylist()
+    bad = [ids[i] for i in np.flatnonzero(bad_finite | bad_norm)[:MAX_LISTED]]
+    return not bad, {
+        "rows": len(v),
+        "non_finite": int(bad_finite.sum()),
+        "not_unit_norm": int(bad_norm.sum()),
+        "max_norm_error": float(np.abs(norms - 1.0).max()) if normalized else 0.0,
+        "examples": bad,
+    }
+
+
+def spans_tile(rows: pa.Table, docs: dict[str, Document]) -> Outcome:
+    """Per document: chunk_index 0..n-1, token ranges tile ``[0, doc_tokens)``, char ranges in
+    order, inside the text, and ``text == document[char_start:char_end]``."""
+    by_doc: dict[str, list[dict]] = defaultdict(list)
+    for r in rows.select(
+        ["doc_id", "chunk_index", "token_start", "token_end", "char_start", "char_end", "text", "doc_tokens"]
+    ).to_pylist():
+        by_doc[r["doc_id"]].append(r)
+    problems: list[str] = []
+    for doc_id, chunks in by_doc.items():
+        chunks.sort(key=lambda r: r["chunk_index"])
+        problem = _span_problem(chunks, docs.get(doc_id))
+        if problem:
+            problems.append(f"{doc_id}: {problem}")
+    return not problems, {"documents": len(by_doc), "failing": len(problems), "examples": problems[:MAX_LISTED]}
+
+
+def _span_problem(chunks: list[dict], doc: Document | None) -> str | None:
+    if doc is None:
+        return "document no longer in the store"
+    if [c["chunk_index"] for c in chunks] != list(range(len(chunks))):
+        return "chunk_index is not 0..n-1"
+    pos, last_char = 0, 0
+    for c in chunks:
+        if c["token_start"] != pos or c["token_end"] <= c["token_start"]:
+            return f"token range ({c['token_start']}, {c['token_end']}) leaves a gap or overlap at token {pos}"
+        pos = c["token_end"]
+        if c["char_start"] is None:
+            continue
+        if not last_char <= c["char_start"] < c["char_end"] <= len(doc.text):
+            return f"char range ({c['char_start']}, {c['char_end']}) out of order or outside the text"
+        if c["text"] != doc.text[c["char_start"] : c["char_end"]]:
+            return f"chunk {c['chunk_index']} text differs from the document"
+        last_char = c["char_end"]
+    if pos != chunks[-1]["doc_tokens"]:
+        return f"token ranges end at {pos}, document has {chunks[-1]['doc_tokens']} tokens"
+    return None
+
+
+def unique_chunk_ids(rows: pa.Table) -> Outcome:
+    """No two rows share a ``chunk_id``."""
+    ids = rows.column("chunk_id").to_pylist()
+    seen: set[str] = set()
+    dup = sorted({i for i in ids if i in seen or seen.add(i)})  # type: ignore[func-returns-value]
+    return not dup, {"rows": len(ids), "duplicates": len(dup), "examples": dup[:MAX_LISTED]}
+
+
+def documents_accounted(rows: pa.Table, rejected: pa.Table, docs: dict[str, Document]) -> Outcome:
+    """Every document of the shard has chunks (of its current text) or a rejection record, not both."""
+    chunked = set(rows.column("doc_id").to_pylist())
+    refused = set(rejected.column("doc_id").to_pylist())
+    shas = dict(zip(rows.column("doc_id").to_pylist(), rows.column("doc_sha256").to_pylist()))
+    missing = sorted(set(docs) - chunked - refused)
+    both = sorted(chunked & refused)
+    stale = sorted(d for d in chunked if d in docs and shas[d] != docs[d].sha256)
+    orphans = sorted((chunked | refused) - set(docs))
+    ok = not (missing or both or stale or orphans)
+    return ok, {
+        "documents": len(docs),
+        "chunked": len(chunked),
+        "rejected": len(refused),
+        "missing": missing[:MAX_LISTED],
+        "chunked_and_rejected": both[:MAX_LISTED],
+        "stale_text": stale[:MAX_LISTED],
+        "not_in_store": orphans[:MAX_LISTED],
+    }
+
+
+def row_count_matches(rows: pa.Table, expected: int | None) -> Outcome:
+    """The partition holds as many rows as its last materialization reported writing."""
+    if expected is None:
+        return False, {"reason": "no materialization recorded for this partition"}
+    return rows.num_rows == expected, {"rows": rows.num_rows, "expected": expected}
+
+
+def vectors_match(stored: np.ndarray, fresh: np.ndarray, atol: float = 1e-4) -> Outcome:
+    """Stored vectors of a re-embedded document equal the fresh ones within ``atol``."""
+    if stored.shape != fresh.shape:
+        return False, {"reason": f"shape {stored.shape} != {fresh.shape}"}
+    dev = float(np.abs(stored - fresh).max()) if stored.size else 0.0
+    return dev <= atol, {"max_abs_deviation": dev, "atol": atol}

@@ -1,0 +1,1 @@
+"""Where documents come from: file stores (text trees, JSONL, Parquet). Dagster-free."""
