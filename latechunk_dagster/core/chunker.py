@@ -38,7 +38,7 @@ from latechunk_dagster.core.head import apply_head_after_projection
 from latechunk_dagster.core.model_card import ModelCard, check_late_chunking_allowed, read_model_card
 from latechunk_dagster.core.pooling import mean_pool_spans
 from latechunk_dagster.core.results import Chunk, ChunkedDocument
-from latechunk_dagster.core.tokenization import Tokenization, check_text, tokenize_document
+from latechunk_dagster.core.tokenization import Tokenization, bom_length, check_text, tokenize_document
 from latechunk_dagster.core.windows import WindowPlan, plan_windows
 
 log = logging.getLogger(__name__)
@@ -385,7 +385,7 @@ class LateChunker:
         self, jobs: list, texts: Sequence[str], ids: list[str], strategy: FixedTokens, results: list
     ) -> None:
         outs: list[NativeChunks] = self._engine().native_chunks(
-            [self.prefix + texts[i] for i, *_ in jobs],
+            [self.prefix + texts[i][bom_length(texts[i]) :] for i, *_ in jobs],  # a leading BOM is not text
             strategy.chunk_size,
             dimensions=self.head.dimensions,
             normalize=self.head.normalize,

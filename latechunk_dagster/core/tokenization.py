@@ -5,6 +5,12 @@ tokenizer (Hugging Face ``tokenizers``), with the model's special tokens and the
 instruction prefix tokenized in the same pass. Offsets are Python ``str``
 indices (code points) into the document's own text; special tokens and prefix
 tokens have no source range (``None``).
+
+A leading byte order mark (U+FEFF) is not part of the text, as with Python's
+``utf-8-sig`` codec: it is not tokenized (some tokenizers drop it, byte-level and
+SentencePiece ones would encode it), and offsets still index the text *as passed*, so a
+document that starts with a BOM has its first token at offset 1. Every strategy follows
+the same rule (:func:`bom_length`). A U+FEFF anywhere else is text (a zero-width no-break space).
 """
 
 from __future__ import annotations
@@ -18,6 +24,20 @@ from latechunk_dagster.core.errors import (
     NoContentTokensError,
     OffsetsError,
 )
+
+
+#: The byte order mark as a code point (what ``"utf-8"`` decoding leaves of ``EF BB BF``).
+BOM = "\ufeff"
+
+
+def bom_length(text: str) -> int:
+    """1 when ``text`` starts with a byte order mark (U+FEFF), else 0: where the text proper starts.
+
+    Example:
+        >>> bom_length("\ufeff# Title"), bom_length("# Title")
+        (1, 0)
+    """
+    return 1 if text.startswith(BOM) else 0
 
 
 @dataclass(frozen=True)
@@ -48,7 +68,7 @@ def check_text(text: object, index: int, doc_id: str) -> str:
 
     Raises:
         InvalidUnicodeError: not a ``str`` or not encodable as UTF-8 (lone surrogates).
-        EmptyDocumentError: empty or whitespace-only.
+        EmptyDocumentError: empty or whitespace-only (a leading byte order mark aside).
     """
     if not isinstance(text, str):
         raise InvalidUnicodeError(index, doc_id, f"expected str, got {type(text).__name__}")
@@ -56,7 +76,7 @@ def check_text(text: object, index: int, doc_id: str) -> str:
         text.encode("utf-8")
     except UnicodeEncodeError as exc:
         raise InvalidUnicodeError(index, doc_id, f"not valid Unicode at code point {exc.start}: {exc.reason}") from None
-    if not text.strip():
+    if not text[bom_length(text) :].strip():
         raise EmptyDocumentError(index, doc_id, "text is empty or whitespace only")
     return text
 
@@ -65,6 +85,9 @@ def tokenize_document(
     tokenizer: Any, text: str, *, prefix: str = "", index: int = 0, doc_id: str = "0"
 ) -> Tokenization:
     """Tokenize ``prefix + text`` once, with special tokens, and map offsets to ``text``.
+
+    A leading byte order mark of ``text`` is left out of the tokenizer input; offsets
+    still index ``text`` itself (they start at 1 then).
 
     Args:
         tokenizer: a Hugging Face fast tokenizer (``PreTrainedTokenizerFast``).
@@ -79,8 +102,9 @@ def tokenize_document(
             or outside the text.
         NoContentTokensError: no token has a source range.
     """
+    skip = bom_length(text)
     enc = tokenizer(
-        prefix + text,
+        prefix + text[skip:],
         add_special_tokens=True,
         return_offsets_mapping=True,
         return_special_tokens_mask=True,
@@ -107,7 +131,7 @@ def tokenize_document(
             continue
         if start < n_pre:
             raise OffsetsError(index, doc_id, f"a token spans the prefix {prefix!r} and the text")
-        start, end = start - n_pre, end - n_pre
+        start, end = start - n_pre + skip, end - n_pre + skip
         if start < last_start or end > len(text):
             raise OffsetsError(index, doc_id, f"token offsets out of order or outside the text at ({start}, {end})")
         last_start = start

@@ -5,6 +5,12 @@ spans that tile ``[0, n_tokens)``. Boundary strategies choose *character*
 boundaries on the text and call :func:`spans_from_char_boundaries`, which maps
 them to tokens by the SPEC rule (a token belongs to the chunk that contains its
 first character; tokens without a source range go with their neighbours).
+
+A leading byte order mark (U+FEFF) is not part of a document's text (like Python's
+``utf-8-sig``): it is not tokenized, no strategy treats it as text (Markdown headings,
+paragraphs and sentences are found on the text after it), and every character offset,
+``char_range`` included, still indexes the text as the caller passed it. See
+:func:`latechunk_dagster.core.tokenization.bom_length`.
 """
 
 from __future__ import annotations

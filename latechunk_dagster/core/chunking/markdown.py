@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 
 from latechunk_dagster.core.chunking.base import Span, TokenBudgetStrategy
 from latechunk_dagster.core.chunking.paragraphs import cut_at_chars, line_starts, pack_paragraphs, segment_region
-from latechunk_dagster.core.tokenization import Tokenization
+from latechunk_dagster.core.tokenization import Tokenization, bom_length
 
 
 @dataclass(frozen=True)
@@ -57,14 +57,17 @@ def headings(text: str) -> list[Heading]:
 
     Only headings at the top level of the document count: ``#`` lines inside code
     blocks are not headings, and headings nested in block quotes or list items are
-    ignored (they are content, not document structure).
+    ignored (they are content, not document structure). A leading byte order mark is
+    not text (see :func:`~latechunk_dagster.core.tokenization.bom_length`): markdown-it
+    would read ``"\\ufeff# Title"`` as a paragraph, so it is parsed without it (line
+    numbers are unchanged; ``start`` and ``end`` still index ``text`` as passed).
 
     Example:
         >>> [(h.level, h.text, h.start, h.end) for h in headings("# A\\n\\nB *b*\\n---\\n")]
         [(1, 'A', 0, 4), (2, 'B b', 5, 15)]
     """
     lines = line_starts(text)
-    tokens = _parser().parse(text)
+    tokens = _parser().parse(text[bom_length(text) :])
     out: list[Heading] = []
     for i, t in enumerate(tokens):
         if t.type == "heading_open" and t.level == 0 and t.map is not None:

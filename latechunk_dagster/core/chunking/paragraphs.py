@@ -21,7 +21,7 @@ from latechunk_dagster.core.chunking.base import (
     spans_from_segments,
 )
 from latechunk_dagster.core.chunking.sentences import sentence_starts
-from latechunk_dagster.core.tokenization import Tokenization
+from latechunk_dagster.core.tokenization import Tokenization, bom_length
 
 #: Line breaks, as CommonMark (and markdown-it) count them: ``\r\n``, ``\r`` or ``\n``.
 #: ``str.splitlines`` also breaks at ``\x0b``, ``\x0c``, ``\x1c``-``\x1e``, ``\x85``,
@@ -54,7 +54,8 @@ def paragraph_starts(text: str, base: int = 0) -> list[int]:
     whitespace (``str.isspace``) or nothing. A paragraph starts at the beginning of
     its first line (so leading indentation belongs to it); the blank lines after a
     paragraph belong to that paragraph's character region. The result is strictly
-    increasing and empty when ``text`` has no non-blank line.
+    increasing and empty when ``text`` has no non-blank line. When ``base`` is 0 (``text``
+    starts the document) a leading byte order mark is not text: a line holding only it is blank.
 
     Example:
         >>> paragraph_starts("One.\\n\\n  Two\\nlines.\\n \\nThree.")
@@ -62,9 +63,10 @@ def paragraph_starts(text: str, base: int = 0) -> list[int]:
     """
     starts: list[int] = []
     bounds = line_starts(text)
+    skip = bom_length(text) if base == 0 else 0
     prev_blank = True
     for a, b in zip(bounds, bounds[1:]):
-        blank = not text[a:b].strip()
+        blank = not text[max(a, skip) : b].strip()
         if prev_blank and not blank:
             starts.append(base + a)
         prev_blank = blank
@@ -136,6 +138,7 @@ def pack_paragraphs(
         out.extend(pack_units(run, max_tokens))
         run = []
         pa, pb = segment_region(starts, j, a, b)
+        pa = max(pa, bom_length(text))  # a leading BOM is not text (pySBD would split "\ufeffMr." off)
         sent_starts = sentence_starts(text[pa:pb], language, base=pa)
         sents = cut_at_chars(tokens, unit.start, unit.end, sent_starts, span.headings)
         out.extend(pack_units([s for s, _ in sents], max_tokens))

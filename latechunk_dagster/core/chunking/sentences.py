@@ -12,7 +12,7 @@ from latechunk_dagster.core.chunking.base import (
     pack_units,
     spans_from_char_boundaries,
 )
-from latechunk_dagster.core.tokenization import Tokenization
+from latechunk_dagster.core.tokenization import Tokenization, bom_length
 
 
 @lru_cache(maxsize=8)
@@ -52,5 +52,6 @@ class Sentences(TokenBudgetStrategy):
     name: ClassVar[str] = "sentences"
 
     def budget_spans(self, text: str, tokens: Tokenization) -> list[Span]:
-        units = spans_from_char_boundaries(tokens, sentence_starts(text, self.language))
+        skip = bom_length(text)  # a leading BOM is not text: pySBD would split "\ufeffMr." off
+        units = spans_from_char_boundaries(tokens, sentence_starts(text[skip:], self.language, base=skip))
         return pack_units(units, self.max_tokens)
