@@ -13,12 +13,11 @@ from __future__ import annotations
 import argparse
 import tempfile
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
-
 
 #: Noise norm around a topic centre; at 3.5 the old IVF_PQ default measured recall@10 ~0.28
 #: (the value reported in issue 11 was 0.24-0.26), at 1.0 about 0.64.
@@ -54,7 +53,7 @@ def chunk_rows(vectors: np.ndarray, *, partitions: int = 12) -> pa.Table:
     from latechunk_dagster.sink import chunk_id, chunk_schema
 
     n, dim = vectors.shape
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     part = [chr(ord("a") + i % partitions) for i in range(n)]
     doc = [f"doc{i // 10}" for i in range(n)]
     cols: dict[str, Any] = {
@@ -176,7 +175,9 @@ def main() -> None:
         table = make_table(tmp, vectors)
         truth = exact_top(table, queries, k)
         _, flat_s = ann_top(table, queries, k)
-        print(f"{args.rows} vectors, {args.dim} dims, {args.topics} topics, spread {args.spread}; {n_q} queries near stored vectors\n")
+        print(
+            f"{args.rows} vectors, {args.dim} dims, {args.topics} topics, spread {args.spread}; {n_q} queries near stored vectors\n"
+        )
         print(f"{'setting':<22} | {'build s':>7} | {'recall@10':>9} | {'ms/query':>8} | {'vs flat':>7}")
         print("-" * 66)
         print(f"{'flat scan (exact)':<22} | {0.0:>7.1f} | {1.0:>9.3f} | {flat_s * 1e3:>8.2f} | {1.0:>6.2f}x")

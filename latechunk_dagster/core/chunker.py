@@ -34,7 +34,7 @@ from latechunk_dagster.core.errors import (
     StrategyFailedError,
     TokenizationMismatchError,
 )
-from latechunk_dagster.core.head import apply_head_after_projection
+from latechunk_dagster.core.head import apply_head_after_projection, prompt_length
 from latechunk_dagster.core.model_card import ModelCard, check_late_chunking_allowed, read_model_card
 from latechunk_dagster.core.pooling import mean_pool_spans
 from latechunk_dagster.core.results import Chunk, ChunkedDocument
@@ -149,6 +149,11 @@ class LateChunker:
         self.tokenizer = AutoTokenizer.from_pretrained(str(self.card.path))
         if not getattr(self.tokenizer, "is_fast", False):
             raise ModelNotSupportedError(f"{self.card.path}: a fast tokenizer (with offsets) is required")
+        # Pooling include_prompt=false: these first input positions stay out of the means.
+        self.document_prompt_tokens = 0 if self.card.include_prompt else prompt_length(self.tokenizer, self.prefix)
+        self.query_prompt_tokens = 0 if self.card.include_prompt else prompt_length(self.tokenizer, self.query_prefix)
+        if self.document_prompt_tokens and engine_path == "native":
+            raise ModelNotSupportedError(self._no_native_reason())
         cfg_max = self._config_max_len()
         self.max_model_len = int(max_model_len or self.card.max_seq_length or cfg_max)
         self.window_overlap = window_overlap
@@ -160,7 +165,11 @@ class LateChunker:
             if engine_path == "native" and not native_late_chunking_available():
                 raise ModelNotSupportedError("engine_path='native' needs vLLM >= 0.33 (LateChunkingParams)")
             self._check_head_path(
-                "native" if native_late_chunking_available() and engine_path != "token_states" else "token_states"
+                "native"
+                if native_late_chunking_available()
+                and engine_path != "token_states"
+                and not self.document_prompt_tokens
+                else "token_states"
             )
             engine = VLLMEngine(
                 self.card.path,
@@ -173,8 +182,16 @@ class LateChunker:
         elif engine_path == "native" and not engine.supports_native:
             raise ModelNotSupportedError(f"engine_path='native' but {engine.describe()} has no native late chunking")
         self.engine: Engine | None = engine
-        self.path: str = "native" if engine.supports_native and engine_path != "token_states" else "token_states"
+        native_ok = engine.supports_native and engine_path != "token_states" and not self.document_prompt_tokens
+        self.path: str = "native" if native_ok else "token_states"
         self._check_head_path(self.path)
+
+    def _no_native_reason(self) -> str:
+        return (
+            f"{self.card.path}: Pooling include_prompt=false leaves the document prompt {self.prefix!r} "
+            f"({self.document_prompt_tokens} tokens) out of the means; vLLM's native late chunking "
+            "averages them in, so only the token-state path honours it"
+        )
 
     def _check_head_path(self, path: str) -> None:
         if not self.head.linear_projection and path == "token_states":
@@ -297,6 +314,8 @@ class LateChunker:
         path = engine_path or self.path
         if path == "native" and not self._engine().supports_native:
             raise ModelNotSupportedError("engine_path='native' needs vLLM >= 0.33 (LateChunkingParams)")
+        if path == "native" and self.document_prompt_tokens:
+            raise ModelNotSupportedError(self._no_native_reason())
         if not self.head.linear_projection and not (path == "native" and isinstance(strategy, FixedTokens)):
             raise HeadNotSupportedError(
                 f"{self.card.path}: the head {self.head.describe()} is non-linear; only native FixedTokens "
@@ -313,20 +332,36 @@ class LateChunker:
         return results
 
     def embed_queries(self, queries: Sequence[str]) -> np.ndarray:
-        """Embed whole queries the way the model embeds a sequence: mean of all tokens, then the head.
+        """Embed whole queries the way the model embeds a sequence: mean of its tokens, then the head.
 
-        The model's query prefix is prepended. Returns float32 ``[n_queries, embedding_dim]``.
+        The model's query prefix is prepended (a leading byte order mark of a query is dropped,
+        as for documents). The mean covers every token, special tokens included, except where the
+        model's Pooling has ``include_prompt=false``: then the first
+        :func:`~latechunk_dagster.core.head.prompt_length` tokens (``[CLS]`` and the prompt) are
+        left out, as sentence-transformers does. Returns float32 ``[n_queries, embedding_dim]``.
         Queries longer than ``max_model_len`` raise ``ValueError`` (a query is never windowed).
         """
         prompts = []
         for q in queries:
-            enc = self.tokenizer(self.query_prefix + q, add_special_tokens=True, truncation=False)
+            enc = self.tokenizer(self.query_prefix + q[bom_length(q) :], add_special_tokens=True, truncation=False)
             if len(enc["input_ids"]) > self.max_model_len:
                 raise ValueError(f"query of {len(enc['input_ids'])} tokens exceeds {self.max_model_len}")
+            if len(enc["input_ids"]) <= self.query_prompt_tokens:
+                raise ValueError(f"query {q!r} has no token after the prompt {self.query_prefix!r}")
             prompts.append(list(enc["input_ids"]))
         rows = self._token_rows(prompts)
-        out = [apply_head_after_projection(mean_pool_spans(r, [Span(0, len(r))]), self.head)[0] for r in rows]
+        skip = self.query_prompt_tokens
+        out = [apply_head_after_projection(mean_pool_spans(r, [Span(skip, len(r))]), self.head)[0] for r in rows]
         return np.stack(out)
+
+    def pooled_spans(self, spans: Sequence[Span]) -> list[Span]:
+        """The token ranges whose states are averaged: ``spans``, with the first one starting after
+        the document prompt when the model's Pooling has ``include_prompt=false`` (the chunk still
+        owns those tokens; only its mean leaves them out)."""
+        k = self.document_prompt_tokens
+        if not k or not spans:
+            return list(spans)
+        return [Span(max(spans[0].start, k), spans[0].end, spans[0].headings), *spans[1:]]
 
     # -- internals ------------------------------------------------------------------
     def _spans(self, strategy: ChunkingStrategy, text: str, tokens: Tokenization, i: int, did: str) -> list[Span]:
@@ -338,6 +373,13 @@ class LateChunker:
             log.exception("strategy %s failed on document %r", strategy.describe(), did)
             raise StrategyFailedError(i, did, f"{strategy.describe()} raised {type(exc).__name__}: {exc}") from exc
         check_tiling(spans, len(tokens))
+        if self.document_prompt_tokens >= spans[0].end:
+            raise SpanError(
+                i,
+                did,
+                f"chunk 0 {(spans[0].start, spans[0].end)} holds only the prompt's tokens, which the model's "
+                f"Pooling (include_prompt=false) leaves out of the mean ({self.document_prompt_tokens} tokens)",
+            )
         return spans
 
     def _plan(self, tokens: Tokenization, i: int, did: str) -> WindowPlan:
@@ -378,7 +420,7 @@ class LateChunker:
             k += len(plan.windows)
             # shape: [n_tokens, dim]
             states = np.stack([win_rows[w][p] for w, p in plan.source])
-            vectors = apply_head_after_projection(mean_pool_spans(states, spans), self.head)
+            vectors = apply_head_after_projection(mean_pool_spans(states, self.pooled_spans(spans)), self.head)
             results[i] = self._result(i, ids[i], texts[i], tokens, spans, vectors, "token_states", len(plan.windows))
 
     def _encode_native(

@@ -10,6 +10,7 @@ the Matryoshka dimension cut, then L2 normalization.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -81,3 +82,19 @@ def apply_head_after_projection(means: np.ndarray, head: Head) -> np.ndarray:
         norms = np.linalg.norm(wide, axis=1, keepdims=True)
         out = wide / np.maximum(norms, 1e-12)
     return np.ascontiguousarray(out, dtype=np.float32)
+
+
+def prompt_length(tokenizer: Any, prompt: str) -> int:
+    """Tokens that a Pooling module with ``include_prompt=false`` leaves out of the mean.
+
+    sentence-transformers (``Transformer._get_prompt_length``, v6.2) tokenizes the prompt alone
+    with special tokens and drops a trailing special token: for BERT, ``[CLS]`` plus the prompt's
+    own tokens. Those first positions of the input are masked out of the pooling. ``0`` for an
+    empty prompt (sentence-transformers then passes no prompt length).
+    """
+    if not prompt:
+        return 0
+    ids = list(tokenizer(prompt, add_special_tokens=True)["input_ids"])
+    if ids and ids[-1] in set(tokenizer.all_special_ids):
+        ids = ids[:-1]
+    return len(ids)

@@ -81,6 +81,9 @@ class ModelCard:
         max_seq_length: the sentence-transformers cap on tokens, or ``None``.
         query_prefix, document_prefix: prompts from ``config_sentence_transformers.json``
             (``"query"``/``"document"``/``"passage"``), empty when the model has none.
+        include_prompt: the Pooling module's ``include_prompt``; ``False`` means the prompt's tokens
+            (and the leading special token) are left out of the means (sentence-transformers'
+            ``prompt_length``), which :class:`LateChunker` honours.
         lowercases_text: sentence-transformers ``do_lower_case`` (text normalization
             outside the tokenizer: refused, SPEC section 6).
         fingerprint: sha256 over the weight and config files (hex), for lineage.
@@ -92,6 +95,7 @@ class ModelCard:
     pooling: str
     head: Head
     max_seq_length: int | None
+    include_prompt: bool
     query_prefix: str
     document_prefix: str
     lowercases_text: bool
@@ -129,15 +133,96 @@ def model_version(path: str | Path) -> str:
     return h.hexdigest()[:12]
 
 
-def _pooling_mode(cfg: dict[str, Any]) -> str:
-    modes = [
-        k.removeprefix("pooling_mode_").removesuffix("_tokens").removesuffix("_token")
-        for k, v in cfg.items()
-        if k.startswith("pooling_mode_") and v is True
-    ]
-    if cfg.get("pooling_mode") and not modes:
-        return str(cfg["pooling_mode"])
-    return "+".join(sorted(modes)) if modes else "unknown"
+#: sentence-transformers' legacy boolean keys of the Pooling config and the mode each selects
+#: (``sentence_transformers/sentence_transformer/modules/pooling.py``, v6.2).
+_LEGACY_POOLING_KEYS = {
+    "pooling_mode_cls_token": "cls",
+    "pooling_mode_max_tokens": "max",
+    "pooling_mode_mean_tokens": "mean",
+    "pooling_mode_mean_sqrt_len_tokens": "mean_sqrt_len_tokens",
+    "pooling_mode_weightedmean_tokens": "weightedmean",
+    "pooling_mode_lasttoken": "lasttoken",
+}
+_POOLING_MODES = ("cls", "max", "mean", "mean_sqrt_len_tokens", "weightedmean", "lasttoken")
+#: Every key a sentence-transformers Pooling config may hold; any other is refused by name.
+_POOLING_KEYS = {
+    "word_embedding_dimension",
+    "embedding_dimension",
+    "pooling_mode",
+    "include_prompt",
+    *_LEGACY_POOLING_KEYS,
+}
+#: Dense config keys with the value we can honour (``None``: any value is read and used).
+_DENSE_KEYS: dict[str, Any] = {
+    "in_features": None,
+    "out_features": None,
+    "bias": None,
+    "activation_function": None,
+    "module_input_name": "sentence_embedding",
+    "module_output_name": ("sentence_embedding", None),
+    "use_residual": False,
+}
+_NORMALIZE_KEYS: dict[str, Any] = {
+    "module_input_name": "sentence_embedding",
+    "module_output_name": ("sentence_embedding", None),
+}
+#: Activations of a Dense module we know (``torch.nn`` classes): Identity is affine; the others are
+#: non-linear and refused on the token-state path (:attr:`Head.linear_projection`).
+_KNOWN_ACTIVATIONS = frozenset(
+    {"Identity", "Tanh", "ReLU", "GELU", "Sigmoid", "SiLU", "LeakyReLU", "ELU", "Softplus", "Hardtanh", "Mish"}
+)
+
+
+def _pooling_modes(path: Path, cfg: dict[str, Any]) -> tuple[tuple[str, ...], bool]:
+    """The Pooling module's modes and ``include_prompt``, read as sentence-transformers 6.2 reads them.
+
+    ``pooling_mode`` (a name or a list) wins over the legacy ``pooling_mode_*`` booleans; no
+    mode at all means ``mean`` (sentence-transformers' default).
+
+    Raises:
+        ModelNotSupportedError: a key sentence-transformers does not define, or an unknown mode
+            (never ignored: an unread setting would change what a vector means).
+    """
+    unknown = sorted(set(cfg) - _POOLING_KEYS)
+    if unknown:
+        raise ModelNotSupportedError(f"{path}: Pooling config has settings this package does not know: {unknown}")
+    mode = cfg.get("pooling_mode")
+    if mode is not None:
+        modes = (mode,) if isinstance(mode, str) else tuple(str(m) for m in mode)
+    else:
+        modes = tuple(m for k, m in _LEGACY_POOLING_KEYS.items() if cfg.get(k) is True) or ("mean",)
+    bad = [m for m in modes if m not in _POOLING_MODES]
+    if bad:
+        raise ModelNotSupportedError(f"{path}: unknown pooling_mode {bad} (known: {list(_POOLING_MODES)})")
+    include = cfg.get("include_prompt", True)
+    if not isinstance(include, bool):
+        raise ModelNotSupportedError(f"{path}: Pooling include_prompt must be true or false, got {include!r}")
+    return modes, include
+
+
+def _check_keys(path: Path, kind: str, cfg: dict[str, Any], allowed: dict[str, Any]) -> None:
+    """Refuse (by name) a module setting we do not read, or one set to a value we cannot honour."""
+    for key, value in cfg.items():
+        if key not in allowed:
+            raise ModelNotSupportedError(f"{path}: {kind} setting {key}={value!r} is not supported")
+        want = allowed[key]
+        if want is not None and value not in (want if isinstance(want, tuple) else (want,)):
+            raise ModelNotSupportedError(f"{path}: {kind} setting {key}={value!r} is not supported (only {want!r} is)")
+
+
+def _check_module_order(path: Path, order: list[str]) -> None:
+    """Modules must run Transformer, Pooling, Dense..., Normalize (the order the head applies them)."""
+    if not order:
+        return
+    rank = {"Transformer": 0, "Pooling": 1, "Dense": 2, "Normalize": 3}
+    ranks = [rank[k] for k in order]
+    ok = (
+        ranks[:2] == [0, 1] and ranks == sorted(ranks) and order.count("Normalize") <= 1 and order.count("Pooling") == 1
+    )
+    if not ok:
+        raise ModelNotSupportedError(
+            f"{path}: module order {order} is not supported (expected Transformer, Pooling, Dense..., Normalize)"
+        )
 
 
 def read_model_card(path: str | Path, dimensions: int | None = None) -> ModelCard:
@@ -152,34 +237,56 @@ def read_model_card(path: str | Path, dimensions: int | None = None) -> ModelCar
     Raises:
         FileNotFoundError: no ``config.json`` in ``path``.
         ValueError: ``dimensions`` is not one the model supports.
+        ModelNotSupportedError: a sentence-transformers setting that would change the vectors and
+            that this package does not honour, named in the message: an unknown Pooling key or
+            mode, a Pooling width other than the hidden size, a Dense module with
+            ``use_residual``, another input/output feature or an unknown activation, a Normalize
+            on another feature, a module other than Transformer/Pooling/Dense/Normalize, or
+            those modules in another order. (Pooling modes other than ``mean`` are refused
+            later, by :func:`check_late_chunking_allowed`, unless opted in.)
     """
     path = Path(path)
     if not (path / "config.json").is_file():
         raise FileNotFoundError(f"{path} is not a model directory (no config.json)")
     config = _read_json(path / "config.json")
     modules = _read_json(path / "modules.json") if (path / "modules.json").is_file() else []
-    pooling, dense, normalize = "unknown", [], False
+    pooling, dense, normalize, include_prompt = "unknown", [], False, True
+    order: list[str] = []
     for m in modules if isinstance(modules, list) else []:
         kind = str(m.get("type", "")).rsplit(".", 1)[-1]
         mdir = path / m.get("path", "")
+        order.append(kind)
+        if kind == "Transformer":
+            continue
         if kind == "Pooling":
-            pooling = _pooling_mode(_read_json(mdir / "config.json"))
+            pcfg = _read_json(mdir / "config.json")
+            modes, include_prompt = _pooling_modes(path, pcfg)
+            width = pcfg.get("embedding_dimension", pcfg.get("word_embedding_dimension"))
+            hidden = config.get("hidden_size")
+            if width is not None and hidden is not None and int(width) != int(hidden):
+                raise ModelNotSupportedError(
+                    f"{path}: Pooling embedding_dimension={width} differs from the encoder's hidden_size={hidden}"
+                )
+            pooling = "+".join(modes)
         elif kind == "Dense":
             c = _read_json(mdir / "config.json")
-            dense.append(
-                DenseLayer(
-                    m.get("path", ""),
-                    int(c["in_features"]),
-                    int(c["out_features"]),
-                    str(c.get("activation_function", "torch.nn.modules.linear.Identity")),
+            _check_keys(path, f"Dense module {m.get('path', '')!r}", c, _DENSE_KEYS)
+            act = str(c.get("activation_function") or "torch.nn.modules.linear.Identity")
+            if act.rsplit(".", 1)[-1] not in _KNOWN_ACTIVATIONS:
+                raise ModelNotSupportedError(
+                    f"{path}: Dense module {m.get('path', '')!r} activation_function={act!r} is not supported "
+                    f"(known: {sorted(_KNOWN_ACTIVATIONS)})"
                 )
-            )
+            dense.append(DenseLayer(m.get("path", ""), int(c["in_features"]), int(c["out_features"]), act))
         elif kind == "Normalize":
+            _check_keys(path, "Normalize module", _read_json(mdir / "config.json"), _NORMALIZE_KEYS)
             normalize = True
-    if not modules:
-        # Not a sentence-transformers directory: vLLM's default embedding head normalizes.
-        normalize = True
-        pooling = str(config.get("pooling", "unknown"))
+        else:
+            raise ModelNotSupportedError(
+                f"{path}: sentence-transformers module {m.get('type')!r} ({m.get('path', '')!r}) is not supported: "
+                "the head may hold Transformer, Pooling, Dense and Normalize modules only"
+            )
+    _check_module_order(path, order)
     st_cfg = _read_json(path / "sentence_bert_config.json")
     prompts = _read_json(path / "config_sentence_transformers.json").get("prompts", {}) or {}
     arch = [str(a) for a in config.get("architectures", []) or []]
@@ -204,6 +311,7 @@ def read_model_card(path: str | Path, dimensions: int | None = None) -> ModelCar
         pooling=pooling,
         head=Head(dense=tuple(dense), dimensions=dimensions, normalize=normalize),
         max_seq_length=st_cfg.get("max_seq_length"),
+        include_prompt=include_prompt,
         query_prefix=str(prompts.get("query", "")),
         document_prefix=str(prompts.get("document", prompts.get("passage", ""))),
         lowercases_text=bool(st_cfg.get("do_lower_case", False)),
@@ -236,10 +344,20 @@ def check_late_chunking_allowed(
                 "left context only. Pass allow_causal=True to late-chunk it anyway."
             )
         used.append("causal")
+    if "+" in card.pooling:
+        raise ModelNotSupportedError(
+            f"{card.path}: the model's Pooling concatenates pooling_mode {card.pooling.split('+')}: a span "
+            "mean has another width and meaning; no opt-in can make it fit"
+        )
+    if card.pooling == "mean_sqrt_len_tokens" and card.head.normalize and not card.head.dense:
+        # sum / sqrt(n) is the mean times sqrt(n): the same direction, so after the L2 norm (a
+        # Matryoshka cut keeps the factor too) the vectors are the mean's: honoured, no opt-in.
+        return tuple(used)
     if card.pooling != "mean":
         if not allow_non_mean_pooling:
             raise ModelNotSupportedError(
-                f"{card.path}: the model's sequence pooling is {card.pooling!r}, not mean: the mean "
+                f"{card.path}: the model's sequence pooling (Pooling pooling_mode) is {card.pooling!r}, not "
+                "mean: the mean "
                 "of a span is not what it was trained to produce. Pass allow_non_mean_pooling=True "
                 "to late-chunk it anyway."
             )

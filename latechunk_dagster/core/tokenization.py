@@ -25,7 +25,6 @@ from latechunk_dagster.core.errors import (
     OffsetsError,
 )
 
-
 #: The byte order mark as a code point (what ``"utf-8"`` decoding leaves of ``EF BB BF``).
 BOM = "\ufeff"
 

@@ -74,7 +74,9 @@ def measure_recall(table: Any, *, k: int = 10, sample: int = RECALL_SAMPLE, seed
     for v in vectors:
         q = np.asarray(v, dtype=np.float32)
         got = {r["chunk_id"] for r in vector_query(table, q, k).select(["chunk_id", "_distance"]).to_list()}
-        truth = [r["chunk_id"] for r in vector_query(table, q, k, exact=True).select(["chunk_id", "_distance"]).to_list()]
+        truth = [
+            r["chunk_id"] for r in vector_query(table, q, k, exact=True).select(["chunk_id", "_distance"]).to_list()
+        ]
         hits.append(len(got.intersection(truth)) / max(1, len(truth)))
     return float(np.mean(hits))
 
@@ -89,7 +91,13 @@ def build_vector_index(table: Any, rows: int) -> dict[str, Any]:
         config=HnswSq(distance_type="cosine", num_partitions=parts, m=HNSW_M, ef_construction=HNSW_EF_CONSTRUCTION),
         replace=True,
     )
-    return {"type": "IVF_HNSW_SQ", "metric": "cosine", "partitions": parts, "m": HNSW_M, "ef_construction": HNSW_EF_CONSTRUCTION}
+    return {
+        "type": "IVF_HNSW_SQ",
+        "metric": "cosine",
+        "partitions": parts,
+        "m": HNSW_M,
+        "ef_construction": HNSW_EF_CONSTRUCTION,
+    }
 
 
 def refresh_indexes(table: Any, *, ann_min_rows: int = ANN_MIN_ROWS) -> dict[str, Any]:
