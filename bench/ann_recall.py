@@ -176,7 +176,8 @@ def main() -> None:
         truth = exact_top(table, queries, k)
         _, flat_s = ann_top(table, queries, k)
         print(
-            f"{args.rows} vectors, {args.dim} dims, {args.topics} topics, spread {args.spread}; {n_q} queries near stored vectors\n"
+            f"{args.rows} vectors, {args.dim} dims, {args.topics} topics, spread {args.spread}; "
+            f"{n_q} queries near stored vectors\n"
         )
         print(f"{'setting':<22} | {'build s':>7} | {'recall@10':>9} | {'ms/query':>8} | {'vs flat':>7}")
         print("-" * 66)

@@ -37,7 +37,8 @@ class CharSpans(ChunkingStrategy):
 
     Offsets are Python ``str`` indices (code points) into the document's own text
     as passed (not the instruction prefix; a leading byte order mark counts as index 0,
-    though it is not tokenized, so a span holding only it holds no token). Chunk ``i`` of the result belongs to ``ranges[i]``:
+    though it is not tokenized, so a span holding only it holds no token). Chunk ``i`` of
+    the result belongs to ``ranges[i]``:
     the ranges must be sorted, non-overlapping, non-empty, inside ``[0, len(text)]``,
     each must contain the first character of at least one token, and no span start or
     end may fall strictly inside a token (for a token at ``(s, e)``, no boundary ``b``
