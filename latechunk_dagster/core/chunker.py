@@ -312,10 +312,10 @@ class LateChunker:
                 continue
             jobs.append((i, tokens, spans, plan))
         path = engine_path or self.path
-        if path == "native" and not self._engine().supports_native:
-            raise ModelNotSupportedError("engine_path='native' needs vLLM >= 0.33 (LateChunkingParams)")
         if path == "native" and self.document_prompt_tokens:
             raise ModelNotSupportedError(self._no_native_reason())
+        if path == "native" and not self._engine().supports_native:
+            raise ModelNotSupportedError("engine_path='native' needs vLLM >= 0.33 (LateChunkingParams)")
         if not self.head.linear_projection and not (path == "native" and isinstance(strategy, FixedTokens)):
             raise HeadNotSupportedError(
                 f"{self.card.path}: the head {self.head.describe()} is non-linear; only native FixedTokens "

@@ -356,7 +356,7 @@ def check_late_chunking_allowed(
     if card.pooling != "mean":
         if not allow_non_mean_pooling:
             raise ModelNotSupportedError(
-                f"{card.path}: the model's sequence pooling (Pooling pooling_mode) is {card.pooling!r}, not "
+                f"{card.path}: the model's sequence pooling is {card.pooling!r} (Pooling pooling_mode), not "
                 "mean: the mean "
                 "of a span is not what it was trained to produce. Pass allow_non_mean_pooling=True "
                 "to late-chunk it anyway."
