@@ -26,9 +26,13 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("-k", type=int, default=5, help="number of results (default 5)")
     s.add_argument("--where", default=None, help="LanceDB SQL filter, e.g. \"partition = 'a'\"")
     s.add_argument("--model", default="", help="model directory (default: the shipped model)")
+    s.add_argument("--exact", action="store_true", help="scan every row instead of the vector index (exact top k)")
     sub.add_parser("demo", help="run the main job on the embedded default and search")
     args = parser.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from latechunk_dagster.core.engines.vllm_local import quiet_engine_logs
+
+    quiet_engine_logs()  # errors only; VLLM_LOGGING_LEVEL=INFO shows the engine's full log
     try:
         return _run(args)
     except (LateChunkError, FileNotFoundError, ValueError, KeyError) as exc:
@@ -64,7 +68,7 @@ def _run(args: argparse.Namespace) -> int:
     if not Path(uri).is_dir() or sink.CHUNK_TABLE not in sink.connect(uri).list_tables().tables:
         raise ValueError(f"no table {sink.CHUNK_TABLE!r} at {uri} (LATECHUNK_HOME): materialize chunk_vectors first")
     with LateChunker(args.model or shipped_model_path()) as chunker:
-        hits = search(args.query, chunker=chunker, uri=uri, k=args.k, where=args.where)
+        hits = search(args.query, chunker=chunker, uri=uri, k=args.k, where=args.where, exact=args.exact)
     print("cosine_distance\tdoc_id\tchar_range\ttext")
     for h in hits:
         print(f"{h.distance:.4f}\t{h.doc_id}\t{h.char_range}\t{' '.join((h.text or '').split())[:160]}")

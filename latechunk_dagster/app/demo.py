@@ -19,7 +19,9 @@ QUERIES = ["parse command-line options and arguments", "compress data with gzip"
 
 def main() -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+    from latechunk_dagster.core.engines.vllm_local import quiet_engine_logs
+
+    quiet_engine_logs()  # errors only; VLLM_LOGGING_LEVEL=INFO shows the engine's full log
     from latechunk_dagster import settings
 
     settings.ensure_dagster_home()

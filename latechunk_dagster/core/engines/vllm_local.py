@@ -36,6 +36,26 @@ def native_late_chunking_available() -> bool:
     return True
 
 
+#: vLLM's log level in the demo and the CLI unless ``VLLM_LOGGING_LEVEL`` is set: errors only.
+#: ``VLLM_LOGGING_LEVEL=INFO`` (vLLM's own default) brings the engine's full start-up log back.
+QUIET_ENGINE_LOG_LEVEL = "ERROR"
+
+
+def quiet_engine_logs() -> None:
+    """Make vLLM log errors only, unless the user set ``VLLM_LOGGING_LEVEL``; call before importing vLLM.
+
+    vLLM reads ``VLLM_LOGGING_LEVEL`` once, when it is first imported, and otherwise prints about
+    35 lines of start-up messages (kernel registration, ``LD_PRELOAD`` hints, thread binding) at
+    INFO and WARNING. Errors still show.
+    """
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", QUIET_ENGINE_LOG_LEVEL)
+
+
+def engine_log_is_verbose() -> bool:
+    """True when vLLM logs at INFO or DEBUG (its default): then its progress bars are shown too."""
+    return os.environ.get("VLLM_LOGGING_LEVEL", "INFO").upper() in ("INFO", "DEBUG")
+
+
 def on_cpu() -> bool:
     """True when vLLM's current platform is the CPU."""
     from vllm.platforms import current_platform
@@ -89,6 +109,8 @@ class VLLMEngine(Engine):
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0" if self.in_process else "1"
         if cpu:
             engine_kwargs.setdefault("enforce_eager", True)
+        # The weight-loading progress bar follows vLLM's log level: none when it only logs warnings or errors.
+        engine_kwargs.setdefault("use_tqdm_on_load", engine_log_is_verbose())
         mem = gpu_memory_utilization if gpu_memory_utilization is not None else (0.3 if cpu else 0.9)
         self.version = vllm.__version__
         self.supports_native = native_late_chunking_available()
