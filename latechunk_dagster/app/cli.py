@@ -46,7 +46,7 @@ def _run(args: argparse.Namespace) -> int:
         from latechunk_dagster.app.demo import main as demo_main
 
         return demo_main()
-    from latechunk_dagster import settings
+    from latechunk_dagster.app import settings
 
     if args.command == "sync-partitions":
         settings.ensure_dagster_home()

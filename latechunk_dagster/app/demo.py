@@ -22,7 +22,7 @@ def main() -> int:
     from latechunk_dagster.core.engines.vllm_local import quiet_engine_logs
 
     quiet_engine_logs()  # errors only; VLLM_LOGGING_LEVEL=INFO shows the engine's full log
-    from latechunk_dagster import settings
+    from latechunk_dagster.app import settings
 
     settings.ensure_dagster_home()
     import dagster as dg
