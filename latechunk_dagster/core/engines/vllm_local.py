@@ -12,6 +12,7 @@ import gc
 import logging
 import os
 import time
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -42,13 +43,21 @@ QUIET_ENGINE_LOG_LEVEL = "ERROR"
 
 
 def quiet_engine_logs() -> None:
-    """Make vLLM log errors only, unless the user set ``VLLM_LOGGING_LEVEL``; call before importing vLLM.
+    """Make the engine log errors only, unless the user set ``VLLM_LOGGING_LEVEL``; call before importing vLLM.
 
     vLLM reads ``VLLM_LOGGING_LEVEL`` once, when it is first imported, and otherwise prints about
     35 lines of start-up messages (kernel registration, ``LD_PRELOAD`` hints, thread binding) at
-    INFO and WARNING. Errors still show.
+    INFO and WARNING. At a quiet level this also drops what the engine's stack prints beside
+    vLLM's own logger: messages logged while vLLM is being imported (``Triton is installed, but
+    ...``), vLLM's ``FutureWarning``s and torch's C++ warnings (``TORCH_CPP_LOG_LEVEL``, e.g.
+    ``NUMA binding``). Errors still show. ``VLLM_LOGGING_LEVEL=INFO`` brings all of it back.
     """
     os.environ.setdefault("VLLM_LOGGING_LEVEL", QUIET_ENGINE_LOG_LEVEL)
+    if engine_log_is_verbose():
+        return
+    logging.getLogger("vllm").setLevel(os.environ["VLLM_LOGGING_LEVEL"].upper())
+    os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
+    warnings.filterwarnings("ignore", category=FutureWarning, module=r"vllm\.")
 
 
 def engine_log_is_verbose() -> bool:
