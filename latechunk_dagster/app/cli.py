@@ -42,22 +42,28 @@ def _run(args: argparse.Namespace) -> int:
         from latechunk_dagster.app.demo import main as demo_main
 
         return demo_main()
-    from latechunk_dagster import settings
+    from latechunk_dagster.app import settings
 
     if args.command == "sync-partitions":
         settings.ensure_dagster_home()
         import dagster as dg
 
-        from latechunk_dagster.app.definitions import defs
+        from latechunk_dagster.app.definitions import TABLE, defs
         from latechunk_dagster.integration.sensors import sync_partitions
 
         res = defs.resources
-        added, removed = sync_partitions(dg.DagsterInstance.get(), res["store"].get_store(), res["lancedb"])
+        added, removed = sync_partitions(
+            dg.DagsterInstance.get(),
+            res["store"].get_store(),
+            TABLE.partitions_def,
+            res["lancedb"],
+            TABLE.wiring.table_names,
+        )
         print(f"added {added or 'none'}; removed {removed or 'none'} (and their rows)")
         return 0
     from latechunk_dagster import sink
+    from latechunk_dagster.app.definitions import shipped_model_path
     from latechunk_dagster.core.chunker import LateChunker
-    from latechunk_dagster.integration.resources import shipped_model_path
     from latechunk_dagster.sink.search import search
 
     uri = settings.lancedb_uri()
