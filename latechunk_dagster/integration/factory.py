@@ -139,15 +139,27 @@ def late_chunk_assets(
     Raises:
         ValueError: ``sensor=True`` with upstream documents is ignored; a ``char_spans`` default strategy.
 
-    Example::
+    Example (two models, two tables, one store)::
 
         import dagster as dg
-        from latechunk_dagster import FixedTokens, late_chunk_assets
+        from latechunk_dagster import (DocumentStoreResource, FixedTokens, LanceDBResource,
+                                       VLLMEngineResource, late_chunk_assets)
 
-        minilm = late_chunk_assets(key_prefix="minilm", table_name="chunks_minilm")
-        e5 = late_chunk_assets(key_prefix="e5", table_name="chunks_e5", engine_resource_key="e5_engine",
-                               strategy=FixedTokens(chunk_size=256))
-        defs = dg.Definitions.merge(minilm.to_definitions(), e5.to_definitions())
+        shards = dg.DynamicPartitionsDefinition(name="shards")
+        minilm = late_chunk_assets(key_prefix="minilm", table_name="chunks_minilm", partitions_def=shards)
+        e5 = late_chunk_assets(key_prefix="e5", table_name="chunks_e5", partitions_def=shards,
+                               engine_resource_key="e5_engine", strategy=FixedTokens(chunk_size=256),
+                               sensor=False)
+        defs = dg.Definitions.merge(
+            minilm.to_definitions(),
+            e5.to_definitions(),
+            dg.Definitions(resources={
+                "engine": VLLMEngineResource(model="/models/all-MiniLM-L6-v2"),
+                "e5_engine": VLLMEngineResource(model="/models/e5-base-v2", prefix="passage: "),
+                "lancedb": LanceDBResource(uri="/tmp/latechunk-example/lancedb"),
+                "store": DocumentStoreResource(path="/tmp/latechunk-example/documents"),
+            }),
+        )
     """
     if strategy.name == "char_spans":
         raise ValueError("char_spans needs per-document spans and cannot be a table's default strategy")

@@ -9,7 +9,7 @@ The resources know no defaults of the embedded app (model, ``./data``): those ar
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import timedelta
-from enum import Enum
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +24,7 @@ from latechunk_dagster.sources.files import DocumentStore
 # (and lists their values in the launchpad) but cannot resolve ``typing.Literal``.
 
 
-class VLLMDtype(str, Enum):
+class VLLMDtype(StrEnum):
     """Model dtypes of ``vllm.LLM(dtype=...)``."""
 
     auto = "auto"
@@ -33,7 +33,7 @@ class VLLMDtype(str, Enum):
     bfloat16 = "bfloat16"
 
 
-class EnginePath(str, Enum):
+class EnginePath(StrEnum):
     """Which engine path :class:`~latechunk_dagster.LateChunker` prefers (see its docstring)."""
 
     auto = "auto"
