@@ -10,6 +10,7 @@ from latechunk_dagster.core.chunking import (
     Sentences,
     Span,
 )
+from latechunk_dagster.core.engines.vllm_server import RemoteLateChunker
 from latechunk_dagster.core.errors import (
     DocumentBatchError,
     DocumentError,
@@ -50,6 +51,7 @@ __all__ = [
     "NonFiniteVectorError",
     "OffsetsError",
     "Paragraphs",
+    "RemoteLateChunker",
     "Sentences",
     "Span",
     "SpanError",
