@@ -10,6 +10,7 @@ from latechunk_dagster.core.chunking import (
     Sentences,
     Span,
 )
+from latechunk_dagster.core.engines.vllm_server import RemoteLateChunker
 from latechunk_dagster.core.errors import (
     DocumentBatchError,
     DocumentError,
@@ -76,6 +77,7 @@ __all__ = [
     "NonFiniteVectorError",
     "OffsetsError",
     "Paragraphs",
+    "RemoteLateChunker",
     "Sentences",
     "Span",
     "SpanError",
