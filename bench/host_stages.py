@@ -68,8 +68,8 @@ def best_of(reps: int, fn: Callable[[], object]) -> tuple[float, object]:
 def run(strategy_name: str, strategy: object, chunker: object, docs: list, reps: int) -> list[tuple[str, float, int]]:
     import lancedb
 
-    from latechunk_dagster.core.pooling import mean_pool_spans
     from latechunk_dagster.core.head import apply_head_after_projection
+    from latechunk_dagster.core.pooling import mean_pool_spans
     from latechunk_dagster.core.tokenization import tokenize_document, tokenize_documents
     from latechunk_dagster.core.windows import plan_windows
     from latechunk_dagster.sink.rows import chunk_partition
