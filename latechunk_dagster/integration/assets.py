@@ -47,7 +47,10 @@ class ChunkingConfig(dg.Config):
         default=None, description="Tokens per chunk for fixed_tokens (special tokens count)."
     )
     max_tokens: int | None = Field(default=None, description="Token budget per chunk for the boundary strategies.")
-    language: str | None = Field(default=None, description="Sentence segmenter language.")
+    segmenter: str | None = Field(default=None, description="Sentence segmenter: sentencex (default) or pysbd.")
+    language: str | None = Field(
+        default=None, description="Segmenter language; an unsupported one fails the run before the engine loads."
+    )
 
     def build(self, default: ChunkingStrategy) -> ChunkingStrategy:
         """The strategy of this run: ``default`` with the fields that are set replaced.
@@ -68,6 +71,8 @@ class ChunkingConfig(dg.Config):
                 params["max_tokens"] = self.max_tokens
             if self.language is not None:
                 params["language"] = self.language
+            if self.segmenter is not None:
+                params["segmenter"] = self.segmenter
         return strategy_from_config(name, params)
 
 
