@@ -20,7 +20,7 @@ QUERIES = ["parse command-line options and arguments", "compress data with gzip"
 def main() -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
-    from latechunk_dagster import settings
+    from latechunk_dagster.app import settings
 
     settings.ensure_dagster_home()
     import dagster as dg
@@ -79,6 +79,15 @@ def main() -> int:
             for hit in search(q, chunker=chunker, uri=resources["lancedb"].uri, k=3):
                 snippet = " ".join((hit.text or "").split())[:110]
                 print(f"  {hit.distance:.3f}  {hit.doc_id} {hit.char_range}: {snippet}")
+        from latechunk_dagster.app.demo_queries import run_demo_evaluation
+
+        demo_store = store if resources["store"].build_demo else None  # stdlib queries fit the demo corpus only
+        print(
+            "\n"
+            + run_demo_evaluation(
+                chunker, uri=resources["lancedb"].uri, store=demo_store, write_to=settings.home() / "queries"
+            )
+        )
     return 1 if failed else 0
 
 
