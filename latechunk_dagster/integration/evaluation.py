@@ -43,8 +43,10 @@ class RetrievalEvalConfig(dg.Config):
 
     k: int = Field(default=10, description="Cutoff: nDCG@k, MRR@k and the largest recall cutoff.")
     where: str = Field(default="", description="LanceDB SQL filter on the chunk rows, e.g. \"partition = 'a'\".")
-    margin: float = Field(
-        default=-1.0, description="Points of nDCG@k late may fall below naive before the check fails (<0: default)."
+    margin: float | None = Field(
+        default=None,
+        description="nDCG@k points late may fall below naive before the check fails (None: the asset's default; "
+        "negative: late must beat naive by that much).",
     )
     sweep_strategies: list[str] = Field(
         default_factory=list, description="Strategies to sweep (fixed_tokens, sentences...); empty: no sweep."
@@ -133,7 +135,7 @@ def retrieval_eval_asset(
             sweep_md = "\n\n**Sweep** (temporary tables)\n\n" + _sweep_table(points)
         else:
             plot_report(report, png)
-        k_margin = config.margin if config.margin >= 0 else margin
+        k_margin = margin if config.margin is None else config.margin
         image = base64.b64encode(png.read_bytes()).decode("ascii")
         metadata: dict[str, Any] = {
             "table": dg.MetadataValue.md(f"{report.markdown()}\n\n{report.caption()}{sweep_md}"),
