@@ -15,8 +15,8 @@ The check ``late_not_below_naive`` fails when late nDCG@k falls below naive by m
 (percentage points) recorded with the latest materialization.
 """
 
-from __future__ import annotations
-
+# No `from __future__ import annotations`: Dagster resolves the run-config annotation of the asset
+# function, defined inside the factory, at definition time.
 import base64
 from pathlib import Path
 from typing import Any
