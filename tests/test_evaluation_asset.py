@@ -51,7 +51,9 @@ def env(tmp_path_factory, chunker: LateChunker) -> Iterator[dict[str, Any]]:
     store = root / "store"
     store.mkdir()
     for shard, part in (("ctx-a", docs[::2]), ("ctx-b", docs[1::2])):
-        (store / f"{shard}.jsonl").write_text("".join(json.dumps({"id": d.doc_id, "text": d.text}) + "\n" for d in part))
+        (store / f"{shard}.jsonl").write_text(
+            "".join(json.dumps({"id": d.doc_id, "text": d.text}) + "\n" for d in part)
+        )
     qpath = write_queries(root / "queries.jsonl", queries)
     db = root / "lancedb"
     eval_asset, eval_check = retrieval_eval_asset(chunk_asset_key=chunk_vectors.key, queries_path=qpath)
@@ -81,8 +83,12 @@ def env(tmp_path_factory, chunker: LateChunker) -> Iterator[dict[str, Any]]:
 
 
 def run_eval(env: dict[str, Any], **config: Any) -> dg.ExecuteInProcessResult:
-    return env["defs"].resolve_job_def("eval").execute_in_process(
-        instance=env["instance"], run_config={"ops": {"retrieval_eval": {"config": config}}}, raise_on_error=False
+    return (
+        env["defs"]
+        .resolve_job_def("eval")
+        .execute_in_process(
+            instance=env["instance"], run_config={"ops": {"retrieval_eval": {"config": config}}}, raise_on_error=False
+        )
     )
 
 

@@ -67,7 +67,7 @@ def retrieval_eval_asset(
     store_resource_key: str | None = "store",
     table_name: str | None = None,
     plot_dir: str | Path | None = None,
-    margin: float = 2.0,
+    margin: float = 5.0,
 ) -> tuple[dg.AssetsDefinition, dg.AssetChecksDefinition]:
     """The ``retrieval_eval`` asset for one chunk table, and its check.
 
