@@ -189,3 +189,14 @@ def test_demo_evaluation_prints_the_generated_set_table(chunker: LateChunker, tm
     assert "generated context-dependent set (40 documents" in text
     assert "| late |" in text and "| naive |" in text and "120 queries" in text
     assert (tmp_path / "context.jsonl").read_text().count("\n") == 120
+
+
+def test_bad_sweep_settings_fail_the_run_with_a_clear_error(env) -> None:
+    for config, message in (
+        ({"sweep_strategies": ["fixed_tokens"]}, "needs both sweep_strategies and sweep_sizes"),
+        ({"sweep_strategies": ["bogus"], "sweep_sizes": [8]}, "unknown chunking strategy 'bogus'"),
+    ):
+        result = run_eval(env, **config)
+        assert not result.success
+        [failure] = [e for e in result.all_events if e.is_step_failure]
+        assert message in str(failure.step_failure_data.error)

@@ -24,6 +24,7 @@ from typing import Any
 import dagster as dg
 from pydantic import Field
 
+from latechunk_dagster.core.chunking import ChunkingStrategy
 from latechunk_dagster.evaluation import (
     LabeledQuery,
     SweepPoint,
@@ -110,14 +111,16 @@ def retrieval_eval_asset(
         description=f"Retrieval late vs naive on {Path(queries_path).name} (nDCG, recall, MRR; bootstrap CI).",
     )
     def _retrieval_eval(context: dg.AssetExecutionContext, config: RetrievalEvalConfig) -> dg.MaterializeResult:
-        lancedb = getattr(context.resources, lancedb_resource_key)
-        chunker = getattr(context.resources, engine_resource_key).get_chunker()
+        # bad input (query file, sweep settings, table) fails before the engine starts
         queries = read_queries(queries_path)
+        strategies = _sweep_settings(config, store_resource_key)
+        lancedb = getattr(context.resources, lancedb_resource_key)
         name = table_name or lancedb.table_name
         with lancedb.get_connection() as db:
             if name not in db.list_tables().tables:
                 raise dg.Failure(f"no table {name!r} at {lancedb.uri}: materialize {upstream.to_user_string()} first")
             table = db.open_table(name)
+        chunker = getattr(context.resources, engine_resource_key).get_chunker()
         report = evaluate_table(
             chunker,
             table,
@@ -129,8 +132,8 @@ def retrieval_eval_asset(
         )
         png = _plot_path(plot_dir, lancedb.uri, asset_key, context.run.run_id)
         sweep_md = ""
-        if config.sweep_strategies or config.sweep_sizes:
-            points = _sweep(context, config, store_resource_key, report.queries, queries, chunker)
+        if strategies:
+            points = _sweep(context, config, strategies, store_resource_key, report.queries, queries, chunker)
             plot_sweep(points, png)
             sweep_md = "\n\n**Sweep** (temporary tables)\n\n" + _sweep_table(points)
         else:
@@ -207,21 +210,31 @@ def _sweep_table(points: list[SweepPoint]) -> str:
     return "\n".join(lines)
 
 
+def _sweep_settings(config: RetrievalEvalConfig, store_resource_key: str | None) -> list[ChunkingStrategy]:
+    """The swept strategies of the run config (empty: no sweep); raises ``dg.Failure`` on bad settings."""
+    if not (config.sweep_strategies or config.sweep_sizes):
+        return []
+    if not (config.sweep_strategies and config.sweep_sizes):
+        raise dg.Failure("a sweep needs both sweep_strategies and sweep_sizes")
+    if store_resource_key is None:
+        raise dg.Failure("sweeps re-chunk the documents: build the asset with a store_resource_key")
+    try:
+        return sweep_strategies(config.sweep_strategies, config.sweep_sizes)
+    except ValueError as exc:
+        raise dg.Failure(f"bad sweep settings: {exc}") from None
+
+
 def _sweep(
     context: dg.AssetExecutionContext,
     config: RetrievalEvalConfig,
-    store_resource_key: str | None,
+    strategies: list[ChunkingStrategy],
+    store_resource_key: str,
     evaluated: list[str],
     queries: list[LabeledQuery],
     chunker: Any,
 ) -> list[SweepPoint]:
     """Re-chunk the store shards that hold a relevant document of an evaluated query (whole shards,
     so the other documents stay as distractors) with every swept setting, into temporary tables."""
-    if not (config.sweep_strategies and config.sweep_sizes):
-        raise dg.Failure("a sweep needs both sweep_strategies and sweep_sizes")
-    if store_resource_key is None:
-        raise dg.Failure("sweeps re-chunk the documents: build the asset with a store_resource_key")
-    strategies = sweep_strategies(config.sweep_strategies, config.sweep_sizes)
     store = getattr(context.resources, store_resource_key).get_store()
     kept = [q for q in queries if q.query in set(evaluated)]
     wanted = {p.doc_id for q in kept for p in q.passages}
