@@ -82,6 +82,15 @@ def main() -> int:
             ):
                 snippet = " ".join((hit.text or "").split())[:110]
                 print(f"  {hit.distance:.3f}  {hit.doc_id} {hit.char_range}: {snippet}")
+        from latechunk_dagster.app.demo_queries import run_demo_evaluation
+
+        demo_store = store if resources["store"].build_demo else None  # stdlib queries fit the demo corpus only
+        print(
+            "\n"
+            + run_demo_evaluation(
+                chunker, uri=resources["lancedb"].uri, store=demo_store, write_to=settings.home() / "queries"
+            )
+        )
     return 1 if failed else 0
 
 
