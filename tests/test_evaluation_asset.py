@@ -12,7 +12,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from latechunk_dagster import LateChunker, sink
+from latechunk_dagster import LateChunker, late_chunk_assets, sink
 from latechunk_dagster.app.demo_queries import context_set, run_demo_evaluation
 from latechunk_dagster.evaluation import (
     LabeledQuery,
@@ -23,8 +23,7 @@ from latechunk_dagster.evaluation import (
     read_chunk_rows,
     write_queries,
 )
-from latechunk_dagster.integration.assets import chunk_vectors, document_shards, documents
-from latechunk_dagster.integration.evaluation import CHECK_NAME, retrieval_eval_asset
+from latechunk_dagster.integration.evaluation import CHECK_NAME
 from latechunk_dagster.integration.resources import DocumentStoreResource, LanceDBResource, VLLMEngineResource
 from latechunk_dagster.integration.sensors import sync_partitions
 from latechunk_dagster.sources.files import DocumentStore
@@ -56,23 +55,23 @@ def env(tmp_path_factory, chunker: LateChunker) -> Iterator[dict[str, Any]]:
         )
     qpath = write_queries(root / "queries.jsonl", queries)
     db = root / "lancedb"
-    eval_asset, eval_check = retrieval_eval_asset(chunk_asset_key=chunk_vectors.key, queries_path=qpath)
+    # the evaluation through the factory, as a user adds it: one argument
+    table = late_chunk_assets(index=False, parity_check=False, job_name="chunk", queries=qpath)
+    [eval_asset] = table.extra_assets
+    assert eval_asset.key == dg.AssetKey("retrieval_eval")
     defs = dg.Definitions(
-        assets=[documents, chunk_vectors, eval_asset],
-        asset_checks=[eval_check],
-        jobs=[
-            dg.define_asset_job("chunk", selection=[chunk_vectors], partitions_def=document_shards),
-            dg.define_asset_job("eval", selection=dg.AssetSelection.assets(eval_asset)),
-        ],
+        assets=table.assets,
+        asset_checks=table.asset_checks,
+        jobs=[*table.jobs, dg.define_asset_job("eval", selection=dg.AssetSelection.assets(eval_asset))],
         resources={
-            "engine": SessionEngineResource(),
+            "engine": SessionEngineResource(model="session-engine"),
             "lancedb": LanceDBResource(uri=str(db)),
             "store": DocumentStoreResource(path=str(store)),
         },
     )
     (root / "dagster_home").mkdir()
     with dg.instance_for_test(temp_dir=str(root / "dagster_home")) as instance:
-        sync_partitions(instance, DocumentStore.from_path(store))
+        sync_partitions(instance, DocumentStore.from_path(store), table.partitions_def)
         chunked = defs.resolve_job_def("chunk").execute_in_process(
             instance=instance,
             tags={"dagster/asset_partition_range_start": "ctx-a", "dagster/asset_partition_range_end": "ctx-b"},

@@ -65,6 +65,7 @@ TABLE = late_chunk_assets(
     job_name="chunk_documents",
     index_job_name="index_chunks",
     sensor_name="document_store_sensor",
+    queries=settings.queries_path(),
 )
 nightly_index = dg.ScheduleDefinition(
     job=TABLE.jobs[1], cron_schedule="0 3 * * *", default_status=dg.DefaultScheduleStatus.STOPPED

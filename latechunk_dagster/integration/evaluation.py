@@ -35,6 +35,7 @@ from latechunk_dagster.evaluation import (
 )
 from latechunk_dagster.evaluation.plot import plot_report, plot_sweep
 from latechunk_dagster.evaluation.report import label, metadata_key
+from latechunk_dagster.sink import CHUNK_TABLE
 
 CHECK_NAME = "late_not_below_naive"
 
@@ -88,7 +89,7 @@ def retrieval_eval_asset(
             (anything with ``get_chunker()``): the model that wrote the table.
         lancedb_resource_key: a :class:`~latechunk_dagster.integration.resources.LanceDBResource`.
         store_resource_key: the document store, used only by sweeps (``None``: sweeps are refused).
-        table_name: chunk table (default: the LanceDB resource's ``table_name``).
+        table_name: chunk table (default ``chunks``).
         plot_dir: where PNGs go (default: ``<LanceDB directory>/../evaluation``; needed for an
             object-store URI).
         margin: default of the check's margin, in nDCG@k points (run config ``margin`` overrides).
@@ -115,7 +116,7 @@ def retrieval_eval_asset(
         queries = read_queries(queries_path)
         strategies = _sweep_settings(config, store_resource_key)
         lancedb = getattr(context.resources, lancedb_resource_key)
-        name = table_name or lancedb.table_name
+        name = table_name or CHUNK_TABLE
         with lancedb.get_connection() as db:
             if name not in db.list_tables().tables:
                 raise dg.Failure(f"no table {name!r} at {lancedb.uri}: materialize {upstream.to_user_string()} first")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import dagster as dg
@@ -103,6 +104,8 @@ def late_chunk_assets(
     job_name: str | None = None,
     index_job_name: str | None = None,
     sensor_name: str | None = None,
+    queries: str | Path | None = None,
+    eval_margin: float = 5.0,
 ) -> LateChunkDefinitions:
     """Build the assets, checks, sensor and jobs of one late-chunked LanceDB table.
 
@@ -132,6 +135,9 @@ def late_chunk_assets(
         parity_check: add the ``parity_sample`` check (re-embeds two documents per partition).
         job_name, index_job_name, sensor_name: names of the two jobs and the sensor (default
             ``<prefix>_<name>_job``, ``..._index_job``, ``..._store_sensor``).
+        queries: a labeled query file (JSONL, :mod:`latechunk_dagster.evaluation.queries`): adds the
+            ``retrieval_eval`` asset (late vs naive on this table) and its check ``late_not_below_naive``
+            (fails when late nDCG@k is below naive by more than ``eval_margin`` points).
 
     Returns:
         :class:`LateChunkDefinitions` (``.to_definitions()`` gives a ``dg.Definitions``).
@@ -225,12 +231,31 @@ def late_chunk_assets(
         jobs.append(
             dg.define_asset_job(index_job_name or f"{slug}_index_job", selection=dg.AssetSelection.assets(index_asset))
         )
+    checks = build_checks(w, with_parity=parity_check)
+    extra: list[Any] = []
+    if queries is not None:
+        from latechunk_dagster.integration.evaluation import retrieval_eval_asset
+
+        eval_asset, eval_check = retrieval_eval_asset(
+            chunk_asset_key=chunk_asset.key,
+            queries_path=queries,
+            key=translator.key(props, "retrieval_eval"),
+            group_name=group_name,
+            engine_resource_key=engine_resource_key,
+            lancedb_resource_key=lancedb_resource_key,
+            store_resource_key=None if from_asset else store_resource_key,
+            table_name=table_name,
+            margin=eval_margin,
+        )
+        extra.append(eval_asset)
+        checks.append(eval_check)
     return LateChunkDefinitions(
         chunk_asset=chunk_asset,
         documents_asset=documents_asset,
         index_asset=index_asset,
-        asset_checks=build_checks(w, with_parity=parity_check),
+        asset_checks=checks,
         sensors=sensors,
         jobs=jobs,
         wiring=w,
+        extra_assets=extra,
     )
