@@ -75,7 +75,7 @@ def main(n_docs: int) -> None:
     for p in plans:
         win = states[k : k + len(p.windows)]
         k += len(p.windows)
-        h = np.stack([win[w][pos] for w, pos in p.source])
+        h = p.gather(win)
         means = np.add.reduceat(h.astype(np.float64), np.arange(0, len(h), 64), axis=0)
         _ = means / np.linalg.norm(means, axis=1, keepdims=True)
     dt = time.perf_counter() - t0

@@ -10,6 +10,7 @@ from latechunk_dagster.core.chunking import (
     Sentences,
     Span,
 )
+from latechunk_dagster.core.engines.vllm_server import RemoteLateChunker
 from latechunk_dagster.core.errors import (
     DocumentBatchError,
     DocumentError,
@@ -30,12 +31,34 @@ from latechunk_dagster.core.results import Chunk, ChunkedDocument
 
 __version__ = "0.1.0"
 
+#: Dagster-side names, imported on first use so that ``import latechunk_dagster`` (the core)
+#: does not import Dagster.
+_INTEGRATION = {
+    "late_chunk_assets": "latechunk_dagster.integration.factory",
+    "LateChunkDefinitions": "latechunk_dagster.integration.factory",
+    "LateChunkTranslator": "latechunk_dagster.integration.translator",
+    "LateChunkTableProps": "latechunk_dagster.integration.translator",
+    "VLLMEngineResource": "latechunk_dagster.integration.resources",
+    "LanceDBResource": "latechunk_dagster.integration.resources",
+    "DocumentStoreResource": "latechunk_dagster.integration.resources",
+}
+
+
+def __getattr__(name: str) -> object:
+    if name in _INTEGRATION:
+        import importlib
+
+        return getattr(importlib.import_module(_INTEGRATION[name]), name)
+    raise AttributeError(f"module 'latechunk_dagster' has no attribute {name!r}")
+
+
 __all__ = [
     "CharSpans",
     "Chunk",
     "ChunkedDocument",
     "ChunkingStrategy",
     "DocumentBatchError",
+    "DocumentStoreResource",
     "DocumentError",
     "DocumentTooLongError",
     "EmptyDocumentError",
@@ -43,17 +66,24 @@ __all__ = [
     "HeadNotSupportedError",
     "InvalidUnicodeError",
     "LateChunkError",
+    "LateChunkDefinitions",
+    "LateChunkTableProps",
+    "LateChunkTranslator",
     "LateChunker",
+    "LanceDBResource",
     "MarkdownSections",
     "ModelNotSupportedError",
     "NoContentTokensError",
     "NonFiniteVectorError",
     "OffsetsError",
     "Paragraphs",
+    "RemoteLateChunker",
     "Sentences",
     "Span",
     "SpanError",
     "StrategyFailedError",
     "TokenizationMismatchError",
+    "VLLMEngineResource",
     "__version__",
+    "late_chunk_assets",
 ]

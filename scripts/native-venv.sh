@@ -4,7 +4,7 @@
 # Exit 0: the venv is ready. Exit 3: this machine cannot run the build (the wheels' install script
 # said so with its exit status 3, or there are no wheels); one "SKIPPED native-path tests: ..." line
 # is printed. Any other status: the set-up failed.
-# The .installed stamp is written only after every step succeeded; a venv without it is rebuilt
+# The .installed stamp (sha256 of pyproject.toml) is written only after every step succeeded; a venv without it is rebuilt
 # from scratch, so a half-built one is never mistaken for a good one.
 set -uo pipefail
 wheels=${1:-} py=${2:?python} venv=${3:?venv}
@@ -13,7 +13,9 @@ if [ -z "$wheels" ] || [ ! -f "$wheels/install-vllm-0.33-cpu.sh" ]; then
     echo "SKIPPED native-path tests: no ../shared/wheels (vLLM 0.33 CPU build) on this machine"
     exit 3
 fi
-if [ -f "$venv/.installed" ] && [ "$venv/.installed" -nt pyproject.toml ]; then
+# the stamp holds the sha256 of the pyproject.toml it was built from
+want=$(sha256sum pyproject.toml | cut -d' ' -f1)
+if [ -f "$venv/.installed" ] && [ "$(cat "$venv/.installed")" = "$want" ]; then
     exit 0
 fi
 rm -rf "$venv"
@@ -33,4 +35,4 @@ if [ "$status" -eq 3 ]; then
     exit 3
 fi
 [ "$status" -eq 0 ] || { echo "native-path set-up failed (install script exit $status)" >&2; exit "$status"; }
-touch "$venv/.installed"
+echo "$want" > "$venv/.installed"

@@ -12,11 +12,9 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from latechunk_dagster import LateChunker, sink
-from latechunk_dagster.integration.assets import chunk_vectors, document_shards, documents
-from latechunk_dagster.integration.checks import chunk_table_checks, parity_sample
+from latechunk_dagster import LateChunker, late_chunk_assets, sink
 from latechunk_dagster.integration.resources import DocumentStoreResource, LanceDBResource, VLLMEngineResource
-from latechunk_dagster.integration.sensors import document_store_sensor, sync_partitions
+from latechunk_dagster.integration.sensors import sync_partitions
 from latechunk_dagster.sink.search import search
 from latechunk_dagster.sources.files import DocumentStore
 
@@ -52,17 +50,29 @@ def write_store(root: Path, docs: dict[str, str]) -> Path:
     return root
 
 
+#: The table under test, built with the factory's defaults (as the embedded app does).
+TABLE = late_chunk_assets(index=False, job_name="chunk")
+chunk_vectors, documents = TABLE.chunk_asset, TABLE.documents_asset
+document_shards = TABLE.partitions_def
+CHECKS_OP = "chunk_vectors_table_checks"
+
+
+def sync(instance: dg.DagsterInstance, store: Path, db: Path | None = None) -> tuple[list[str], list[str]]:
+    lancedb = LanceDBResource(uri=str(db)) if db is not None else None
+    return sync_partitions(instance, DocumentStore.from_path(store), document_shards, lancedb, TABLE.wiring.table_names)
+
+
 def make_defs(store: Path, db: Path) -> dg.Definitions:
     return dg.Definitions(
-        assets=[documents, chunk_vectors],
-        asset_checks=[chunk_table_checks, parity_sample],
+        assets=TABLE.assets,
+        asset_checks=TABLE.asset_checks,
         jobs=[
-            dg.define_asset_job("chunk", selection=[chunk_vectors], partitions_def=document_shards),
-            dg.define_asset_job("checks_only", selection=dg.AssetSelection.checks(chunk_table_checks)),
+            *TABLE.jobs,
+            dg.define_asset_job("checks_only", selection=dg.AssetSelection.checks(TABLE.asset_checks[0])),
         ],
-        sensors=[document_store_sensor],
+        sensors=TABLE.sensors,
         resources={
-            "engine": SessionEngineResource(),
+            "engine": SessionEngineResource(model="session-engine"),
             "lancedb": LanceDBResource(uri=str(db)),
             "store": DocumentStoreResource(path=str(store)),
         },
@@ -89,7 +99,7 @@ def env(tmp_path_factory, chunker: LateChunker) -> Iterator[dict[str, Any]]:
     store, db = write_store(root / "store", DOCS), root / "lancedb"
     (root / "dagster_home").mkdir()
     with dg.instance_for_test(temp_dir=str(root / "dagster_home")) as instance:
-        sync_partitions(instance, DocumentStore.from_path(store))
+        sync(instance, store)
         defs = make_defs(store, db)
         result = run_partitions(defs, instance, "alpha", "gamma")
         yield {"root": root, "store": store, "db": db, "instance": instance, "defs": defs, "first": result}
@@ -109,7 +119,7 @@ def test_multi_partition_backfill_runs_once_and_writes_every_partition(env) -> N
     assert set(rows.column("doc_id").to_pylist()) == set(DOCS) - {"alpha/empty.txt"}
     lineage = rows.slice(0, 1).to_pylist()[0]
     assert lineage["run_id"] == result.run_id and lineage["engine_path"] == "token_states"
-    assert lineage["strategy"] == "sentences(language='en', max_tokens=128)"
+    assert lineage["strategy"] == "sentences(language='en', max_tokens=128, segmenter='sentencex')"
     assert len(lineage["model_sha256"]) == 64 and lineage["vllm_version"].startswith("0.3")
     rejected = sink.connect(str(env["db"])).open_table("rejected_documents").to_arrow().to_pylist()
     assert [(r["doc_id"], r["partition"], r["reason"]) for r in rejected] == [
@@ -161,7 +171,7 @@ def test_removed_document_loses_its_rows(env, tmp_path) -> None:
     defs = make_defs(store, db)
     (tmp_path / "home").mkdir()
     with dg.instance_for_test(temp_dir=str(tmp_path / "home")) as instance:  # its own run history
-        sync_partitions(instance, DocumentStore.from_path(store))
+        sync(instance, store)
         result = run_partitions(defs, instance, "beta", "beta")
     assert result.success
     assert all(c.passed for c in result.get_asset_check_evaluations())
@@ -172,7 +182,7 @@ def test_removed_document_loses_its_rows(env, tmp_path) -> None:
 def test_sensor_adds_new_shard_and_requests_changed_ones(env, tmp_path) -> None:
     store = write_store(tmp_path / "store", DOCS)
     defs = make_defs(store, tmp_path / "db")
-    sensor = defs.resolve_sensor_def("document_store_sensor")
+    sensor = defs.resolve_sensor_def("chunk_vectors_store_sensor")
     resources = {"store": DocumentStoreResource(path=str(store)), "lancedb": LanceDBResource(uri=str(tmp_path / "db"))}
     with dg.build_sensor_context(instance=env["instance"], resources=resources) as ctx:
         first = sensor(ctx)
@@ -208,7 +218,7 @@ def _run_checks(env, db: Path, partitions: list[str]) -> dict[str, dg.AssetCheck
     defs = make_defs(env["store"], db)
     result = defs.resolve_job_def("checks_only").execute_in_process(
         instance=env["instance"],
-        run_config={"ops": {"chunk_table_checks": {"config": {"partitions": partitions}}}},
+        run_config={"ops": {CHECKS_OP: {"config": {"partitions": partitions}}}},
         raise_on_error=False,
     )
     return {c.check_name: c for c in result.get_asset_check_evaluations()}
@@ -289,14 +299,14 @@ def test_strategy_comes_from_run_config_and_lands_in_lineage(env, tmp_path) -> N
     defs = make_defs(store, db)
     (tmp_path / "home").mkdir()
     with dg.instance_for_test(temp_dir=str(tmp_path / "home")) as instance:
-        sync_partitions(instance, DocumentStore.from_path(store))
+        sync(instance, store)
         config = {"ops": {"chunk_vectors": {"config": {"strategy": "markdown_sections", "max_tokens": 64}}}}
         result = run_partitions(defs, instance, "docs", "docs", run_config=config)
     assert result.success
     rows = sorted(table_rows(db).to_pylist(), key=lambda r: r["chunk_index"])
     assert [r["headings"] for r in rows] == [["Install"], ["Install", "On Linux"]]
     assert [r["text"] for r in rows] == ["# Install\n\nRun make.", "## On Linux\n\nUse apt."]
-    assert rows[0]["strategy"] == "markdown_sections(language='en', max_tokens=64)"
+    assert rows[0]["strategy"] == "markdown_sections(language='en', max_tokens=64, segmenter='sentencex')"
     assert '"name": "markdown_sections"' in rows[0]["strategy_params"]
 
 
@@ -308,7 +318,7 @@ def test_removed_shard_loses_its_partition_and_rows(env, tmp_path) -> None:
     (tmp_path / "home").mkdir()
     with dg.instance_for_test(temp_dir=str(tmp_path / "home")) as instance:
         instance.add_dynamic_partitions(document_shards.name, ["alpha", "beta", "gamma"])
-        added, removed = sync_partitions(instance, DocumentStore.from_path(store), LanceDBResource(uri=str(db)))
+        added, removed = sync(instance, store, db)
         assert (added, removed) == ([], ["gamma"])
         assert instance.get_dynamic_partitions(document_shards.name) == ["alpha", "beta"]
     parts = set(table_rows(db).column("partition").to_pylist())
@@ -325,7 +335,7 @@ def test_unreadable_shard_is_recorded_and_the_other_partitions_are_written(env, 
     defs = make_defs(store, db)
     (tmp_path / "home").mkdir()
     with dg.instance_for_test(temp_dir=str(tmp_path / "home")) as instance:
-        sync_partitions(instance, DocumentStore.from_path(store))
+        sync(instance, store)
         keys = instance.get_dynamic_partitions(document_shards.name)
         assert keys == ["bad", "good", "zzz"]
         result = run_partitions(defs, instance, "bad", "zzz")
@@ -357,7 +367,7 @@ def test_range_run_requests_group_contiguous_changes() -> None:
     assert [r.run_key for r in reqs] == [r.run_key for r in again]  # the same change is requested once
 
 
-def test_bad_run_config_fails_before_the_engine_loads(env, tmp_path) -> None:
+def test_bad_run_config_fails_before_the_engine_loads(env, tmp_path, minilm_dir) -> None:
     """The real engine resource: starting it here would raise (the module's engine is live),
     so a failure about the strategy proves the model was never loaded."""
     store = write_store(tmp_path / "store", {"docs/a.txt": "Some text."})
@@ -365,14 +375,14 @@ def test_bad_run_config_fails_before_the_engine_loads(env, tmp_path) -> None:
         assets=[chunk_vectors],
         jobs=[dg.define_asset_job("chunk", selection=[chunk_vectors], partitions_def=document_shards)],
         resources={
-            "engine": VLLMEngineResource(),
+            "engine": VLLMEngineResource(model=str(minilm_dir)),
             "lancedb": LanceDBResource(uri=str(tmp_path / "db")),
             "store": DocumentStoreResource(path=str(store)),
         },
     )
     (tmp_path / "home").mkdir()
     with dg.instance_for_test(temp_dir=str(tmp_path / "home")) as instance:
-        sync_partitions(instance, DocumentStore.from_path(store))
+        sync(instance, store)
         config = {"ops": {"chunk_vectors": {"config": {"strategy": "bogus"}}}}
         result = run_partitions(defs, instance, "docs", "docs", run_config=config)
     assert not result.success
@@ -382,16 +392,19 @@ def test_bad_run_config_fails_before_the_engine_loads(env, tmp_path) -> None:
 
 
 def test_code_version_names_the_model_and_default_strategy(tmp_path, minilm_dir) -> None:
-    from latechunk_dagster.app.definitions import defs, versioned_chunk_vectors
-    from latechunk_dagster.integration.assets import ChunkingConfig
+    from latechunk_dagster import FixedTokens, Sentences
+    from latechunk_dagster.app.definitions import defs
     from tests.tiny_models import build_tiny_bert
 
-    def version(engine: VLLMEngineResource, config: ChunkingConfig) -> str:
-        return versioned_chunk_vectors(engine, config).code_versions_by_key[chunk_vectors.key]
+    def version(**kwargs: Any) -> str:
+        table = late_chunk_assets(**kwargs)
+        return table.chunk_asset.code_versions_by_key[table.chunk_asset.key]
 
-    shipped = version(VLLMEngineResource(), ChunkingConfig())
-    assert shipped == defs.resolve_assets_def("chunk_vectors").code_versions_by_key[chunk_vectors.key]
-    assert "sentences(language='en', max_tokens=128)" in shipped
+    shipped = version(model=str(minilm_dir))
+    app = defs.resolve_assets_def("chunk_vectors")
+    assert shipped == app.code_versions_by_key[app.key]
+    assert "sentences(language='en', max_tokens=128, segmenter='sentencex')" in shipped and "model." in shipped
     tiny = build_tiny_bert(tmp_path / "tiny", minilm_dir)
-    assert version(VLLMEngineResource(model=str(tiny)), ChunkingConfig()) != shipped
-    assert version(VLLMEngineResource(), ChunkingConfig(strategy="fixed_tokens")) != shipped
+    assert version(model=str(tiny)) != shipped
+    assert version(model=str(minilm_dir), strategy=FixedTokens(chunk_size=64)) != shipped
+    assert version(model=str(minilm_dir), strategy=Sentences(max_tokens=64)) != shipped

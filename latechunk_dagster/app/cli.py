@@ -2,6 +2,7 @@
 
     latechunk sync-partitions          # add/remove dynamic partitions to match the store's shards
     latechunk search "query" -k 5      # top-k chunks from the LanceDB table
+    latechunk eval QUERIES.jsonl       # retrieval late vs naive on labeled queries (nDCG@10, R@k, MRR@10)
     latechunk demo                     # what `make demo` runs
 
 Locations come from ``LATECHUNK_HOME`` / ``LATECHUNK_DOCUMENT_STORE`` (:mod:`latechunk_dagster.app.settings`).
@@ -27,6 +28,11 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--where", default=None, help="LanceDB SQL filter, e.g. \"partition = 'a'\"")
     s.add_argument("--model", default="", help="model directory (default: the shipped model)")
     s.add_argument("--exact", action="store_true", help="scan every row instead of the vector index (exact top k)")
+    e = sub.add_parser("eval", help="retrieval late vs naive on labeled queries (JSONL), on the chunk table")
+    e.add_argument("queries", help="query file: JSONL with query, doc_id[, char_start, char_end]")
+    e.add_argument("--k", type=int, default=10, help="cutoff of nDCG/MRR and the largest recall cutoff (default 10)")
+    e.add_argument("--where", default=None, help="LanceDB SQL filter on the chunk rows, e.g. \"partition = 'a'\"")
+    e.add_argument("--model", default="", help="model directory (default: the shipped model)")
     sub.add_parser("demo", help="run the main job on the embedded default and search")
     args = parser.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -52,26 +58,57 @@ def _run(args: argparse.Namespace) -> int:
         settings.ensure_dagster_home()
         import dagster as dg
 
-        from latechunk_dagster.app.definitions import defs
+        from latechunk_dagster.app.definitions import TABLE, defs
         from latechunk_dagster.integration.sensors import sync_partitions
 
         res = defs.resources
-        added, removed = sync_partitions(dg.DagsterInstance.get(), res["store"].get_store(), res["lancedb"])
+        added, removed = sync_partitions(
+            dg.DagsterInstance.get(),
+            res["store"].get_store(),
+            TABLE.partitions_def,
+            res["lancedb"],
+            TABLE.wiring.table_names,
+        )
         print(f"added {added or 'none'}; removed {removed or 'none'} (and their rows)")
         return 0
     from latechunk_dagster import sink
+    from latechunk_dagster.app.definitions import shipped_model_path
     from latechunk_dagster.core.chunker import LateChunker
-    from latechunk_dagster.integration.resources import shipped_model_path
     from latechunk_dagster.sink.search import search
 
     uri = settings.lancedb_uri()
     if not Path(uri).is_dir() or sink.CHUNK_TABLE not in sink.connect(uri).list_tables().tables:
         raise ValueError(f"no table {sink.CHUNK_TABLE!r} at {uri} (LATECHUNK_HOME): materialize chunk_vectors first")
+    if args.command == "eval":
+        return _eval(args, uri)
     with LateChunker(args.model or shipped_model_path()) as chunker:
         hits = search(args.query, chunker=chunker, uri=uri, k=args.k, where=args.where, exact=args.exact)
     print("cosine_distance\tdoc_id\tchar_range\ttext")
     for h in hits:
         print(f"{h.distance:.4f}\t{h.doc_id}\t{h.char_range}\t{' '.join((h.text or '').split())[:160]}")
+    return 0
+
+
+def _eval(args: argparse.Namespace, uri: str) -> int:
+    """``latechunk eval``: the late vs naive table on the existing chunk table (nothing is written)."""
+    from latechunk_dagster import sink
+    from latechunk_dagster.core.chunker import LateChunker
+    from latechunk_dagster.evaluation import evaluate_table, read_queries
+    from latechunk_dagster.integration.resources import shipped_model_path
+
+    queries = read_queries(args.queries)  # a bad file fails before the model loads
+    if args.k < 1:
+        raise ValueError(f"--k must be >= 1, got {args.k}")
+    table = sink.connect(uri).open_table(sink.CHUNK_TABLE)
+    if args.where:
+        try:  # a bad filter fails before the model loads, in one line
+            table.search().where(args.where).select(["chunk_id"]).limit(1).to_arrow()
+        except Exception as exc:
+            raise ValueError(f"bad --where filter {args.where!r}: {str(exc).splitlines()[0]}") from None
+    with LateChunker(args.model or shipped_model_path()) as chunker:
+        report = evaluate_table(chunker, table, queries, k=args.k, where=args.where)
+    print(report.markdown())
+    print(report.caption())
     return 0
 
 

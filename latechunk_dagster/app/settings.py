@@ -34,6 +34,15 @@ def document_store() -> tuple[str, bool]:
     return str(home() / "documents"), True
 
 
+def queries_path() -> str | None:
+    """The labeled query file of ``retrieval_eval``: ``LATECHUNK_QUERIES``, else the demo's stdlib queries
+    (``$LATECHUNK_HOME/queries/stdlib.jsonl``, written by ``make demo``) when the demo store is used."""
+    configured = os.environ.get("LATECHUNK_QUERIES")
+    if configured:
+        return str(Path(configured).resolve())
+    return None if os.environ.get("LATECHUNK_DOCUMENT_STORE") else str(home() / "queries" / "stdlib.jsonl")
+
+
 def ensure_dagster_home() -> Path:
     """Create ``$LATECHUNK_HOME/dagster`` with a ``dagster.yaml``, point ``DAGSTER_HOME`` at it (unless set)."""
     path = Path(os.environ.get("DAGSTER_HOME") or home() / "dagster")

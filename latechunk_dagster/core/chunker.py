@@ -5,7 +5,7 @@ Flow of :meth:`LateChunker.chunk` for each document::
     check_text -> tokenize_document (one pass) -> strategy.spans -> plan_windows
     -> one engine call over every window of every document (an :class:`Engine`)
     -> native:       the engine reduces FixedTokens spans itself (vLLM >= 0.33)
-       token_states: mean_pool_spans (float64 sums) -> apply_head_after_projection
+       token_states: mean_pool_spans (float64 span sums) -> apply_head_after_projection
 
 The mean is in :mod:`latechunk_dagster.core.pooling`, the head in :mod:`latechunk_dagster.core.head`.
 """
@@ -32,18 +32,31 @@ from latechunk_dagster.core.errors import (
     NonFiniteVectorError,
     SpanError,
     StrategyFailedError,
+    StrategyTimeoutError,
     TokenizationMismatchError,
 )
 from latechunk_dagster.core.head import apply_head_after_projection, prompt_length
 from latechunk_dagster.core.model_card import ModelCard, check_late_chunking_allowed, read_model_card
 from latechunk_dagster.core.pooling import mean_pool_spans
 from latechunk_dagster.core.results import Chunk, ChunkedDocument
-from latechunk_dagster.core.tokenization import Tokenization, bom_length, check_text, tokenize_document
+from latechunk_dagster.core.timebound import TimeLimitExceeded, WorkerCallError, call_with_time_limit
+from latechunk_dagster.core.tokenization import (
+    Tokenization,
+    bom_length,
+    check_text,
+    tokenize_document,
+    tokenize_documents,
+)
 from latechunk_dagster.core.windows import WindowPlan, plan_windows
 
 log = logging.getLogger(__name__)
 
 EnginePath = Literal["auto", "native", "token_states"]
+
+#: Default per-document time bound of a strategy, in seconds. The default segmenter does
+#: ~5M tokens/s, pySBD ~22k tokens/s (so 30 s is ~650k tokens of pySBD); pySBD's exponential
+#: case (``...[484 216 622 139 651 592 379 228 242 355]``) takes minutes.
+DEFAULT_STRATEGY_TIMEOUT_S = 30.0
 
 
 def chunks_from_spans(text: str, tokens: Tokenization, spans: Sequence[Span]) -> list[Chunk]:
@@ -111,6 +124,10 @@ class LateChunker:
             for +25% tokens/s: a loss below ~750k tokens).
         engine: an already started :class:`~latechunk_dagster.core.engines.Engine` for this model;
             the chunker owns it from then on (``close()`` closes it).
+        strategy_timeout_s: per-document time bound of the chunking strategy, in seconds
+            (default :data:`DEFAULT_STRATEGY_TIMEOUT_S`; ``None`` = unbounded). A document whose
+            spans take longer is stopped and rejected alone (:class:`StrategyTimeoutError`,
+            reason ``strategy_timeout``); mechanism in :mod:`latechunk_dagster.core.timebound`.
 
     Raises:
         ModelNotSupportedError: refused model (SPEC section 4) or a slow tokenizer.
@@ -135,6 +152,7 @@ class LateChunker:
         gpu_memory_utilization: float | None = None,
         in_process: bool | None = None,
         engine: Engine | None = None,
+        strategy_timeout_s: float | None = DEFAULT_STRATEGY_TIMEOUT_S,
         **engine_kwargs: Any,
     ) -> None:
         from transformers import AutoTokenizer
@@ -159,6 +177,7 @@ class LateChunker:
         self.window_overlap = window_overlap
         self.window_length = min(window_length or self.max_model_len, self.max_model_len)
         self.allow_windows = allow_windows
+        self.strategy_timeout_s = strategy_timeout_s
         if engine is None:
             from latechunk_dagster.core.engines.vllm_local import VLLMEngine, native_late_chunking_available
 
@@ -302,11 +321,27 @@ class LateChunker:
             raise ValueError(f"{len(texts)} texts but {len(ids)} doc_ids")
         results: list[Any] = [None] * len(texts)
         jobs: list[tuple[int, Tokenization, list[Span], WindowPlan]] = []
+        good: list[int] = []
         for i, (text, did) in enumerate(zip(texts, ids)):
             try:
-                tokens = self.tokenize(text, index=i, doc_id=did)
-                spans = self._spans(strategy, text, tokens, i, did)
-                plan = self._plan(tokens, i, did)
+                check_text(text, i, did)
+            except DocumentError as exc:
+                results[i] = exc
+                continue
+            good.append(i)
+        toks = tokenize_documents(
+            self.tokenizer,
+            [texts[i] for i in good],
+            prefix=self.prefix,
+            indices=good,
+            doc_ids=[ids[i] for i in good],
+        )
+        for i, tokens in zip(good, toks):
+            try:
+                if isinstance(tokens, DocumentError):
+                    raise tokens
+                spans = self._spans(strategy, texts[i], tokens, i, ids[i])
+                plan = self._plan(tokens, i, ids[i])
             except DocumentError as exc:
                 results[i] = exc
                 continue
@@ -365,10 +400,21 @@ class LateChunker:
 
     # -- internals ------------------------------------------------------------------
     def _spans(self, strategy: ChunkingStrategy, text: str, tokens: Tokenization, i: int, did: str) -> list[Span]:
+        """The strategy's spans of one document, within :attr:`strategy_timeout_s` (see :mod:`..timebound`)."""
+        bound = self.strategy_timeout_s
         try:
-            spans = strategy.spans(text, tokens)
+            spans = call_with_time_limit(strategy.spans, (text, tokens), bound)
         except SpanError as exc:
             raise type(exc)(i, did, exc.detail) from None
+        except TimeLimitExceeded:
+            raise StrategyTimeoutError(
+                i, did, f"{strategy.describe()} took longer than the time bound of {bound} s and was stopped"
+            ) from None
+        except WorkerCallError as exc:
+            if exc.type_name == SpanError.__name__:
+                raise SpanError(i, did, exc.detail or str(exc)) from None
+            log.error("strategy %s failed on document %r: %s", strategy.describe(), did, exc)
+            raise StrategyFailedError(i, did, f"{strategy.describe()} raised {exc}") from exc
         except Exception as exc:  # one document's strategy failure must not sink the batch
             log.exception("strategy %s failed on document %r", strategy.describe(), did)
             raise StrategyFailedError(i, did, f"{strategy.describe()} raised {type(exc).__name__}: {exc}") from exc
@@ -419,7 +465,7 @@ class LateChunker:
             win_rows = rows[k : k + len(plan.windows)]
             k += len(plan.windows)
             # shape: [n_tokens, dim]
-            states = np.stack([win_rows[w][p] for w, p in plan.source])
+            states = plan.gather(win_rows)
             vectors = apply_head_after_projection(mean_pool_spans(states, self.pooled_spans(spans)), self.head)
             results[i] = self._result(i, ids[i], texts[i], tokens, spans, vectors, "token_states", len(plan.windows))
 

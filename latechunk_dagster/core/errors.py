@@ -78,6 +78,16 @@ class StrategyFailedError(DocumentError):
     reason = "strategy_failed"
 
 
+class StrategyTimeoutError(DocumentError):
+    """The chunking strategy took longer than the per-document time bound on this document.
+
+    The strategy was stopped (see :mod:`latechunk_dagster.core.timebound`); only this document
+    is rejected, the rest of the call goes on.
+    """
+
+    reason = "strategy_timeout"
+
+
 class TokenizationMismatchError(LateChunkError):
     """vLLM tokenized a document differently from our one tokenization pass (SPEC section 1)."""
 

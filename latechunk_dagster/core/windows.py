@@ -12,7 +12,10 @@ the last, so inserted window specials never reach a span.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
+
+import numpy as np
 
 from latechunk_dagster.core.tokenization import Tokenization
 
@@ -24,11 +27,29 @@ class WindowPlan:
     Attributes:
         windows: token ids of each encoder input, each at most ``max_len`` long.
         source: for each document token, ``(window index, position in that window)``
-            of the state it takes; ``len(source) == n_tokens``.
+            of the state it takes; ``len(source) == n_tokens``. ``None`` for a document
+            that fits one window (then token ``i`` takes row ``i`` of window 0).
     """
 
     windows: list[list[int]]
-    source: list[tuple[int, int]]
+    source: list[tuple[int, int]] | None
+
+    def gather(self, rows: Sequence[np.ndarray]) -> np.ndarray:
+        """The document's token states from its windows' rows.
+
+        Args:
+            rows: one array ``[len(window), dim]`` per window, in order.
+
+        Returns:
+            ``[n_tokens, dim]``, same dtype: ``rows[0]`` itself (no copy) for a one-window
+            document, else the rows picked by :attr:`source` (one fancy-indexing copy).
+        """
+        if self.source is None:
+            return rows[0]
+        lengths = np.fromiter((len(r) for r in rows), dtype=np.int64, count=len(rows))
+        first = np.concatenate(([0], np.cumsum(lengths)[:-1]))
+        src = np.asarray(self.source, dtype=np.int64)  # shape: [n_tokens, 2]
+        return np.concatenate(rows)[first[src[:, 0]] + src[:, 1]]
 
 
 def default_overlap(max_len: int) -> int:
@@ -59,7 +80,7 @@ def plan_windows(tokens: Tokenization, max_len: int, overlap: int | None = None)
     ids = tokens.token_ids
     n = len(ids)
     if n <= max_len:
-        return WindowPlan([list(ids)], [(0, i) for i in range(n)])
+        return WindowPlan([ids], None)
     lead = 0
     while lead < n and tokens.special[lead]:
         lead += 1

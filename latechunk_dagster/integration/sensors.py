@@ -1,4 +1,4 @@
-"""Keep partitions in sync with the store: new shards become partitions, changed shards re-run."""
+"""Keep dynamic partitions in sync with the store: new shards become partitions, changed shards re-run."""
 
 import hashlib
 import json
@@ -7,29 +7,36 @@ import dagster as dg
 from dagster._core.definitions.data_version import DATA_VERSION_TAG
 from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
 
-from latechunk_dagster.integration.assets import chunk_vectors, document_shards, documents
-from latechunk_dagster.integration.resources import DocumentStoreResource, LanceDBResource
+from latechunk_dagster.integration.resources import LanceDBResource
+from latechunk_dagster.integration.wiring import TableWiring, dynamic_name
 from latechunk_dagster.sources.files import DocumentStore
 
 
 def sync_partitions(
-    instance: dg.DagsterInstance, store: DocumentStore, lancedb: LanceDBResource | None = None
+    instance: dg.DagsterInstance,
+    store: DocumentStore,
+    partitions_def: dg.DynamicPartitionsDefinition,
+    lancedb: LanceDBResource | None = None,
+    table_names: list[str] | None = None,
 ) -> tuple[list[str], list[str]]:
     """Add the store's shards that are not yet partitions; delete partitions whose shard is gone,
-    and (with ``lancedb``) their rows, so search never returns documents that left the store.
+    and (with ``lancedb``) their rows in ``table_names``, so search never returns documents that
+    left the store.
 
     Returns ``(added, removed)``. Used by the ``latechunk sync-partitions`` command; the sensor
     does the same through a ``SensorResult``.
     """
+    name = partitions_def.name
+    assert name is not None
     shards = set(store.shards())
-    known = set(instance.get_dynamic_partitions(document_shards.name))
+    known = set(instance.get_dynamic_partitions(name))
     added, removed = sorted(shards - known), sorted(known - shards)
     if added:
-        instance.add_dynamic_partitions(document_shards.name, added)
-    if lancedb is not None:
-        lancedb.drop_partitions(removed)
+        instance.add_dynamic_partitions(name, added)
+    if lancedb is not None and table_names:
+        lancedb.drop_partitions(table_names, removed)
     for key in removed:
-        instance.delete_dynamic_partition(document_shards.name, key)
+        instance.delete_dynamic_partition(name, key)
     return added, removed
 
 
@@ -75,41 +82,56 @@ def shard_fingerprints(st: DocumentStore) -> dict[str, str]:
         return out
 
 
-@dg.sensor(
-    asset_selection=[chunk_vectors],
-    minimum_interval_seconds=60,
-    default_status=dg.DefaultSensorStatus.STOPPED,
-    description="Adds a partition per new shard, materializes new or changed shards, and drops the "
-    "partitions and rows of shards that left the store.",
-)
-def document_store_sensor(
-    context: dg.SensorEvaluationContext, store: DocumentStoreResource, lancedb: LanceDBResource
-) -> dg.SensorResult:
-    st = store.get_store()
-    previous: dict[str, str] = json.loads(context.cursor) if context.cursor else {}
-    current = shard_fingerprints(st)
-    known = set(context.instance.get_dynamic_partitions(document_shards.name))
-    new = sorted(set(current) - known)
-    gone = sorted(known - set(current))
-    changed = sorted(k for k, fp in current.items() if previous.get(k) != fp)
-    if gone:
-        context.log.info(f"shards gone from the store: {gone}; deleted {lancedb.drop_partitions(gone)} rows")
-    order = [k for k in context.instance.get_dynamic_partitions(document_shards.name) if k in current] + new
-    return dg.SensorResult(
-        run_requests=range_run_requests(order, changed, current),
-        # the new data versions of the `documents` source asset: the UI then marks stale partitions
-        asset_events=[
-            dg.AssetObservation(asset_key=documents.key, partition=k, tags={DATA_VERSION_TAG: current[k]})
-            for k in changed
-            if k in known and not current[k].startswith("unreadable:")
-        ],
-        dynamic_partitions_requests=[
-            r
-            for r in (
-                document_shards.build_add_request(new) if new else None,
-                document_shards.build_delete_request(gone) if gone else None,
-            )
-            if r
-        ],
-        cursor=json.dumps(current, sort_keys=True),
+def build_store_sensor(w: TableWiring, name: str) -> dg.SensorDefinition:
+    """A sensor that adds a partition per new shard, requests runs of new or changed shards and drops
+    the partitions and rows of shards that left the store (dynamic partitions only)."""
+    pname = dynamic_name(w.partitions_def)
+    if pname is None:
+        raise ValueError("the store sensor needs a DynamicPartitionsDefinition")
+    partitions_def = w.partitions_def
+    assert isinstance(partitions_def, dg.DynamicPartitionsDefinition)
+
+    @dg.sensor(
+        name=name,
+        asset_selection=[w.chunk_key],
+        minimum_interval_seconds=60,
+        default_status=dg.DefaultSensorStatus.STOPPED,
+        required_resource_keys={w.store_key, w.lancedb_key},
+        description="Adds a partition per new shard, materializes new or changed shards, and drops the "
+        "partitions and rows of shards that left the store.",
     )
+    # direct invocation (tests, `sensor(context)`) also passes the required resources as keywords
+    def _sensor(context: dg.SensorEvaluationContext, **_resources: object) -> dg.SensorResult:
+        st = w.resource(context, w.store_key).get_store()
+        lancedb = w.resource(context, w.lancedb_key)
+        previous: dict[str, str] = json.loads(context.cursor) if context.cursor else {}
+        current = shard_fingerprints(st)
+        known_order = context.instance.get_dynamic_partitions(pname)
+        known = set(known_order)
+        new = sorted(set(current) - known)
+        gone = sorted(known - set(current))
+        changed = sorted(k for k, fp in current.items() if previous.get(k) != fp)
+        if gone:
+            dropped = lancedb.drop_partitions(w.table_names, gone)
+            context.log.info(f"shards gone from the store: {gone}; deleted {dropped} rows")
+        order = [k for k in known_order if k in current] + new
+        return dg.SensorResult(
+            run_requests=range_run_requests(order, changed, current),
+            # the new data versions of the documents source asset: the UI then marks stale partitions
+            asset_events=[
+                dg.AssetObservation(asset_key=w.documents_key, partition=k, tags={DATA_VERSION_TAG: current[k]})
+                for k in changed
+                if k in known and not current[k].startswith("unreadable:")
+            ],
+            dynamic_partitions_requests=[
+                r
+                for r in (
+                    partitions_def.build_add_request(new) if new else None,
+                    partitions_def.build_delete_request(gone) if gone else None,
+                )
+                if r
+            ],
+            cursor=json.dumps(current, sort_keys=True),
+        )
+
+    return _sensor

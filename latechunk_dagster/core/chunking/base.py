@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar
 
+from latechunk_dagster.core.chunking.segmenters import DEFAULT_SEGMENTER, check_segmenter
 from latechunk_dagster.core.tokenization import Tokenization
 
 
@@ -71,18 +72,27 @@ class TokenBudgetStrategy(ChunkingStrategy):
 
     Attributes:
         max_tokens: the token budget of a chunk (>= 1), special and prefix tokens included.
-        language: pySBD language code of the sentence segmenter.
+        language: language code of the sentence segmenter (see
+            :data:`~latechunk_dagster.core.chunking.segmenters.SEGMENTER_LANGUAGES`).
+        segmenter: ``"sentencex"`` (default, linear-time) or ``"pysbd"``; see
+            :mod:`latechunk_dagster.core.chunking.segmenters`.
 
     Raises:
-        ValueError: ``max_tokens`` is not a positive int.
+        ValueError: at construction, ``max_tokens`` is not a positive int, the segmenter is
+            unknown or it does not support ``language`` (the message names the value and the
+            supported ones), so a bad run config fails before any engine starts.
     """
 
     max_tokens: int
     language: str = "en"
+    segmenter: str = DEFAULT_SEGMENTER
 
     def __post_init__(self) -> None:
         if type(self.max_tokens) is not int or self.max_tokens < 1:
             raise ValueError(f"max_tokens must be a positive int, got {self.max_tokens!r}")
+        if not isinstance(self.language, str) or not isinstance(self.segmenter, str):
+            raise ValueError(f"language and segmenter must be str, got {self.language!r}, {self.segmenter!r}")
+        check_segmenter(self.segmenter, self.language)
 
     @abstractmethod
     def budget_spans(self, text: str, tokens: Tokenization) -> list[Span]:

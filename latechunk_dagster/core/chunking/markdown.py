@@ -116,14 +116,14 @@ class MarkdownSections(TokenBudgetStrategy):
 
     Args:
         max_tokens: the token budget of a chunk (>= 1).
-        language: pySBD language code for the sentence fallback.
+        language, segmenter: the sentence segmenter of the fallback (default ``"sentencex"``).
 
     Raises:
         ValueError: ``max_tokens`` is not a positive int.
 
     Example:
         >>> MarkdownSections(max_tokens=256).describe()
-        "markdown_sections(language='en', max_tokens=256)"
+        "markdown_sections(language='en', max_tokens=256, segmenter='sentencex')"
     """
 
     name: ClassVar[str] = "markdown_sections"
@@ -139,5 +139,7 @@ class MarkdownSections(TokenBudgetStrategy):
             extra = (found[j - 1].end,) if j > 0 else ()
             piece = Span(section.start, section.end, heads)
             region = segment_region(starts, j, 0, len(text))
-            out.extend(pack_paragraphs(text, tokens, piece, region, self.max_tokens, extra, self.language))
+            out.extend(
+                pack_paragraphs(text, tokens, piece, region, self.max_tokens, extra, self.language, self.segmenter)
+            )
         return out

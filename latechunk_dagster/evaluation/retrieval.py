@@ -1,0 +1,172 @@
+"""Late vs naive retrieval over chunk rows: naive embeddings, exact cosine top-k, per-query metrics.
+
+* **late**: the ``vector`` column of the chunk rows, as written by the pipeline.
+* **naive**: each chunk's own ``text`` embedded alone by the same chunker (model, prefix, head):
+  ``chunker.chunk([text], FixedTokens(chunk_size=WHOLE))`` is one span over all of the text's
+  tokens, i.e. the mean of all its tokens then the head, which is the model's ordinary sequence
+  embedding. Same boundaries, same engine, nothing written.
+* **retrieval**: exact cosine similarity over every candidate row in numpy (no ANN index, so the
+  comparison carries no approximate-search noise); ties keep the row order.
+
+Rows without a char range (a chunk of special tokens only) have no text to embed naively; they
+are left out of both candidate sets and counted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from latechunk_dagster.core.chunker import LateChunker
+from latechunk_dagster.core.chunking import FixedTokens
+from latechunk_dagster.core.errors import DocumentError
+from latechunk_dagster.evaluation.metrics import judge, metric_names, query_metrics
+from latechunk_dagster.evaluation.queries import LabeledQuery, QueryFileError
+from latechunk_dagster.evaluation.report import EvalReport
+
+#: Columns read from the chunk table.
+COLUMNS = ["chunk_id", "doc_id", "partition", "char_start", "char_end", "text", "vector", "model_sha256", "strategy"]
+
+#: A chunk size no chunk text reaches: one span over the whole text (the naive embedding).
+WHOLE = 1 << 30
+
+
+def read_chunk_rows(table: Any, where: str | None = None) -> pa.Table:
+    """The :data:`COLUMNS` of every row of a LanceDB chunk table matching ``where`` (LanceDB SQL)."""
+    query = table.search().select(COLUMNS).limit(None)
+    if where:
+        query = query.where(where)
+    return query.to_arrow()
+
+
+def naive_vectors(chunker: LateChunker, texts: Sequence[str], ids: Sequence[str] | None = None) -> np.ndarray:
+    """Each text embedded alone (mean of all its tokens, then the head): float32 ``[len(texts), dim]``.
+
+    All texts go to the engine in one call. A text longer than the model is encoded in windows
+    like any document (never truncated).
+
+    Raises:
+        ValueError: a text could not be embedded; names the first few ids and reasons.
+    """
+    if not texts:
+        return np.zeros((0, chunker.embedding_dim), dtype=np.float32)
+    results = chunker.chunk(list(texts), FixedTokens(chunk_size=WHOLE), doc_ids=ids, errors="return")
+    bad = [r for r in results if isinstance(r, DocumentError)]
+    if bad:
+        detail = "; ".join(f"{r.doc_id}: {r.reason}" for r in bad[:3])
+        raise ValueError(f"{len(bad)} chunk texts could not be embedded alone ({detail})")
+    return np.stack([r.vectors[0] for r in results]).astype(np.float32)
+
+
+def top_k(queries: np.ndarray, candidates: np.ndarray, k: int) -> np.ndarray:
+    """Indices of the ``k`` most cosine-similar candidates per query, best first.
+
+    Args:
+        queries: float ``[n_queries, dim]``; candidates: float ``[n_candidates, dim]``.
+
+    Returns:
+        int64 ``[n_queries, min(k, n_candidates)]``; equal scores keep candidate order (stable sort).
+    """
+    q = queries / np.maximum(np.linalg.norm(queries, axis=1, keepdims=True), 1e-12)
+    c = candidates / np.maximum(np.linalg.norm(candidates, axis=1, keepdims=True), 1e-12)
+    scores = q.astype(np.float64) @ c.astype(np.float64).T  # shape: [n_queries, n_candidates]
+    return np.argsort(-scores, axis=1, kind="stable")[:, :k]
+
+
+def evaluate_rows(
+    chunker: LateChunker,
+    rows: pa.Table,
+    queries: Sequence[LabeledQuery],
+    *,
+    k: int = 10,
+    bootstrap_samples: int = 2000,
+    seed: int = 0,
+) -> EvalReport:
+    """Late vs naive on ``rows`` (:data:`COLUMNS`): rank every candidate row for every query, score both.
+
+    Queries none of whose documents are among the rows are skipped (counted in the report).
+
+    Raises:
+        ValueError: the rows hold vectors of another model than ``chunker``'s; no row; no query
+            left to evaluate; a naive embedding failed.
+        QueryFileError: a passage starts beyond the end of its document's chunks (a label for
+            another version of the document); names the query file line.
+    """
+    names = metric_names(k)
+    fingerprints = set(rows.column("model_sha256").unique().to_pylist()) if rows.num_rows else set()
+    if fingerprints - {chunker.card.fingerprint}:
+        other = sorted(fingerprints - {chunker.card.fingerprint})[0]
+        raise ValueError(
+            f"the chunk rows hold vectors of model {other[:12]}, the query model is "
+            f"{chunker.card.fingerprint[:12]}: evaluate with the model that wrote the table"
+        )
+    with_text = pc.is_valid(rows.column("char_start"))
+    usable = rows.filter(with_text)
+    if usable.num_rows == 0:
+        raise ValueError("no chunk rows with text to evaluate (empty table or filter)")
+    doc_ids = usable.column("doc_id").to_pylist()
+    ranges = list(zip(usable.column("char_start").to_pylist(), usable.column("char_end").to_pylist()))
+    doc_end: dict[str, int] = {}
+    for d, (_, end) in zip(doc_ids, ranges):
+        doc_end[d] = max(doc_end.get(d, 0), end)
+    kept, skipped = [], []
+    for q in queries:
+        present = [p for p in q.passages if p.doc_id in doc_end]
+        if not present:
+            skipped.append(q.query)
+            continue
+        for p in present:
+            if p.char_range is not None and p.char_range[0] >= doc_end[p.doc_id]:
+                raise QueryFileError(
+                    f"line {p.line}: passage [{p.char_range[0]}, {p.char_range[1]}) of {p.doc_id!r} starts after "
+                    f"the document's last chunk (ends at {doc_end[p.doc_id]}); query {q.query!r}"
+                )
+        kept.append(q)
+    if not kept:
+        raise ValueError(f"none of the {len(queries)} queries has its document among the {usable.num_rows} rows")
+    late = np.asarray(usable.column("vector").to_pylist(), dtype=np.float32)  # shape: [n_chunks, dim]
+    naive = naive_vectors(chunker, usable.column("text").to_pylist(), usable.column("chunk_id").to_pylist())
+    qvecs = chunker.embed_queries([q.query for q in kept])  # shape: [n_queries, dim]
+    hits = list(zip(doc_ids, ranges))
+    per_method = {}
+    for method, vectors in (("late", late), ("naive", naive)):
+        order = top_k(qvecs, vectors, k)
+        table = np.zeros((len(kept), len(names)))
+        for i, q in enumerate(kept):
+            gains, found = judge([hits[j] for j in order[i]], q.passages)
+            m = query_metrics(gains, found, k)
+            table[i] = [m[n] for n in names]
+        per_method[method] = table
+    return EvalReport(
+        k=k,
+        metrics=names,
+        queries=[q.query for q in kept],
+        late=per_method["late"],
+        naive=per_method["naive"],
+        chunks=usable.num_rows,
+        chunks_without_text=rows.num_rows - usable.num_rows,
+        skipped=skipped,
+        strategies=sorted(set(usable.column("strategy").to_pylist())),
+        bootstrap_samples=bootstrap_samples,
+        seed=seed,
+    )
+
+
+def evaluate_table(
+    chunker: LateChunker,
+    table: Any,
+    queries: Sequence[LabeledQuery],
+    *,
+    k: int = 10,
+    where: str | None = None,
+    bootstrap_samples: int = 2000,
+    seed: int = 0,
+) -> EvalReport:
+    """:func:`evaluate_rows` on the rows of a LanceDB chunk table that match ``where``."""
+    return evaluate_rows(
+        chunker, read_chunk_rows(table, where), queries, k=k, bootstrap_samples=bootstrap_samples, seed=seed
+    )

@@ -1,0 +1,84 @@
+"""A Dagster component (``dg`` YAML) over :func:`~latechunk_dagster.late_chunk_assets`.
+
+``defs.yaml`` of a component instance::
+
+    type: latechunk_dagster.integration.component.LateChunkComponent
+    attributes:
+      name: chunk_vectors
+      key_prefix: minilm
+      table_name: chunks_minilm
+      strategy: {name: sentences, params: {max_tokens: 128}}
+      engine: {model: "{{ env.MODEL_DIR }}", max_model_len: 256}
+      lancedb: {uri: /data/lancedb}
+      store: {path: /data/documents}
+
+``engine``, ``lancedb`` and ``store`` are optional: when given, the component also binds those
+resources under ``engine_resource_key`` / ``lancedb_resource_key`` / ``store_resource_key``;
+otherwise the project provides them.
+"""
+
+from typing import Any
+
+import dagster as dg
+from pydantic import Field
+
+from latechunk_dagster.core.chunking import strategy_from_config
+from latechunk_dagster.integration.factory import ENGINE_POOL, late_chunk_assets
+from latechunk_dagster.integration.resources import DocumentStoreResource, LanceDBResource, VLLMEngineResource
+from latechunk_dagster.sink import CHUNK_TABLE, REJECTED_TABLE
+
+
+class StrategyModel(dg.Model):
+    """A chunking strategy by name and parameters (:func:`latechunk_dagster.core.chunking.strategy_from_config`)."""
+
+    name: str = "sentences"
+    params: dict[str, Any] = Field(default_factory=lambda: {"max_tokens": 128})
+
+
+class LateChunkComponent(dg.Component, dg.Model, dg.Resolvable):
+    """One late-chunked LanceDB table: documents, chunk asset, checks, sensor, index and jobs."""
+
+    name: str = "chunk_vectors"
+    key_prefix: str | None = None
+    group_name: str = "latechunk"
+    table_name: str = CHUNK_TABLE
+    rejected_table_name: str = REJECTED_TABLE
+    pool: str | None = ENGINE_POOL
+    strategy: StrategyModel = Field(default_factory=StrategyModel)
+    documents_asset: str | None = Field(
+        default=None, description="Key (a/b) of an upstream asset of documents; empty: the store resource."
+    )
+    engine_resource_key: str = "engine"
+    lancedb_resource_key: str = "lancedb"
+    store_resource_key: str = "store"
+    engine: dict[str, Any] | None = Field(default=None, description="VLLMEngineResource fields.")
+    lancedb: dict[str, Any] | None = Field(default=None, description="LanceDBResource fields.")
+    store: dict[str, Any] | None = Field(default=None, description="DocumentStoreResource fields.")
+    index: bool = True
+    sensor: bool = True
+
+    def build_defs(self, context: dg.ComponentLoadContext) -> dg.Definitions:
+        table = late_chunk_assets(
+            name=self.name,
+            key_prefix=self.key_prefix,
+            group_name=self.group_name,
+            pool=self.pool,
+            engine_resource_key=self.engine_resource_key,
+            lancedb_resource_key=self.lancedb_resource_key,
+            store_resource_key=self.store_resource_key,
+            documents=self.documents_asset.split("/") if self.documents_asset else None,
+            table_name=self.table_name,
+            rejected_table_name=self.rejected_table_name,
+            strategy=strategy_from_config(self.strategy.name, self.strategy.params),
+            model=(self.engine or {}).get("model"),
+            index=self.index,
+            sensor=self.sensor,
+        )
+        resources: dict[str, Any] = {}
+        if self.engine is not None:
+            resources[self.engine_resource_key] = VLLMEngineResource(**self.engine)
+        if self.lancedb is not None:
+            resources[self.lancedb_resource_key] = LanceDBResource(**self.lancedb)
+        if self.store is not None:
+            resources[self.store_resource_key] = DocumentStoreResource(**self.store)
+        return table.to_definitions(resources=resources or None)

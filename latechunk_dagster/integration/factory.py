@@ -1,0 +1,261 @@
+"""The asset factory: one call = the assets, checks, sensor and jobs of one late-chunked table.
+
+Nothing here is fixed at import: keys, group, partitions, pool, resource keys and table names
+are arguments, and a :class:`~latechunk_dagster.integration.translator.LateChunkTranslator`
+turns them into asset specs. Two calls (two models, two tables) live side by side in one
+``Definitions``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import dagster as dg
+
+from latechunk_dagster.core.chunking import ChunkingStrategy, Sentences
+from latechunk_dagster.integration.assets import build_chunk_asset, build_documents_asset, build_index_asset
+from latechunk_dagster.integration.checks import build_checks
+from latechunk_dagster.integration.sensors import build_store_sensor
+from latechunk_dagster.integration.translator import LateChunkTableProps, LateChunkTranslator, as_key_prefix
+from latechunk_dagster.integration.wiring import TableWiring, dynamic_name
+from latechunk_dagster.sink import CHUNK_TABLE, REJECTED_TABLE
+
+#: Default Dagster concurrency pool of the encoder: set its limit to the number of GPUs
+#: (``dagster instance concurrency set latechunk_engine 1``).
+ENGINE_POOL = "latechunk_engine"
+
+#: The default strategy: sentences packed into chunks of at most 128 tokens.
+DEFAULT_STRATEGY = Sentences(max_tokens=128)
+
+_UNSET: Any = object()
+
+
+@dataclass
+class LateChunkDefinitions:
+    """What :func:`late_chunk_assets` returns for one table.
+
+    Attributes:
+        chunk_asset: the partitioned chunk asset.
+        documents_asset: the observable store asset (``None`` when documents come from an upstream asset).
+        index_asset: the index asset (``None`` with ``index=False``).
+        asset_checks: the blocking checks on the chunk asset.
+        sensors: the store sensor (dynamic partitions over a store only).
+        jobs: ``chunk_job`` (the chunk asset and its checks) and ``index_job``.
+        wiring: the names every piece shares (keys, resource keys, tables, partitions).
+    """
+
+    chunk_asset: dg.AssetsDefinition
+    documents_asset: dg.SourceAsset | None
+    index_asset: dg.AssetsDefinition | None
+    asset_checks: list[dg.AssetChecksDefinition]
+    sensors: list[dg.SensorDefinition]
+    jobs: list[Any]
+    wiring: TableWiring
+    extra_assets: list[Any] = field(default_factory=list)
+
+    @property
+    def assets(self) -> list[Any]:
+        """Every asset of the table (documents, chunks, index, and any added ones)."""
+        return [a for a in (self.documents_asset, self.chunk_asset, self.index_asset) if a is not None] + list(
+            self.extra_assets
+        )
+
+    @property
+    def partitions_def(self) -> dg.PartitionsDefinition:
+        return self.wiring.partitions_def
+
+    def to_definitions(self, resources: dict[str, Any] | None = None, **kwargs: Any) -> dg.Definitions:
+        """A ``Definitions`` with every piece (merge it with others via ``dg.Definitions.merge``)."""
+        return dg.Definitions(
+            assets=self.assets,
+            asset_checks=self.asset_checks,
+            sensors=self.sensors,
+            jobs=self.jobs,
+            resources=resources,
+            **kwargs,
+        )
+
+
+def late_chunk_assets(
+    *,
+    name: str = "chunk_vectors",
+    key_prefix: str | Sequence[str] | None = None,
+    group_name: str = "latechunk",
+    partitions_def: dg.PartitionsDefinition | None = None,
+    backfill_policy: dg.BackfillPolicy | None = _UNSET,
+    pool: str | None = ENGINE_POOL,
+    engine_resource_key: str = "engine",
+    lancedb_resource_key: str = "lancedb",
+    store_resource_key: str = "store",
+    documents: dg.AssetKey | str | Sequence[str] | dg.AssetsDefinition | None = None,
+    id_column: str = "id",
+    text_column: str = "text",
+    table_name: str = CHUNK_TABLE,
+    rejected_table_name: str = REJECTED_TABLE,
+    strategy: ChunkingStrategy = DEFAULT_STRATEGY,
+    model: str | None = None,
+    translator: LateChunkTranslator | None = None,
+    index: bool = True,
+    sensor: bool = True,
+    parity_check: bool = True,
+    job_name: str | None = None,
+    index_job_name: str | None = None,
+    sensor_name: str | None = None,
+    queries: str | Path | None = None,
+    eval_margin: float = 5.0,
+) -> LateChunkDefinitions:
+    """Build the assets, checks, sensor and jobs of one late-chunked LanceDB table.
+
+    Args:
+        name: name of the chunk asset (its key is ``key_prefix + [name]``).
+        key_prefix: asset key prefix of every asset of the table (``"e5"`` or ``["search", "e5"]``).
+        group_name: Dagster group of the assets.
+        partitions_def: any Dagster partitions definition; default: a
+            ``DynamicPartitionsDefinition`` named ``<prefix>_document_shards`` (one partition per
+            shard of the store, kept in sync by the sensor).
+        backfill_policy: default ``BackfillPolicy.single_run()`` (one run and one engine load for a
+            backfill of many partitions); ``None`` for one run per partition.
+        pool: Dagster concurrency pool of the steps that run the encoder (``None``: no pool).
+        engine_resource_key, lancedb_resource_key, store_resource_key: resource keys of a
+            :class:`~latechunk_dagster.integration.resources.VLLMEngineResource` (or any resource with
+            ``get_chunker()``), a ``LanceDBResource`` and a ``DocumentStoreResource``.
+        documents: an upstream asset (key or definition) whose value per partition is a table of
+            documents (``pyarrow.Table``, pandas or polars ``DataFrame``) with ``id_column`` and
+            ``text_column``, partitioned like the chunk asset. ``None`` (default): the store resource,
+            observed by a ``documents`` source asset.
+        table_name, rejected_table_name: LanceDB tables of chunks and of rejected documents.
+        strategy: default chunking strategy (run config may choose another per run).
+        model: model directory whose fingerprint enters the code version (so a model change marks
+            every partition stale); default: not part of the code version.
+        translator: maps the table to asset specs (keys, descriptions, code version).
+        index: add the index asset; sensor: add the store sensor (dynamic partitions over a store);
+        parity_check: add the ``parity_sample`` check (re-embeds two documents per partition).
+        job_name, index_job_name, sensor_name: names of the two jobs and the sensor (default
+            ``<prefix>_<name>_job``, ``..._index_job``, ``..._store_sensor``).
+        queries: a labeled query file (JSONL, :mod:`latechunk_dagster.evaluation.queries`): adds the
+            ``retrieval_eval`` asset (late vs naive on this table) and its check ``late_not_below_naive``
+            (fails when late nDCG@k is below naive by more than ``eval_margin`` points).
+
+    Returns:
+        :class:`LateChunkDefinitions` (``.to_definitions()`` gives a ``dg.Definitions``).
+
+    Raises:
+        ValueError: ``sensor=True`` with upstream documents is ignored; a ``char_spans`` default strategy.
+
+    Example (two models, two tables, one store)::
+
+        import dagster as dg
+        from latechunk_dagster import (DocumentStoreResource, FixedTokens, LanceDBResource,
+                                       VLLMEngineResource, late_chunk_assets)
+
+        shards = dg.DynamicPartitionsDefinition(name="shards")
+        minilm = late_chunk_assets(key_prefix="minilm", table_name="chunks_minilm", partitions_def=shards)
+        e5 = late_chunk_assets(key_prefix="e5", table_name="chunks_e5", partitions_def=shards,
+                               engine_resource_key="e5_engine", strategy=FixedTokens(chunk_size=256),
+                               sensor=False)
+        defs = dg.Definitions.merge(
+            minilm.to_definitions(),
+            e5.to_definitions(),
+            dg.Definitions(resources={
+                "engine": VLLMEngineResource(model="/models/all-MiniLM-L6-v2"),
+                "e5_engine": VLLMEngineResource(model="/models/e5-base-v2", prefix="passage: "),
+                "lancedb": LanceDBResource(uri="/tmp/latechunk-example/lancedb"),
+                "store": DocumentStoreResource(path="/tmp/latechunk-example/documents"),
+            }),
+        )
+    """
+    if strategy.name == "char_spans":
+        raise ValueError("char_spans needs per-document spans and cannot be a table's default strategy")
+    translator = translator or LateChunkTranslator()
+    prefix = as_key_prefix(key_prefix)
+    slug = "_".join([*prefix, name]) if prefix else name
+    if partitions_def is None:
+        partitions_def = dg.DynamicPartitionsDefinition(name="_".join([*prefix, "document_shards"]))
+    if backfill_policy is _UNSET:
+        backfill_policy = dg.BackfillPolicy.single_run()
+    from_asset = documents is not None
+    if isinstance(documents, dg.AssetsDefinition):
+        documents_key = documents.key
+    elif documents is not None:
+        documents_key = dg.AssetKey.from_coercible(documents)
+    else:
+        documents_key = dg.AssetKey([*prefix, "documents"])
+    from latechunk_dagster.core.model_card import model_version
+
+    props = LateChunkTableProps(
+        name=name,
+        key_prefix=prefix,
+        group_name=group_name,
+        table_name=table_name,
+        rejected_table_name=rejected_table_name,
+        strategy=strategy,
+        model_version=model_version(model) if model else None,
+        documents_key=documents_key,
+    )
+    chunk_spec = translator.get_chunk_spec(props)
+    index_spec = translator.get_index_spec(props) if index else None
+    w = TableWiring(
+        chunk_key=chunk_spec.key,
+        documents_key=documents_key,
+        index_key=index_spec.key if index_spec else None,
+        documents_from_asset=from_asset,
+        id_column=id_column,
+        text_column=text_column,
+        partitions_def=partitions_def,
+        pool=pool,
+        engine_key=engine_resource_key,
+        lancedb_key=lancedb_resource_key,
+        store_key=store_resource_key,
+        table_name=table_name,
+        rejected_table_name=rejected_table_name,
+        strategy=strategy,
+    )
+    chunk_asset = build_chunk_asset(w, chunk_spec, backfill_policy)
+    documents_asset = None if from_asset else build_documents_asset(w, translator.get_documents_spec(props))
+    index_asset = build_index_asset(w, index_spec) if index_spec else None
+    sensors = []
+    if sensor and not from_asset and dynamic_name(partitions_def):
+        sensors.append(build_store_sensor(w, sensor_name or f"{slug}_store_sensor"))
+    jobs: list[Any] = [
+        dg.define_asset_job(
+            job_name or f"{slug}_job",
+            selection=dg.AssetSelection.assets(chunk_asset.key),
+            partitions_def=partitions_def,
+            description=f"Late-chunk partitions into {table_name!r}, then run the asset checks.",
+        )
+    ]
+    if index_asset is not None:
+        jobs.append(
+            dg.define_asset_job(index_job_name or f"{slug}_index_job", selection=dg.AssetSelection.assets(index_asset))
+        )
+    checks = build_checks(w, with_parity=parity_check)
+    extra: list[Any] = []
+    if queries is not None:
+        from latechunk_dagster.integration.evaluation import retrieval_eval_asset
+
+        eval_asset, eval_check = retrieval_eval_asset(
+            chunk_asset_key=chunk_asset.key,
+            queries_path=queries,
+            key=translator.key(props, "retrieval_eval"),
+            group_name=group_name,
+            engine_resource_key=engine_resource_key,
+            lancedb_resource_key=lancedb_resource_key,
+            store_resource_key=None if from_asset else store_resource_key,
+            table_name=table_name,
+            margin=eval_margin,
+        )
+        extra.append(eval_asset)
+        checks.append(eval_check)
+    return LateChunkDefinitions(
+        chunk_asset=chunk_asset,
+        documents_asset=documents_asset,
+        index_asset=index_asset,
+        asset_checks=checks,
+        sensors=sensors,
+        jobs=jobs,
+        wiring=w,
+        extra_assets=extra,
+    )

