@@ -12,12 +12,14 @@ table every time it builds the index and reports it, so a table where it is lowe
 
 from __future__ import annotations
 
+import logging
 import math
 from datetime import timedelta
 from typing import Any
 
 import numpy as np
 
+log = logging.getLogger(__name__)
 #: Below this many rows a flat (brute-force) scan is exact and fast enough; an index needs
 #: enough rows to train its partitions and pays off only on large tables.
 ANN_MIN_ROWS = 50_000
@@ -139,6 +141,14 @@ def refresh_indexes(table: Any, *, ann_min_rows: int = ANN_MIN_ROWS) -> dict[str
         report["recall_at_10"] = 1.0
         report["recall_sample"] = 0
     report["recall_ok"] = report["recall_at_10"] >= RECALL_TARGET
+    if not report["recall_ok"]:
+        log.warning(
+            "approximate search found %.3f of the exact top 10 on %d sampled rows (target %.2f); "
+            "search(..., exact=True) scans every row",
+            report["recall_at_10"],
+            report["recall_sample"],
+            RECALL_TARGET,
+        )
     table.create_fts_index("text", replace=True)
     table.create_scalar_index("doc_id", index_type="BTREE", replace=True)
     table.create_scalar_index("partition", index_type="BITMAP", replace=True)
