@@ -87,9 +87,12 @@ def test_unsupported_language_is_refused_at_construction(cls: type) -> None:
 
 
 def test_run_config_with_unsupported_language_fails_before_any_engine() -> None:
+    from latechunk_dagster import Sentences
     from latechunk_dagster.integration.assets import ChunkingConfig
 
     with pytest.raises(ValueError, match=r"language='zz'.*supported: "):
-        ChunkingConfig(strategy="sentences", language="zz").build()
+        ChunkingConfig(strategy="sentences", language="zz").build(Sentences(max_tokens=128))
+    with pytest.raises(ValueError, match=r"language='pt'.*'pysbd'"):
+        ChunkingConfig(language="pt", segmenter="pysbd").build(Sentences(max_tokens=128))
     with pytest.raises(ValueError, match=r"language='pt'.*'pysbd'"):
         strategy_from_config("sentences", {"max_tokens": 64, "language": "pt", "segmenter": "pysbd"})
