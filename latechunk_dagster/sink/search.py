@@ -31,6 +31,7 @@ def search(
     k: int = 5,
     where: str | None = None,
     exact: bool = False,
+    connect_kwargs: dict[str, Any] | None = None,
 ) -> list[Hit]:
     """Top-``k`` chunks for ``query`` by cosine distance.
 
@@ -43,6 +44,8 @@ def search(
     synthetic data; ``chunk_index``'s metadata holds the recall measured on your table).
 
     Args:
+        connect_kwargs: options for ``lancedb.connect`` (``storage_options`` for an object store,
+            ``api_key`` for LanceDB Cloud: what ``LanceDBResource.connect_kwargs()`` returns).
         where: optional LanceDB SQL filter (e.g. ``"partition = 'a'"``; quote with
             :func:`latechunk_dagster.sink.sql_string`).
         exact: bypass the vector index and scan every row: the exact top ``k`` (cost linear in rows).
@@ -50,7 +53,7 @@ def search(
     Raises:
         ValueError: the table was written by another model than ``chunker``'s, or does not exist.
     """
-    db = sink.connect(uri)
+    db = sink.connect(uri, **(connect_kwargs or {}))
     if table_name not in db.list_tables().tables:
         raise ValueError(f"no table {table_name!r} at {uri}: materialize chunk_vectors first")
     table = db.open_table(table_name)
