@@ -73,7 +73,6 @@ def fingerprint_of(items: Iterable[Document | RejectedRow]) -> str:
     what :meth:`DocumentStore.shard_fingerprint` returns, without reading the shard again. Changes
     iff a document is added, removed, renamed or edited, or a bad row appears, changes or is fixed."""
     pairs = sorted(
-        (item.doc_id, item.sha256) if isinstance(item, Document) else (f"!{item.where}", item.sha256)
-        for item in items
+        (item.doc_id, item.sha256) if isinstance(item, Document) else (f"!{item.where}", item.sha256) for item in items
     )
     return hashlib.sha256(json.dumps(pairs, separators=(",", ":")).encode("ascii")).hexdigest()
