@@ -155,8 +155,12 @@ class DocumentStore:
         """A cheap estimate of the shard's rows, for progress: Parquet footers, JSONL newlines,
         text files; ``None`` for a single-file store with a ``shard`` column (unknown without a scan)."""
         if self.path.is_file():
-            return None
-        files = self._shard_files().get(shard, [])
+            first = next(iter(self._single_file_rows(("shard",))), None)
+            if first is None or (isinstance(first[1], Row) and "shard" in first[1].values):
+                return None
+            files = [self.path]
+        else:
+            files = self._shard_files().get(shard, [])
         if self.kind == "text":
             return len(files)
         total = 0
