@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -412,3 +413,25 @@ def test_code_version_names_the_model_and_default_strategy(tmp_path, minilm_dir)
     tiny = build_tiny_bert(tmp_path / "tiny", minilm_dir)
     assert version(VLLMEngineResource(model=str(tiny)), ChunkingConfig()) != shipped
     assert version(VLLMEngineResource(), ChunkingConfig(strategy="fixed_tokens")) != shipped
+
+
+def test_sensor_and_observation_survive_a_bad_row(tmp_path) -> None:
+    """Issue 11: one bad row in a single-file store must not fail the sensor tick (or the observation)."""
+    path = tmp_path / "one.jsonl"
+    path.write_text(
+        '{"id": "x", "text": "Owls hunt at night.", "shard": "x"}\n'
+        '{"id": "y", "text": null, "shard": "y"}\n'
+        '{"id": "z", "text": "Green tea is steamed.", "shard": "z"}\n'
+    )
+    defs = make_defs(path, tmp_path / "db")
+    sensor = defs.resolve_sensor_def("document_store_sensor")
+    resources = {"store": DocumentStoreResource(path=str(path)), "lancedb": LanceDBResource(uri=str(tmp_path / "db"))}
+    (tmp_path / "home").mkdir()
+    with dg.instance_for_test(temp_dir=str(tmp_path / "home")) as instance:
+        with dg.build_sensor_context(instance=instance, resources=resources) as ctx:
+            tick = sensor(ctx)
+        [add] = tick.dynamic_partitions_requests
+        assert list(add.partition_keys) == ["x", "y", "z"]
+        assert not any(v.startswith("unreadable:") for v in json.loads(tick.cursor).values())
+    # the `documents` observation computes exactly these (shard_fingerprint per known shard)
+    assert set(DocumentStore.from_path(path).fingerprints()) == {"x", "y", "z"}
