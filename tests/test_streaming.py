@@ -220,3 +220,29 @@ def test_an_unreadable_file_fails_its_partition(chunker: LateChunker, tmp_path: 
     with pytest.raises(SystemicFailureError, match="unreadable_file"):
         run(chunker, store.iter_shard("bad"), tmp_path, tables=(chunks, rejected))
     assert rows_of(chunks).equals(before)
+
+
+class Recording:
+    """The real chunker, with the document tokens of each engine call written down."""
+
+    def __init__(self, chunker: LateChunker) -> None:
+        self._chunker = chunker
+        self.calls: list[tuple[int, int]] = []  # (documents, document tokens) per chunk() call
+
+    def __getattr__(self, name: str):  # type: ignore[no-untyped-def]
+        return getattr(self._chunker, name)
+
+    def chunk(self, texts, strategy, **kw):  # type: ignore[no-untyped-def]
+        results = self._chunker.chunk(texts, strategy, **kw)
+        self.calls.append((len(texts), sum(len(r.token_ids) for r in results if hasattr(r, "token_ids"))))
+        return results
+
+
+def test_batches_keep_to_the_token_budget(chunker: LateChunker, tmp_path: Path) -> None:
+    recording = Recording(chunker)
+    docs = [d for d in corpus(40) if d.doc_id != "long"]
+    report, _, _ = run(recording, docs, tmp_path, batch_tokens=120)  # type: ignore[arg-type]
+    assert len(recording.calls) == report.batches >= 6
+    assert all(tokens <= 120 for n, tokens in recording.calls if n > 1), recording.calls
+    assert sum(t for _, t in recording.calls) == report.tokens_encoded
+    assert max(n for n, _ in recording.calls[1:]) > 2  # after the first batch the estimate tightens

@@ -9,9 +9,12 @@ Flow of :func:`materialize_partition` (three threads, bounded queues between the
     then            systemic-failure check -> ONE LanceDB commit streamed from the staged file
 
 **Memory.** At most :data:`IN_FLIGHT_BATCHES` batches of documents are between the iterator and
-the staging file (one being formed, one queued, one encoding, one queued, one being written), and
-only the engine call holds token states. The rows go to disk as they are made; the commit streams
-them back in record batches. Peak memory therefore follows ``batch_tokens``, not the partition.
+the staging file (one being formed, one queued, one encoding, one queued, one being written; plus
+the document the iterator is handing over), and only the engine call holds token states. The rows
+go to disk as they are made; the commit streams them back in record batches. What grows with the
+partition is bookkeeping of ids and hashes (~0.5 KB per document) and LanceDB's merge (~+100 MB
+for 30k rows, measured in ``bench/partition_memory.py``). Peak memory therefore follows
+``batch_tokens``, not the partition's text or vectors.
 
 **Atomicity: why staging + one streamed merge_insert.** A reader of the table must see the
 partition's complete old rows or its complete new rows. LanceDB commits are atomic table versions,
@@ -246,6 +249,8 @@ def materialize_partition(
                             report.chunks_written += rows.num_rows
                             estimator.observe(good)
                         meter.add(len(batch), sum(len(r.token_ids) for _, r in good))
+            except _Stopped:
+                return  # another thread failed and raises its own error
             except BaseException as exc:
                 state.writer_error = exc
                 stop.set()
@@ -267,10 +272,10 @@ def materialize_partition(
                 _put(to_writer, (batch, results), stop)
             _put(to_writer, _END, stop)
             writer.join()
+        except _Stopped:  # the writer failed while this thread waited on it
+            raise state.writer_error from None  # type: ignore[misc]
         except BaseException:
             stop.set()
-            if state.writer_error is not None:
-                raise state.writer_error from None
             raise
         finally:
             reader.join(timeout=5)
@@ -435,4 +440,8 @@ def _get(q: queue.Queue, stop: threading.Event) -> object:
             return q.get(timeout=0.1)
         except queue.Empty:
             if stop.is_set():
-                raise RuntimeError("partition pipeline stopped") from None
+                raise _Stopped from None
+
+
+class _Stopped(Exception):
+    """Raised in a pipeline thread waiting on a queue after another thread failed."""
