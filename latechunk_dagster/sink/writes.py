@@ -130,10 +130,14 @@ def commit_documents(
         before = table.count_rows(scope)
         table.delete(scope)
         return WriteResult(0, 0, before, table.version)
+    if not replaced:
+        # only new documents: their chunk_ids are not in the table, so one append is the whole
+        # change (one commit; measured +50 MB for 20k rows where the merge took +200 MB)
+        before = table.count_rows(f"partition = {sql_string(partition)}")
+        table.add(rows)
+        return WriteResult(table.count_rows(f"partition = {sql_string(partition)}") - before, 0, 0, table.version)
     merge = table.merge_insert("chunk_id").when_matched_update_all().when_not_matched_insert_all()
-    if replaced:
-        merge = merge.when_not_matched_by_source_delete(scope)
-    result = merge.execute(rows)
+    result = merge.when_not_matched_by_source_delete(scope).execute(rows)
     return WriteResult(
         int(getattr(result, "num_inserted_rows", 0)),
         int(getattr(result, "num_updated_rows", 0)),
