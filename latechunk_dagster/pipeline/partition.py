@@ -64,6 +64,7 @@ from latechunk_dagster.core.chunking import ChunkingStrategy
 from latechunk_dagster.core.errors import DocumentError, LateChunkError
 from latechunk_dagster.core.results import ChunkedDocument
 from latechunk_dagster.pipeline.config import default_batch_tokens, vector_config
+from latechunk_dagster.pipeline.memory import release_freed_memory
 from latechunk_dagster.pipeline.progress import Progress, ProgressMeter
 from latechunk_dagster.sink.rows import chunk_batch, encoded_tokens, lineage, rejected_row, rejection_row
 from latechunk_dagster.sink.schema import REJECTED_SCHEMA, chunk_schema, sql_string
@@ -269,6 +270,7 @@ def materialize_partition(
                 )
                 report.engine_seconds += time.perf_counter() - t0
                 report.batches += 1
+                release_freed_memory()  # the batch's token states are freed: hand the pages back
                 _put(to_writer, (batch, results), stop)
             _put(to_writer, _END, stop)
             writer.join()
