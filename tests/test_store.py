@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from latechunk_dagster.app.demo_corpus import DEMO_SHARDS, SHARD_LETTERS, build_demo_store, shard_of
-from latechunk_dagster.sources.files import Document, DocumentStore
+from latechunk_dagster.sources.files import Document, DocumentStore, RejectedRow
 
 
 def sha(text: str) -> str:
@@ -137,26 +137,114 @@ def test_lone_surrogate_in_jsonl_is_kept_for_rejection(tmp_path: Path) -> None:
     assert doc.sha256 == hashlib.sha256(doc.text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
-def test_duplicate_id_in_shard(tmp_path: Path) -> None:
-    path = write_jsonl(tmp_path / "docs.jsonl", [{"id": "dup", "text": "1"}, {"id": "dup", "text": "2"}])
-    with pytest.raises(ValueError, match=r"duplicate doc_id 'dup' in shard 'docs'"):
-        DocumentStore.from_path(path).read_shard("docs")
+def test_duplicate_id_keeps_the_first_and_rejects_later_rows(tmp_path: Path) -> None:
+    rows = [{"id": "dup", "text": "1"}, {"id": "ok", "text": "fine"}, {"id": "dup", "text": "2"}]
+    path = write_jsonl(tmp_path / "docs.jsonl", rows)
+    docs, rejected = DocumentStore.from_path(path).read_shard_with_rejections("docs")
+    assert docs == [Document("dup", "1", sha("1")), Document("ok", "fine", sha("fine"))]
+    [rej] = rejected
+    assert (rej.doc_id, rej.reason) == ("dup", "duplicate_id")
+    assert f"{path.resolve()}: row 3: duplicate doc_id 'dup' in shard 'docs'" in rej.detail
+    assert "row 1, which is kept" in rej.detail
 
 
 @pytest.mark.parametrize(
-    ("row", "message"),
+    ("row", "reason", "message"),
     [
-        ({"text": "no id"}, "missing or null 'id'"),
-        ({"id": None, "text": "null id"}, "missing or null 'id'"),
-        ({"id": "t"}, "'text' must be a string, got missing"),
-        ({"id": "t", "text": 3}, "'text' must be a string, got int"),
+        ({"text": "no id"}, "missing_id", "missing or null 'id'"),
+        ({"id": None, "text": "null id"}, "missing_id", "missing or null 'id'"),
+        ({"id": ["x"], "text": "list id"}, "bad_id", "'id' must be a string or an integer, got list"),
+        ({"id": "t"}, "bad_text", "'text' must be a string, got missing"),
+        ({"id": "t", "text": 3}, "bad_text", "'text' must be a string, got int"),
+        ({"id": "t", "text": None}, "bad_text", "'text' must be a string, got null"),
     ],
 )
-def test_bad_jsonl_row_names_file_and_row(tmp_path: Path, row: dict, message: str) -> None:
-    path = write_jsonl(tmp_path / "docs.jsonl", [{"id": "ok", "text": "fine"}, row])
-    with pytest.raises(ValueError, match=message) as info:
-        DocumentStore.from_path(path).read_shard("docs")
-    assert f"{path.resolve()}: row 2" in str(info.value)
+def test_bad_jsonl_row_is_rejected_alone_naming_file_and_row(
+    tmp_path: Path, row: dict, reason: str, message: str
+) -> None:
+    path = write_jsonl(tmp_path / "docs.jsonl", [{"id": "ok", "text": "fine"}, row, {"id": "ok2", "text": "also"}])
+    store = DocumentStore.from_path(path)
+    assert store.shards() == ["docs"]
+    docs, [rej] = store.read_shard_with_rejections("docs")
+    assert [d.doc_id for d in docs] == ["ok", "ok2"]
+    assert rej.reason == reason and message in rej.detail
+    assert rej.detail.startswith(f"{path.resolve()}: row 2")
+
+
+def test_invalid_json_line_is_rejected_alone(tmp_path: Path) -> None:
+    path = tmp_path / "docs.jsonl"
+    path.write_text('{"id": "a", "text": "one"}\n{"id": "b", "text": \n[1, 2]\n{"id": "c", "text": "three"}\n')
+    docs, rejected = DocumentStore.from_path(path).read_shard_with_rejections("docs")
+    assert [d.doc_id for d in docs] == ["a", "c"]
+    assert [(r.doc_id, r.reason) for r in rejected] == [("row 2", "invalid_json"), ("row 3", "invalid_json")]
+    assert "expected a JSON object, got list" in rejected[1].detail
+
+
+def test_single_file_with_a_bad_row_in_one_shard(tmp_path: Path) -> None:
+    """Issue 11: shards() must not raise; only the bad row is reported."""
+    rows = [
+        {"id": "x", "text": "good x", "shard": "x"},
+        {"id": "y", "text": None, "shard": "y"},
+        {"id": "z", "text": "good z", "shard": "z"},
+    ]
+    path = write_jsonl(tmp_path / "one.jsonl", rows)
+    store = DocumentStore.from_path(path)
+    assert store.shards() == ["x", "y", "z"]
+    assert store.read_shard("x") == [Document("x", "good x", sha("good x"))]
+    assert store.read_shard("z") == [Document("z", "good z", sha("good z"))]
+    [rej] = list(store.iter_shard("y"))
+    assert isinstance(rej, RejectedRow) and (rej.doc_id, rej.reason) == ("y", "bad_text")
+    assert f"{path.resolve()}: row 2: 'text' must be a string, got null (id 'y')" == rej.detail
+    assert set(store.fingerprints()) == {"x", "y", "z"}
+
+
+def test_bad_shard_value_goes_to_the_file_stem_shard(tmp_path: Path) -> None:
+    rows = [{"id": "a", "text": "one", "shard": "s"}, {"id": "b", "text": "two", "shard": ""}, {"id": "c", "text": "3"}]
+    store = DocumentStore.from_path(write_jsonl(tmp_path / "f.jsonl", rows))
+    assert store.shards() == ["f", "s"]
+    docs, [rej] = store.read_shard_with_rejections("f")
+    assert [d.doc_id for d in docs] == ["c"] and (rej.doc_id, rej.reason) == ("b", "bad_shard")
+
+
+def test_fingerprint_changes_when_a_bad_row_is_fixed(tmp_path: Path) -> None:
+    path = write_jsonl(tmp_path / "d.jsonl", [{"id": "a", "text": "one"}, {"id": "b", "text": None}])
+    store = DocumentStore.from_path(path)
+    broken = store.shard_fingerprint("d")
+    write_jsonl(path, [{"id": "a", "text": "one"}, {"id": "b", "text": "two"}])
+    assert store.shard_fingerprint("d") != broken
+
+
+def test_iter_shard_streams(tmp_path: Path) -> None:
+    path = write_jsonl(tmp_path / "d.jsonl", [{"id": str(i), "text": f"doc {i}"} for i in range(5000)])
+    it = DocumentStore.from_path(path).iter_shard("d")
+    assert next(it) == Document("0", "doc 0", sha("doc 0"))  # a generator: nothing read ahead of need
+    assert DocumentStore.from_path(path).count_documents("d") == 5000
+
+
+# ----------------------------------------------------------------------------- byte order marks
+
+
+def test_bom_starting_a_jsonl_file(tmp_path: Path) -> None:
+    """Issue 11: bytes EF BB BF then two good rows read as two documents."""
+    path = tmp_path / "docs.jsonl"
+    path.write_bytes(b"\xef\xbb\xbf" + b'{"id": "1", "text": "one"}\n{"id": "2", "text": "two"}\n')
+    docs, rejected = DocumentStore.from_path(path).read_shard_with_rejections("docs")
+    assert docs == [Document("1", "one", sha("one")), Document("2", "two", sha("two"))] and rejected == []
+
+
+def test_bom_in_text_files_lines_and_values_is_not_text(tmp_path: Path) -> None:
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    (tree / "a.md").write_bytes("\ufeff# Title\n\nIntro.\n".encode())
+    (tree / "b.txt").write_bytes("x\ufeffy".encode())  # not leading: a zero-width no-break space, kept
+    docs = DocumentStore.from_path(tree).read_shard("_root")
+    assert [d.text for d in docs] == ["# Title\n\nIntro.\n", "x\ufeffy"]
+    assert docs[0].sha256 == sha("# Title\n\nIntro.\n")
+    jsonl = tmp_path / "j.jsonl"
+    jsonl.write_bytes(b'{"id": "1", "text": "one"}\n\xef\xbb\xbf{"id": "2", "text": "\\ufefftwo"}\n')
+    assert [d.text for d in DocumentStore.from_path(jsonl).read_shard("j")] == ["one", "two"]
+    pq_path = write_parquet(tmp_path / "p.parquet", [{"id": "1", "text": "\ufeffpq text"}])
+    assert DocumentStore.from_path(pq_path).read_shard("p") == [Document("1", "pq text", sha("pq text"))]
 
 
 # --------------------------------------------------------------------------------------- Parquet
@@ -183,16 +271,46 @@ def test_parquet_directory(tmp_path: Path) -> None:
     assert [d.sha256 for d in store.read_shard("p2")] == [sha("second"), sha("third")]
 
 
-def test_parquet_missing_column(tmp_path: Path) -> None:
+def test_parquet_missing_column_is_one_rejected_file(tmp_path: Path) -> None:
     path = write_parquet(tmp_path / "docs.parquet", [{"id": "a", "body": "no text column"}])
-    with pytest.raises(ValueError, match=r"docs\.parquet: missing column\(s\) \['text'\]"):
-        DocumentStore.from_path(path).read_shard("docs")
+    docs, [rej] = DocumentStore.from_path(path).read_shard_with_rejections("docs")
+    assert docs == [] and (rej.doc_id, rej.reason) == ("*", "unreadable_file")
+    assert "docs.parquet: missing column(s) ['text']" in rej.detail
 
 
-def test_parquet_null_id_names_row(tmp_path: Path) -> None:
-    path = write_parquet(tmp_path / "docs.parquet", [{"id": "a", "text": "x"}, {"id": None, "text": "y"}])
-    with pytest.raises(ValueError, match=r"docs\.parquet: row 2: missing or null 'id'"):
-        DocumentStore.from_path(path).shards()
+def test_parquet_null_id_null_text_and_wrong_type_rejected_alone(tmp_path: Path) -> None:
+    path = write_parquet(
+        tmp_path / "docs.parquet", [{"id": "a", "text": "x"}, {"id": None, "text": "y"}, {"id": "c", "text": None}]
+    )
+    store = DocumentStore.from_path(path)
+    assert store.shards() == ["docs"]
+    docs, rejected = store.read_shard_with_rejections("docs")
+    assert [d.doc_id for d in docs] == ["a"]
+    assert [(r.doc_id, r.reason) for r in rejected] == [("row 2", "missing_id"), ("c", "bad_text")]
+    assert "docs.parquet: row 2: missing or null 'id'" in rejected[0].detail
+    typed = tmp_path / "typed.parquet"
+    pq.write_table(pa.table({"id": ["a", "b"], "text": pa.array([[1], [2, 3]])}), typed)
+    _, rejected = DocumentStore.from_path(typed).read_shard_with_rejections("typed")
+    assert [r.reason for r in rejected] == ["bad_text", "bad_text"]
+    assert "'text' must be a string, got list" in rejected[0].detail
+
+
+def test_parquet_is_read_in_record_batches(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from latechunk_dagster.sources import readers
+
+    monkeypatch.setattr(readers, "PARQUET_BATCH_ROWS", 7)
+    seen: list[int] = []
+    real = pq.ParquetFile.iter_batches
+
+    def spy(self, *args, **kw):  # type: ignore[no-untyped-def]
+        for batch in real(self, *args, **kw):
+            seen.append(batch.num_rows)
+            yield batch
+
+    monkeypatch.setattr(pq.ParquetFile, "iter_batches", spy)
+    path = write_parquet(tmp_path / "big.parquet", [{"id": str(i), "text": f"t{i}"} for i in range(30)])
+    assert len(DocumentStore.from_path(path).read_shard("big")) == 30
+    assert max(seen) <= 7 and sum(seen) == 30
 
 
 # ----------------------------------------------------------------------------------------- errors

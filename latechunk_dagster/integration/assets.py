@@ -3,10 +3,11 @@
 * documents: an observable source asset over the document-store resource; one data version
   per shard = the shard's content fingerprint, so the UI marks a chunk partition stale when a
   document changes. (Or any upstream asset of the user's that yields documents.)
-* chunks: one partition per shard; each partition is late-chunked (one encoder pass per
-  document) and replaces its rows in LanceDB in one commit. Backfills of many partitions run
-  in one run with one engine load (``BackfillPolicy.single_run()`` by default); the pool keeps
-  two runs off one GPU.
+* chunks: one partition per shard; each partition is streamed in bounded batches through the
+  engine (one encoder pass per document), only new or changed documents are encoded, and its
+  rows are replaced in LanceDB in one commit (:func:`latechunk_dagster.pipeline.materialize_partition`).
+  Backfills of many partitions run in one run with one engine load
+  (``BackfillPolicy.single_run()`` by default); the pool keeps two runs off one GPU.
 * index: ANN, full-text and scalar indexes over the whole table, then compaction.
 """
 
@@ -22,10 +23,10 @@ from pydantic import Field
 from latechunk_dagster import sink
 from latechunk_dagster.core.chunking import ChunkingStrategy, strategy_from_config
 from latechunk_dagster.integration.wiring import TableWiring
+from latechunk_dagster.pipeline import PartitionReport, SystemicFailureError, materialize_partition
 from latechunk_dagster.sink.indexing import refresh_indexes
-from latechunk_dagster.sink.rows import PartitionOutput, chunk_partition, rejection_row
-from latechunk_dagster.sources.files import Document, fingerprint_of
-from latechunk_dagster.sources.frames import documents_by_partition
+from latechunk_dagster.sink.rows import rejection_row
+from latechunk_dagster.sources.frames import iter_table_documents, partition_tables
 
 #: ``doc_id`` of the rejection row that stands for a whole shard that could not be read.
 UNREADABLE_SHARD = "*"
@@ -50,6 +51,11 @@ class ChunkingConfig(dg.Config):
     segmenter: str | None = Field(default=None, description="Sentence segmenter: sentencex (default) or pysbd.")
     language: str | None = Field(
         default=None, description="Segmenter language; an unsupported one fails the run before the engine loads."
+    )
+
+    force: bool = Field(default=False, description="Re-encode every document, not only new or changed ones.")
+    batch_tokens: int = Field(
+        default=0, description="Document tokens per engine call; 0: the default (8,192 on CPU, 131,072 on GPU)."
     )
 
     def build(self, default: ChunkingStrategy) -> ChunkingStrategy:
@@ -138,21 +144,30 @@ def build_chunk_asset(
 
 
 def _partition_sources(context: dg.AssetExecutionContext, w: TableWiring, upstream: Any) -> Any:
-    """``(partition, reader)`` per partition of the run; ``reader()`` returns the shard's documents."""
+    """``(partition, documents, expected_count)`` per partition of the run; ``documents`` is an iterator
+    of ``Document | RejectedRow`` read lazily (from the store resource or the upstream asset's value)."""
     if w.documents_from_asset:
-        by_partition = documents_by_partition(upstream, context.partition_keys, w.id_column, w.text_column)
+        tables = partition_tables(upstream, list(context.partition_keys))
         for partition in context.partition_keys:
-            yield partition, (lambda p=partition: _raise_or_return(by_partition[p]))
+            if partition not in tables:
+                yield (
+                    partition,
+                    iter(_raise(KeyError(f"the upstream asset has no data for partition {partition!r}"))),
+                    None,
+                )
+                continue
+            value = tables[partition]
+            docs = iter_table_documents(value, w.id_column, w.text_column, where=f"partition {partition!r}")
+            yield partition, docs, getattr(value, "num_rows", None)
         return
     st = w.resource(context, w.store_key).get_store()
     for partition in context.partition_keys:
-        yield partition, (lambda p=partition: st.read_shard(p))
+        yield partition, st.iter_shard(partition), st.count_documents(partition)
 
 
-def _raise_or_return(value: Any) -> Any:
-    if isinstance(value, Exception):
-        raise value
-    return value
+def _raise(exc: Exception) -> Any:
+    raise exc
+    yield  # a generator: raises on the first next()
 
 
 def materialize_chunks(
@@ -167,33 +182,44 @@ def materialize_chunks(
     totals: dict[str, float] = dict.fromkeys(
         ("documents", "chunks", "rejected", "tokens", "seconds", "unreadable_shards"), 0
     )
-    for partition, read in _partition_sources(context, w, upstream):
+    for partition, documents, expected in _partition_sources(context, w, upstream):
         try:
-            docs: list[Document] = read()
-        except (ValueError, KeyError, OSError) as exc:
-            # The shard cannot be read (bad row, duplicate id, gone): keep its old chunk rows,
-            # record why, and let the blocking `documents_accounted` check fail for it, while the
-            # other partitions of the run are written and recorded as usual.
-            _record_unreadable_shard(context, rejected_table, partition, exc)
+            out = materialize_partition(
+                chunker,
+                documents,
+                partition,
+                strategy,
+                chunk_table=table,
+                rejected_table=rejected_table,
+                run_id=context.run.run_id,
+                batch_tokens=config.batch_tokens or None,
+                force=config.force,
+                expected_documents=expected,
+                log=context.log,
+            )
+        except (ValueError, KeyError, OSError, TypeError, SystemicFailureError) as exc:
+            # The shard cannot be read (gone, a file unreadable, not a table) or its documents failed
+            # for one reason: its old chunk rows are kept, the reason is recorded, and the blocking
+            # `documents_accounted` check fails for it, while the other partitions of the run are
+            # written and recorded as usual.
+            reason = "systemic_failure" if isinstance(exc, SystemicFailureError) else "unreadable_shard"
+            _record_unreadable_shard(context, rejected_table, partition, exc, reason)
             totals["unreadable_shards"] += 1
             continue
-        out = chunk_partition(chunker, docs, partition, strategy, context.run.run_id)
-        written = sink.replace_partition(table, "chunk_id", partition, out.chunks)
-        sink.replace_partition(rejected_table, "rejection_id", partition, out.rejected)
-        md = _partition_metadata(out, written, fingerprint_of(docs))
+        md = _partition_metadata(out, table)
         md["embedding_dim"] = dg.MetadataValue.int(chunker.embedding_dim)
         context.add_asset_metadata(md, partition_key=partition)
-        if out.rejected.num_rows:
+        if out.rejected:
             context.log.warning(
-                f"partition {partition}: {out.rejected.num_rows} of {out.documents} documents rejected "
+                f"partition {partition}: {out.rejected} of {out.documents} documents rejected "
                 f"{out.rejected_reasons} (see table {w.rejected_table_name})"
             )
         for k, v in (
             ("documents", out.documents),
-            ("chunks", out.chunks.num_rows),
-            ("rejected", out.rejected.num_rows),
-            ("tokens", out.tokens),
-            ("seconds", out.seconds),
+            ("chunks", out.chunks_written),
+            ("rejected", out.rejected),
+            ("tokens", out.tokens_encoded),
+            ("seconds", out.engine_seconds),
         ):
             totals[k] += v
     return dg.MaterializeResult(
@@ -218,12 +244,10 @@ def materialize_chunks(
 
 
 def _record_unreadable_shard(
-    context: dg.AssetExecutionContext, rejected_table: Any, partition: str, exc: Exception
+    context: dg.AssetExecutionContext, rejected_table: Any, partition: str, exc: Exception, reason: str
 ) -> None:
-    context.log.error(f"partition {partition}: shard cannot be read, its old rows are kept: {exc}")
-    row = rejection_row(
-        UNREADABLE_SHARD, "", partition, "unreadable_shard", str(exc), context.run.run_id, datetime.now(UTC)
-    )
+    context.log.error(f"partition {partition}: {reason}, its old rows are kept: {exc}")
+    row = rejection_row(UNREADABLE_SHARD, "", partition, reason, str(exc), context.run.run_id, datetime.now(UTC))
     sink.replace_partition(
         rejected_table, "rejection_id", partition, pa.Table.from_pylist([row], schema=sink.REJECTED_SCHEMA)
     )
@@ -233,28 +257,31 @@ def _record_unreadable_shard(
     )
 
 
-def _partition_metadata(out: PartitionOutput, written: sink.WriteResult, fingerprint: str) -> dict[str, Any]:
+def _partition_metadata(out: PartitionReport, table: Any) -> dict[str, Any]:
+    written = out.write
     return {
-        "partition_row_count": dg.MetadataValue.int(out.chunks.num_rows),
+        "partition_row_count": dg.MetadataValue.int(out.partition_rows),
         "documents_in": dg.MetadataValue.int(out.documents),
-        "chunks_out": dg.MetadataValue.int(out.chunks.num_rows),
-        "rejected": dg.MetadataValue.int(out.rejected.num_rows),
+        "chunks_out": dg.MetadataValue.int(out.chunks_written),
+        "rejected": dg.MetadataValue.int(out.rejected),
         "rejected_reasons": dg.MetadataValue.json(out.rejected_reasons),
-        "tokens": dg.MetadataValue.int(out.tokens),
+        "tokens": dg.MetadataValue.int(out.tokens_encoded),
         "encoder_windows": dg.MetadataValue.int(out.windows),
         "documents_over_model_length": dg.MetadataValue.int(out.windowed_documents),
         "encoded_tokens": dg.MetadataValue.int(out.encoded_tokens),
-        "tokens_per_second": dg.MetadataValue.float(out.tokens / max(out.seconds, 1e-9)),
-        "engine_seconds": dg.MetadataValue.float(out.seconds),
+        "tokens_per_second": dg.MetadataValue.float(out.tokens_encoded / max(out.engine_seconds, 1e-9)),
+        "engine_seconds": dg.MetadataValue.float(out.engine_seconds),
         "engine_paths": dg.MetadataValue.json(out.paths),
-        "rows_inserted": dg.MetadataValue.int(written.inserted),
-        "rows_updated": dg.MetadataValue.int(written.updated),
-        "rows_deleted": dg.MetadataValue.int(written.deleted),
-        "lancedb_version": dg.MetadataValue.int(written.version),
-        "shard_fingerprint": dg.MetadataValue.text(fingerprint),
-        "doc_ids_sha256": dg.MetadataValue.text(
-            hashlib.sha256(json.dumps(sorted(out.chunks.column("doc_id").unique().to_pylist())).encode()).hexdigest()
-        ),
+        "documents_skipped": dg.MetadataValue.int(out.documents_skipped),
+        "documents_reencoded": dg.MetadataValue.int(out.documents_reencoded),
+        "documents_deleted": dg.MetadataValue.int(out.documents_deleted),
+        "tokens_encoded": dg.MetadataValue.int(out.tokens_encoded),
+        "rows_inserted": dg.MetadataValue.int(written.inserted if written else 0),
+        "rows_updated": dg.MetadataValue.int(written.updated if written else 0),
+        "rows_deleted": dg.MetadataValue.int(written.deleted if written else 0),
+        "lancedb_version": dg.MetadataValue.int(written.version if written else table.version),
+        "shard_fingerprint": dg.MetadataValue.text(out.fingerprint),
+        "doc_ids_sha256": dg.MetadataValue.text(hashlib.sha256(json.dumps(out.chunked_doc_ids).encode()).hexdigest()),
     }
 
 

@@ -80,7 +80,11 @@ def _shard_docs(st: DocumentStore, partition: str, known: set[str]) -> dict[str,
     if partition not in known:
         return {}
     try:
-        return {d.doc_id: d for d in st.read_shard(partition)}
+        docs, bad_rows = st.read_shard_with_rejections(partition)
+        by_id = {d.doc_id: d for d in docs}
+        # a row that made no document is accounted by its rejection record, like a document
+        by_id.update({r.doc_id: Document(r.doc_id, "", "") for r in bad_rows if r.doc_id not in by_id})
+        return by_id
     except (ValueError, KeyError, OSError) as exc:
         return f"shard cannot be read: {exc}"
 

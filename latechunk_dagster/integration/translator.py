@@ -14,10 +14,7 @@ import dagster as dg
 
 from latechunk_dagster import __version__
 from latechunk_dagster.core.chunking import ChunkingStrategy
-
-#: Version of the package's chunking semantics (spans, windows, pooling, head). Bump it when a
-#: change alters the vectors or ranges of unchanged documents: every partition becomes stale.
-CHUNKING_VERSION = "1"
+from latechunk_dagster.pipeline.config import CHUNKING_VERSION
 
 
 @dataclass(frozen=True)

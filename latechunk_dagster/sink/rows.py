@@ -1,18 +1,24 @@
-"""One partition of the store, late-chunked into table rows. No Dagster here.
+"""Late-chunked documents turned into Arrow rows for :mod:`latechunk_dagster.sink`. No Dagster here.
 
-:func:`chunk_partition` reads a shard, sends all its documents to the engine in one
-batched call (one encoder pass per document), and turns the results into Arrow rows
-for :mod:`latechunk_dagster.sink`: chunk rows for the documents that worked, rejection
-rows (doc_id, partition, reason) for those that did not (SPEC section 6).
+:func:`chunk_batch` builds the chunk rows of a batch of documents column by column: the vectors
+are one ``float32`` numpy block wrapped as a ``fixed_size_list`` column without a copy per value
+(no Python lists of floats), the lineage columns are constants repeated by Arrow.
+:func:`rejection_row` / :func:`rejected_row` build the rows of the rejected-documents table
+(SPEC section 6). :func:`chunk_partition` is the one-shot form (all documents in one engine call)
+kept for small callers; partitions are materialized as a bounded stream by
+:func:`latechunk_dagster.pipeline.materialize_partition`.
 """
 
 from __future__ import annotations
 
 import json
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
 from latechunk_dagster import __version__
@@ -21,45 +27,16 @@ from latechunk_dagster.core.chunking import ChunkingStrategy
 from latechunk_dagster.core.errors import DocumentError
 from latechunk_dagster.core.results import ChunkedDocument
 from latechunk_dagster.sink.schema import REJECTED_SCHEMA, chunk_id, chunk_schema
-from latechunk_dagster.sources.files import Document
+from latechunk_dagster.sources.documents import Document, RejectedRow
+
+_TS = pa.timestamp("us", tz="UTC")
 
 
-@dataclass
-class PartitionOutput:
-    """Rows and counts of one partition.
-
-    Attributes:
-        chunks: chunk rows (:func:`latechunk_dagster.sink.chunk_schema`).
-        rejected: rejection rows (:data:`latechunk_dagster.sink.REJECTED_SCHEMA`).
-        documents, tokens, windows, encoded_tokens: documents read; document tokens pooled;
-            encoder inputs; tokens sent to the encoder (> ``tokens`` when windows overlap).
-        windowed_documents: documents longer than the model (encoded in several windows).
-        seconds: wall time of the engine call.
-        paths: documents per engine path.
-    """
-
-    chunks: pa.Table
-    rejected: pa.Table
-    documents: int
-    tokens: int
-    windows: int
-    encoded_tokens: int
-    seconds: float
-    windowed_documents: int = 0
-    paths: dict[str, int] = field(default_factory=dict)
-    rejected_reasons: dict[str, int] = field(default_factory=dict)
-
-
-def chunk_partition(
-    chunker: LateChunker, docs: list[Document], partition: str, strategy: ChunkingStrategy, run_id: str
-) -> PartitionOutput:
-    """Late-chunk the documents of one partition (one ``chunker.chunk`` call) into rows."""
-    texts = [d.text for d in docs]
-    t0 = time.perf_counter()
-    results = chunker.chunk(texts, strategy, doc_ids=[d.doc_id for d in docs], errors="return")
-    seconds = time.perf_counter() - t0
-    now = datetime.now(UTC)
-    lineage = {
+def lineage(
+    chunker: LateChunker, strategy: ChunkingStrategy, run_id: str, now: datetime, vector_config: str | None = None
+) -> dict[str, Any]:
+    """The lineage columns every chunk row of one run carries (constant over the run)."""
+    return {
         "model_name": chunker.card.name,
         "model_sha256": chunker.card.fingerprint,
         "head": chunker.head.describe(),
@@ -70,58 +47,53 @@ def chunk_partition(
         "package_version": __version__,
         "run_id": run_id,
         "materialized_at": now,
+        "vector_config": vector_config,
     }
-    rows: list[dict] = []
-    rejected: list[dict] = []
-    out = PartitionOutput(pa.table({}), pa.table({}), len(docs), 0, 0, 0, seconds)
-    for doc, res in zip(docs, results):
-        if isinstance(res, DocumentError):
-            rejected.append(rejection_row(doc.doc_id, doc.sha256, partition, res.reason, res.detail, run_id, now))
-            out.rejected_reasons[res.reason] = out.rejected_reasons.get(res.reason, 0) + 1
-            continue
-        assert isinstance(res, ChunkedDocument)
-        out.tokens += len(res.token_ids)
-        out.windows += res.windows
-        out.windowed_documents += res.windows > 1
-        out.paths[res.path] = out.paths.get(res.path, 0) + 1
-        rows.extend(_chunk_rows(doc, res, partition, lineage))
-    out.encoded_tokens = _encoded_tokens(chunker, results)
-    out.chunks = pa.Table.from_pylist(rows, schema=chunk_schema(chunker.embedding_dim))
-    out.rejected = pa.Table.from_pylist(rejected, schema=REJECTED_SCHEMA)
-    return out
 
 
-def _encoded_tokens(chunker: LateChunker, results: list) -> int:
-    total = 0
-    for r in results:
-        if isinstance(r, ChunkedDocument):
-            n = len(r.token_ids)
-            total += n if r.windows == 1 else min(n, chunker.window_length) * r.windows
-    return total
+def chunk_batch(
+    pairs: Sequence[tuple[Document, ChunkedDocument]], partition: str, lineage: dict[str, Any], dim: int
+) -> pa.RecordBatch:
+    """Chunk rows (:func:`~latechunk_dagster.sink.chunk_schema`) of successfully chunked documents.
 
+    Args:
+        pairs: (document, its ``ChunkedDocument``); vectors float32 ``[n_chunks, dim]``.
+        partition: the partition key; lineage: :func:`lineage`; dim: vector width.
 
-def _chunk_rows(doc: Document, res: ChunkedDocument, partition: str, lineage: dict) -> list[dict]:
-    return [
-        {
-            "chunk_id": chunk_id(partition, doc.doc_id, c.index),
-            "doc_id": doc.doc_id,
-            "partition": partition,
-            "chunk_index": c.index,
-            "token_start": c.token_range[0],
-            "token_end": c.token_range[1],
-            "char_start": c.char_range[0] if c.char_range else None,
-            "char_end": c.char_range[1] if c.char_range else None,
-            "text": c.text,
-            "headings": list(c.headings),
-            "vector": res.vectors[c.index].tolist(),
-            "doc_sha256": doc.sha256,
-            "doc_tokens": len(res.token_ids),
-            "windows": res.windows,
-            "engine_path": res.path,
-            **lineage,
-        }
-        for c in res.chunks
-    ]
+    Returns:
+        One record batch, one row per chunk, in document then chunk order.
+    """
+    schema = chunk_schema(dim)
+    chunks = [(doc, res, c) for doc, res in pairs for c in res.chunks]
+    n = len(chunks)
+    # shape: [n_chunks, dim], float32; one block, wrapped without a per-value copy
+    vectors = (
+        np.concatenate([res.vectors for _, res in pairs]).astype(np.float32, copy=False)
+        if pairs
+        else np.zeros((0, dim), np.float32)
+    )
+    if vectors.shape != (n, dim):
+        raise ValueError(f"vectors of shape {vectors.shape} for {n} chunks of width {dim}")
+    columns: dict[str, pa.Array] = {
+        "chunk_id": pa.array([chunk_id(partition, doc.doc_id, c.index) for doc, _, c in chunks], pa.string()),
+        "doc_id": pa.array([doc.doc_id for doc, _, _ in chunks], pa.string()),
+        "partition": pa.repeat(pa.scalar(partition, pa.string()), n),
+        "chunk_index": pa.array([c.index for *_, c in chunks], pa.int32()),
+        "token_start": pa.array([c.token_range[0] for *_, c in chunks], pa.int32()),
+        "token_end": pa.array([c.token_range[1] for *_, c in chunks], pa.int32()),
+        "char_start": pa.array([c.char_range[0] if c.char_range else None for *_, c in chunks], pa.int32()),
+        "char_end": pa.array([c.char_range[1] if c.char_range else None for *_, c in chunks], pa.int32()),
+        "text": pa.array([c.text for *_, c in chunks], pa.string()),
+        "headings": pa.array([list(c.headings) for *_, c in chunks], pa.list_(pa.string())),
+        "vector": pa.FixedSizeListArray.from_arrays(pa.array(vectors.reshape(-1)), dim),
+        "doc_sha256": pa.array([doc.sha256 for doc, _, _ in chunks], pa.string()),
+        "doc_tokens": pa.array([len(res.token_ids) for _, res, _ in chunks], pa.int32()),
+        "windows": pa.array([res.windows for _, res, _ in chunks], pa.int32()),
+        "engine_path": pa.array([res.path for _, res, _ in chunks], pa.string()),
+    }
+    for name, value in lineage.items():
+        columns[name] = pa.repeat(pa.scalar(value, schema.field(name).type), n)
+    return pa.RecordBatch.from_arrays([columns[f.name] for f in schema], schema=schema)
 
 
 def rejection_row(
@@ -138,3 +110,75 @@ def rejection_row(
         "run_id": run_id,
         "rejected_at": now,
     }
+
+
+def rejected_row(row: RejectedRow, partition: str, run_id: str, now: datetime) -> dict:
+    """The rejected-documents row of a store row that made no document. Its ``rejection_id`` also
+    covers ``where`` (a later duplicate shares its doc_id with the document that is kept)."""
+    out = rejection_row(row.doc_id, "", partition, row.reason, row.detail, run_id, now)
+    out["rejection_id"] = chunk_id(partition, f"{row.doc_id}\x1f{row.where}", -1)
+    return out
+
+
+# -- one-shot form -------------------------------------------------------------------------------
+
+
+@dataclass
+class PartitionOutput:
+    """Rows and counts of one partition chunked in one engine call (:func:`chunk_partition`).
+
+    Attributes:
+        chunks: chunk rows; rejected: rejection rows; documents, tokens, windows, encoded_tokens:
+            documents read, document tokens pooled, encoder inputs, tokens sent to the encoder;
+        seconds: wall time of the engine call; paths: documents per engine path.
+    """
+
+    chunks: pa.Table
+    rejected: pa.Table
+    documents: int
+    tokens: int
+    windows: int
+    encoded_tokens: int
+    seconds: float
+    windowed_documents: int = 0
+    paths: dict[str, int] = field(default_factory=dict)
+    rejected_reasons: dict[str, int] = field(default_factory=dict)
+
+
+def chunk_partition(
+    chunker: LateChunker,
+    docs: list[Document],
+    partition: str,
+    strategy: ChunkingStrategy,
+    run_id: str,
+    vector_config: str | None = None,
+) -> PartitionOutput:
+    """Late-chunk the documents of one partition in one ``chunker.chunk`` call, into rows."""
+    t0 = time.perf_counter()
+    results = chunker.chunk([d.text for d in docs], strategy, doc_ids=[d.doc_id for d in docs], errors="return")
+    seconds = time.perf_counter() - t0
+    now = datetime.now(UTC)
+    out = PartitionOutput(pa.table({}), pa.table({}), len(docs), 0, 0, 0, seconds)
+    good: list[tuple[Document, ChunkedDocument]] = []
+    rejected: list[dict] = []
+    for doc, res in zip(docs, results):
+        if isinstance(res, DocumentError):
+            rejected.append(rejection_row(doc.doc_id, doc.sha256, partition, res.reason, res.detail, run_id, now))
+            out.rejected_reasons[res.reason] = out.rejected_reasons.get(res.reason, 0) + 1
+            continue
+        out.tokens += len(res.token_ids)
+        out.windows += res.windows
+        out.windowed_documents += res.windows > 1
+        out.paths[res.path] = out.paths.get(res.path, 0) + 1
+        out.encoded_tokens += encoded_tokens(chunker, res)
+        good.append((doc, res))
+    batch = chunk_batch(good, partition, lineage(chunker, strategy, run_id, now, vector_config), chunker.embedding_dim)
+    out.chunks = pa.Table.from_batches([batch])
+    out.rejected = pa.Table.from_pylist(rejected, schema=REJECTED_SCHEMA)
+    return out
+
+
+def encoded_tokens(chunker: LateChunker, res: ChunkedDocument) -> int:
+    """Tokens the encoder read for one document (> its tokens when windows overlap)."""
+    n = len(res.token_ids)
+    return n if res.windows == 1 else min(n, chunker.window_length) * res.windows

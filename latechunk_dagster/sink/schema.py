@@ -40,6 +40,9 @@ def chunk_schema(dim: int) -> pa.Schema:
             pa.field("package_version", pa.string(), nullable=False),
             pa.field("run_id", pa.string(), nullable=False),
             pa.field("materialized_at", pa.timestamp("us", tz="UTC"), nullable=False),
+            # what the vectors depend on besides the text (latechunk_dagster.pipeline.vector_config);
+            # nullable and last, so a table written before it existed gains it with add_columns
+            pa.field("vector_config", pa.string()),
         ]
     )
 

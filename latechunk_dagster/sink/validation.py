@@ -97,9 +97,15 @@ def unique_chunk_ids(rows: pa.Table) -> Outcome:
 
 
 def documents_accounted(rows: pa.Table, rejected: pa.Table, docs: dict[str, Document]) -> Outcome:
-    """Every document of the shard has chunks (of its current text) or a rejection record, not both."""
+    """Every document of the shard has chunks (of its current text) or a rejection record, not both.
+
+    A ``duplicate_id`` rejection (a later row repeating a kept document's id) does not count as
+    a rejection of the kept document."""
     chunked = set(rows.column("doc_id").to_pylist())
     refused = set(rejected.column("doc_id").to_pylist())
+    if "reason" in rejected.column_names:
+        duplicates = pa.compute.equal(rejected.column("reason"), "duplicate_id")
+        refused -= set(rejected.filter(duplicates).column("doc_id").to_pylist()) & chunked
     shas = dict(zip(rows.column("doc_id").to_pylist(), rows.column("doc_sha256").to_pylist()))
     missing = sorted(set(docs) - chunked - refused)
     both = sorted(chunked & refused)

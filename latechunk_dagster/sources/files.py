@@ -1,4 +1,4 @@
-"""Document store readers: a text tree, JSONL or Parquet, split into shards (the partition keys).
+"""Document stores: a text tree, JSONL or Parquet, split into shards (the partition keys), read as streams.
 
 Store kinds (:attr:`DocumentStore.kind`), detected by :meth:`DocumentStore.from_path`:
 
@@ -10,53 +10,51 @@ Store kinds (:attr:`DocumentStore.kind`), detected by :meth:`DocumentStore.from_
 JSONL / Parquet rows have an ``id`` (string; integers are turned into strings) and a ``text``
 (string) column. In a directory the shard is the file's path relative to the directory without
 its suffix (``"2024/jan"``); in a single file the shard is the row's ``shard`` column if the file
-has one, else the file stem.
+has one (a row with a null ``shard``, or one that is not valid JSON, belongs to the file stem's
+shard), else the file stem.
 
-Files are read as UTF-8. Text that is not valid Unicode is kept, not dropped: undecodable bytes
-become lone surrogates (``errors="surrogateescape"``), JSON ``"\\ud800"`` stays as it is, so the
-pipeline can reject the document with a reason (``text.encode("utf-8")`` fails on it).
-Hidden files and directories (name starting with ``.``) are ignored.
+:meth:`DocumentStore.iter_shard` yields a shard's documents one at a time (text trees file by
+file, JSONL line by line, Parquet by record batches: :mod:`latechunk_dagster.sources.readers`),
+so memory is bounded by one file, line or batch, not by the shard.
+
+Rules, the same for every store kind:
+
+* **One bad row does not take its neighbours down.** A row that does not make a document
+  (invalid JSON, missing/null/bad ``id``, ``text`` null or not a string, bad ``shard``) is yielded
+  as a :class:`RejectedRow` naming the file, the row (from 1) and the reason; every other row of
+  the shard, and every other shard, is read as usual. ``shards()`` never raises for bad rows.
+* **Duplicate ids**: the first row with a doc_id (in file order) is the document; every later
+  row with the same doc_id in the same shard is a ``RejectedRow`` (reason ``duplicate_id``, naming
+  its row and the first one's). The shard is not sunk.
+* **Byte order marks**: a leading U+FEFF of a file, a JSONL line or a text value is not text and is
+  removed (like ``utf-8-sig``); ``text``, ``sha256`` and char ranges refer to the text without it.
+* Files are read as UTF-8. Text that is not valid Unicode is kept, not dropped: undecodable bytes
+  become lone surrogates (``errors="surrogateescape"``), JSON ``"\\ud800"`` stays as it is, so the
+  pipeline can reject the document with a reason (``text.encode("utf-8")`` fails on it).
+* Hidden files and directories (name starting with ``.``) are ignored.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
-from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
-import pyarrow.parquet as pq
+from latechunk_dagster.sources.documents import Document, RejectedRow, fingerprint_of, text_sha256
+from latechunk_dagster.sources.readers import (
+    Row,
+    document_from_row,
+    jsonl_rows,
+    parquet_rows,
+    read_text_file,
+    shard_of_row,
+)
+
+__all__ = ["ROOT_SHARD", "TEXT_SUFFIXES", "Document", "DocumentStore", "RejectedRow", "fingerprint_of", "text_sha256"]
 
 TEXT_SUFFIXES = (".txt", ".md")
 ROOT_SHARD = "_root"
 _TABLE_SUFFIXES = {".jsonl": "jsonl", ".parquet": "parquet"}
-
-
-def text_sha256(text: str) -> str:
-    """Hex sha256 of the UTF-8 bytes of ``text`` (lone surrogates encoded with ``surrogatepass``)."""
-    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
-
-
-@dataclass(frozen=True)
-class Document:
-    """One document of a store.
-
-    Attributes:
-        doc_id: unique id within its shard.
-        text: the text; may hold lone surrogates if the source was not valid Unicode.
-        sha256: :func:`text_sha256` of ``text`` (64 hex characters).
-    """
-
-    doc_id: str
-    text: str
-    sha256: str
-
-    @classmethod
-    def from_text(cls, doc_id: str, text: str) -> Document:
-        return cls(doc_id, text, text_sha256(text))
 
 
 class DocumentStore:
@@ -103,46 +101,113 @@ class DocumentStore:
             )
         return cls(path, kinds.pop())
 
+    # -- shards ----------------------------------------------------------------------------------
+
     def shards(self) -> list[str]:
-        """Sorted shard names (partition keys). Lists files; a single-file store with a ``shard``
-        column is read in full."""
+        """Sorted shard names (partition keys). Lists files; a single-file store is scanned row by
+        row (only its ``shard`` column). Bad rows do not raise (see the module docstring)."""
         if self.path.is_file():
-            return sorted(self._read_single_file())
+            return sorted({shard for shard, _ in self._single_file_rows(columns=("shard",))} or {self.path.stem})
         return sorted(self._shard_files())
 
+    def iter_shard(self, shard: str) -> Iterator[Document | RejectedRow]:
+        """The shard's documents one at a time, in file / row order, with a :class:`RejectedRow` in
+        place of each row that does not make a document (later duplicates of a doc_id included).
+
+        Raises:
+            KeyError: no shard of that name (raised on the first ``next()`` for directory stores,
+                after the scan for a single-file store).
+        """
+        first_seen: dict[str, str] = {}
+        for item in self._raw_shard(shard):
+            if isinstance(item, tuple):
+                doc, where = item
+                if doc.doc_id in first_seen:
+                    detail = (
+                        f"{where}: duplicate doc_id {doc.doc_id!r} in shard {shard!r} of document store "
+                        f"{self.uri} (first at {first_seen[doc.doc_id]}, which is kept)"
+                    )
+                    yield RejectedRow(doc.doc_id, where, "duplicate_id", detail)
+                    continue
+                first_seen[doc.doc_id] = where
+                yield doc
+            else:
+                yield item
+
+    def read_shard_with_rejections(self, shard: str) -> tuple[list[Document], list[RejectedRow]]:
+        """All of :meth:`iter_shard` at once: the documents sorted by doc_id, and the rejected rows."""
+        docs: list[Document] = []
+        rejected: list[RejectedRow] = []
+        for item in self.iter_shard(shard):
+            (docs if isinstance(item, Document) else rejected).append(item)  # type: ignore[arg-type]
+        return sorted(docs, key=lambda d: d.doc_id), rejected
+
     def read_shard(self, shard: str) -> list[Document]:
-        """The documents of one shard, sorted by doc_id.
+        """The documents of one shard, sorted by doc_id (rejected rows left out: see
+        :meth:`iter_shard` / :meth:`read_shard_with_rejections` for them).
 
         Raises:
             KeyError: no shard of that name.
-            ValueError: a bad row (missing/null id, non-string text) or a duplicate doc_id.
         """
+        return self.read_shard_with_rejections(shard)[0]
+
+    def count_documents(self, shard: str) -> int | None:
+        """A cheap estimate of the shard's rows, for progress: Parquet footers, JSONL newlines,
+        text files; ``None`` for a single-file store with a ``shard`` column (unknown without a scan)."""
         if self.path.is_file():
-            groups = self._read_single_file()
-            if shard not in groups:
-                raise KeyError(f"unknown shard {shard!r} in document store {self.uri}")
-            return groups[shard]
-        files = self._shard_files().get(shard)
-        if files is None:
-            raise KeyError(f"unknown shard {shard!r} in document store {self.uri}")
-        if self.kind == "text":
-            docs = [Document.from_text(self._text_doc_id(file), _read_text(file)) for file in files]
+            first = next(iter(self._single_file_rows(("shard",))), None)
+            if first is None or (isinstance(first[1], Row) and "shard" in first[1].values):
+                return None
+            files = [self.path]
         else:
-            docs = [doc for _, doc in self._read_table(files[0])]
-        return _sorted_unique(docs, shard, self.uri)
+            files = self._shard_files().get(shard, [])
+        if self.kind == "text":
+            return len(files)
+        total = 0
+        for file in files:
+            try:
+                if self.kind == "parquet":
+                    import pyarrow.parquet as pq
+
+                    total += pq.ParquetFile(file).metadata.num_rows
+                else:
+                    with file.open("rb") as handle:
+                        total += sum(chunk.count(b"\n") for chunk in iter(lambda: handle.read(1 << 20), b""))
+            except (OSError, ValueError):
+                continue
+        return total
 
     def shard_fingerprint(self, shard: str) -> str:
-        """Hex sha256 over the sorted (doc_id, sha256) pairs of a shard: changes iff a document
-        of the shard is added, removed, renamed or edited. Reads (only) that shard's files."""
-        return fingerprint_of(self.read_shard(shard))
+        """Hex sha256 over the sorted (doc_id, sha256) pairs of a shard (rejected rows included):
+        changes iff a document of the shard is added, removed, renamed or edited, or a bad row
+        appears, changes or is fixed. Streams (only) that shard's files."""
+        return fingerprint_of(self.iter_shard(shard))
 
     def fingerprints(self) -> dict[str, str]:
-        """{shard: :meth:`shard_fingerprint`} for every shard, reading each file once."""
-        if self.path.is_file():
-            return {shard: fingerprint_of(docs) for shard, docs in sorted(self._read_single_file().items())}
+        """{shard: :meth:`shard_fingerprint`} for every shard (a single-file store: one scan per shard)."""
         return {shard: self.shard_fingerprint(shard) for shard in self.shards()}
 
     # -- layout ----------------------------------------------------------------------------------
+
+    def _raw_shard(self, shard: str) -> Iterator[tuple[Document, str] | RejectedRow]:
+        if self.path.is_file():
+            matched = False
+            for row_shard, item in self._single_file_rows():
+                if row_shard == shard:
+                    matched = True
+                    yield item
+            if not matched and shard not in self.shards():
+                raise KeyError(f"unknown shard {shard!r} in document store {self.uri}")
+            return
+        files = self._shard_files().get(shard)
+        if files is None:
+            raise KeyError(f"unknown shard {shard!r} in document store {self.uri}")
+        for file in files:
+            if self.kind == "text":
+                doc = read_text_file(file, file.relative_to(self.path).as_posix())
+                yield (doc, str(file)) if isinstance(doc, Document) else doc
+            else:
+                yield from _table_documents(file)
 
     def _shard_files(self) -> dict[str, list[Path]]:
         """Directory stores: {shard: its files}, sorted. Text: shard = first-level subdirectory;
@@ -159,32 +224,34 @@ class DocumentStore:
             groups.setdefault(shard, []).append(file)
         return groups
 
-    def _text_doc_id(self, file: Path) -> str:
-        return file.relative_to(self.path).as_posix()
+    def _single_file_rows(
+        self, columns: tuple[str, ...] = ("id", "text", "shard")
+    ) -> Iterator[tuple[str, tuple[Document, str] | RejectedRow]]:
+        """Single-file store: (shard, document or rejection) per row."""
+        stem = self.path.stem
+        rows = jsonl_rows(self.path) if self.kind == "jsonl" else parquet_rows(self.path, columns)
+        for row in rows:
+            if isinstance(row, RejectedRow):
+                yield stem, row
+                continue
+            shard, bad = shard_of_row(row, stem)
+            if bad is not None:
+                yield shard, bad
+            elif "text" not in columns:
+                yield shard, row  # type: ignore[misc]  # shards(): only the shard matters
+            else:
+                yield shard, _with_where(row)
 
-    # -- tables ----------------------------------------------------------------------------------
 
-    def _read_single_file(self) -> dict[str, list[Document]]:
-        """Single-file store: {shard: sorted documents}, shard from the ``shard`` column or the stem."""
-        groups: dict[str, list[Document]] = {}
-        for shard, doc in self._read_table(self.path, shard_column=True):
-            groups.setdefault(shard, []).append(doc)
-        if not groups:
-            groups[self.path.stem] = []
-        return {shard: _sorted_unique(docs, shard, self.uri) for shard, docs in groups.items()}
+def _with_where(row: Row) -> tuple[Document, str] | RejectedRow:
+    doc = document_from_row(row)
+    return (doc, row.where) if isinstance(doc, Document) else doc
 
-    def _read_table(self, file: Path, *, shard_column: bool = False) -> Iterator[tuple[str, Document]]:
-        """(shard, document) per row of a JSONL or Parquet file; shard = the row's ``shard`` value
-        if ``shard_column`` and the file has one, else the file stem."""
-        rows = _jsonl_rows(file) if self.kind == "jsonl" else _parquet_rows(file)
-        for row_number, row in rows:
-            where = f"{file}: row {row_number}"
-            shard = file.stem
-            if shard_column and "shard" in row:
-                shard = row["shard"]
-                if not isinstance(shard, str) or not shard:
-                    raise ValueError(f"{where}: 'shard' must be a non-empty string, got {shard!r}")
-            yield shard, _document_from_row(row, where)
+
+def _table_documents(file: Path) -> Iterator[tuple[Document, str] | RejectedRow]:
+    rows = jsonl_rows(file) if file.suffix.lower() == ".jsonl" else parquet_rows(file, ("id", "text"))
+    for row in rows:
+        yield row if isinstance(row, RejectedRow) else _with_where(row)
 
 
 def _walk(root: Path) -> Iterator[Path]:
@@ -199,62 +266,3 @@ def _walk(root: Path) -> Iterator[Path]:
 def _kind_of(file: Path) -> str | None:
     suffix = file.suffix.lower()
     return "text" if suffix in TEXT_SUFFIXES else _TABLE_SUFFIXES.get(suffix)
-
-
-def _read_text(file: Path) -> str:
-    return file.read_bytes().decode("utf-8", errors="surrogateescape")
-
-
-def _jsonl_rows(file: Path) -> Iterator[tuple[int, dict[str, Any]]]:
-    """(line number from 1, object) per non-blank line. Splits on ``\\n`` only: U+2028 and
-    friends may occur raw inside JSON strings."""
-    for number, line in enumerate(_read_text(file).split("\n"), start=1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"{file}: row {number}: invalid JSON: {exc}") from None
-        if not isinstance(row, dict):
-            raise ValueError(f"{file}: row {number}: expected a JSON object, got {type(row).__name__}")
-        yield number, row
-
-
-def _parquet_rows(file: Path) -> Iterator[tuple[int, dict[str, Any]]]:
-    """(row number from 1, {column: value}) per row, reading only ``id``, ``text`` and ``shard``."""
-    names = pq.read_schema(file).names
-    missing = [column for column in ("id", "text") if column not in names]
-    if missing:
-        raise ValueError(f"{file}: missing column(s) {missing} (columns: {names})")
-    table = pq.read_table(file, columns=[c for c in ("id", "text", "shard") if c in names])
-    yield from enumerate(table.to_pylist(), start=1)
-
-
-def _document_from_row(row: dict[str, Any], where: str) -> Document:
-    doc_id = row.get("id")
-    if doc_id is None:
-        raise ValueError(f"{where}: missing or null 'id'")
-    if isinstance(doc_id, bool) or not isinstance(doc_id, str | int):
-        raise ValueError(f"{where}: 'id' must be a string or an integer, got {type(doc_id).__name__}")
-    if doc_id == "":
-        raise ValueError(f"{where}: empty 'id'")
-    text = row.get("text")
-    if not isinstance(text, str):
-        got = "missing" if "text" not in row else type(text).__name__
-        raise ValueError(f"{where}: 'text' must be a string, got {got} (id {doc_id!r})")
-    return Document.from_text(str(doc_id), text)
-
-
-def _sorted_unique(docs: Iterable[Document], shard: str, uri: str) -> list[Document]:
-    docs = sorted(docs, key=lambda doc: doc.doc_id)
-    for previous, doc in zip(docs, docs[1:]):
-        if previous.doc_id == doc.doc_id:
-            raise ValueError(f"duplicate doc_id {doc.doc_id!r} in shard {shard!r} of document store {uri}")
-    return docs
-
-
-def fingerprint_of(docs: Iterable[Document]) -> str:
-    """Hex sha256 over the sorted (doc_id, sha256) pairs: what :meth:`DocumentStore.shard_fingerprint`
-    returns for a shard holding ``docs``, without reading the shard again."""
-    pairs = sorted((doc.doc_id, doc.sha256) for doc in docs)
-    return hashlib.sha256(json.dumps(pairs, separators=(",", ":")).encode("ascii")).hexdigest()

@@ -3,17 +3,20 @@
 A table is a ``pyarrow.Table`` or any object that exports Arrow data (pandas >= 2.2 and polars
 ``DataFrame`` implement the Arrow PyCapsule stream interface, ``__arrow_c_stream__``), with an id
 and a text column. A multi-partition load of a partitioned upstream asset arrives as
-``{partition_key: table}`` (Dagster's default IO managers do this).
+``{partition_key: table}`` (Dagster's default IO managers do this). Rows follow the same rules as
+the file stores (:mod:`latechunk_dagster.sources.readers`): a bad row or a later duplicate id
+becomes a :class:`~latechunk_dagster.sources.documents.RejectedRow`, a leading BOM is removed.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import pyarrow as pa
 
-from latechunk_dagster.sources.files import Document, _document_from_row, _sorted_unique
+from latechunk_dagster.sources.documents import Document, RejectedRow
+from latechunk_dagster.sources.readers import Row, document_from_row
 
 
 def as_arrow(value: Any) -> pa.Table:
@@ -34,43 +37,35 @@ def as_arrow(value: Any) -> pa.Table:
     )
 
 
-def documents_from_table(
-    value: Any, id_column: str = "id", text_column: str = "text", *, where: str = ""
-) -> list[Document]:
-    """The documents of one table, sorted by doc_id.
+def iter_table_documents(
+    value: Any, id_column: str = "id", text_column: str = "text", *, where: str = "documents"
+) -> Iterator[Document | RejectedRow]:
+    """The documents of one table in row order, one record batch at a time.
 
     Raises:
-        ValueError: a missing column, a bad row (null id, non-string text; the message names the
-            row) or a duplicate doc_id.
+        TypeError: not a table. ValueError: ``id_column`` or ``text_column`` is missing.
     """
     table = as_arrow(value)
     missing = [c for c in (id_column, text_column) if c not in table.column_names]
     if missing:
-        raise ValueError(f"{where or 'documents'}: missing column(s) {missing} (columns: {table.column_names})")
-    ids = table.column(id_column).to_pylist()
-    texts = table.column(text_column).to_pylist()
-    docs = [
-        _document_from_row({"id": i, "text": t}, f"{where or 'documents'}: row {n}")
-        for n, (i, t) in enumerate(zip(ids, texts), start=1)
-    ]
-    return _sorted_unique(docs, where or "documents", "upstream asset")
+        raise ValueError(f"{where}: missing column(s) {missing} (columns: {table.column_names})")
+    first_seen: dict[str, str] = {}
+    number = 0
+    for batch in table.select([id_column, text_column]).to_batches(max_chunksize=1024):
+        ids, texts = batch.column(0).to_pylist(), batch.column(1).to_pylist()
+        for doc_id, text in zip(ids, texts):
+            number += 1
+            row = Row(number, {"id": doc_id, "text": text}, f"{where}: row {number}")
+            item = document_from_row(row)
+            if isinstance(item, Document):
+                if item.doc_id in first_seen:
+                    detail = f"{row.where}: duplicate doc_id {item.doc_id!r} (first at {first_seen[item.doc_id]}, kept)"
+                    yield RejectedRow(item.doc_id, row.where, "duplicate_id", detail)
+                    continue
+                first_seen[item.doc_id] = row.where
+            yield item
 
 
-def documents_by_partition(
-    value: Any, partitions: Sequence[str], id_column: str = "id", text_column: str = "text"
-) -> dict[str, Any]:
-    """``{partition: documents or the exception raised reading them}`` for the partitions of a run.
-
-    ``value`` is one table (a single partition) or ``{partition: table}`` (a range).
-    """
-    tables: Mapping[str, Any] = value if isinstance(value, Mapping) else {partitions[0]: value}
-    out: dict[str, Any] = {}
-    for p in partitions:
-        if p not in tables:
-            out[p] = KeyError(f"the upstream asset has no data for partition {p!r}")
-            continue
-        try:
-            out[p] = documents_from_table(tables[p], id_column, text_column, where=f"partition {p!r}")
-        except (ValueError, TypeError) as exc:
-            out[p] = ValueError(str(exc))
-    return out
+def partition_tables(value: Any, partitions: list[str]) -> Mapping[str, Any]:
+    """``{partition: table}`` from an upstream value: one table (one partition) or a mapping (a range)."""
+    return value if isinstance(value, Mapping) else {partitions[0]: value}

@@ -1,0 +1,78 @@
+"""What a store reader yields: a :class:`Document`, or a :class:`RejectedRow` for a row it could not read.
+
+The byte order mark rule (the same for every store kind): a leading U+FEFF of a file, of a JSONL
+line or of a text value is a byte order mark, not text. It is removed before the document is
+formed, as Python's ``utf-8-sig`` codec does, so ``text``, ``sha256`` and every char range refer
+to the text without it. A U+FEFF anywhere else is kept (it is then a zero-width no-break space).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+BOM = "\ufeff"
+
+
+def strip_bom(text: str) -> str:
+    """``text`` without one leading U+FEFF (the byte order mark rule of the module docstring)."""
+    return text[1:] if text.startswith(BOM) else text
+
+
+def text_sha256(text: str) -> str:
+    """Hex sha256 of the UTF-8 bytes of ``text`` (lone surrogates encoded with ``surrogatepass``)."""
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+@dataclass(frozen=True)
+class Document:
+    """One document of a store.
+
+    Attributes:
+        doc_id: unique id within its shard.
+        text: the text; may hold lone surrogates if the source was not valid Unicode.
+        sha256: :func:`text_sha256` of ``text`` (64 hex characters).
+    """
+
+    doc_id: str
+    text: str
+    sha256: str
+
+    @classmethod
+    def from_text(cls, doc_id: str, text: str) -> Document:
+        return cls(doc_id, text, text_sha256(text))
+
+
+@dataclass(frozen=True)
+class RejectedRow:
+    """A row (or a whole file) of a store that does not make a document. Its neighbours are unaffected.
+
+    Attributes:
+        doc_id: the row's id when it has a usable one, else ``"row <n>"`` (``"*"`` for a whole file).
+        where: ``"<file>: row <n>"`` (or ``"<file>"``), from 1, as the file counts lines/rows.
+        reason: ``missing_id`` | ``bad_id`` | ``bad_text`` | ``bad_shard`` | ``invalid_json`` |
+            ``duplicate_id`` | ``unreadable_file``.
+        detail: a sentence naming the file, the row and what is wrong.
+    """
+
+    doc_id: str
+    where: str
+    reason: str
+    detail: str
+
+    @property
+    def sha256(self) -> str:
+        """sha256 of ``where`` and ``detail``: changes when the row's fault changes or is fixed."""
+        return text_sha256(f"{self.where}\x1f{self.detail}")
+
+
+def fingerprint_of(items: Iterable[Document | RejectedRow]) -> str:
+    """Hex sha256 over the sorted (doc_id, sha256) pairs of a shard's documents and rejected rows:
+    what :meth:`DocumentStore.shard_fingerprint` returns, without reading the shard again. Changes
+    iff a document is added, removed, renamed or edited, or a bad row appears, changes or is fixed."""
+    pairs = sorted(
+        (item.doc_id, item.sha256) if isinstance(item, Document) else (f"!{item.where}", item.sha256) for item in items
+    )
+    return hashlib.sha256(json.dumps(pairs, separators=(",", ":")).encode("ascii")).hexdigest()

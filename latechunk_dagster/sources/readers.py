@@ -1,0 +1,149 @@
+"""Streaming row readers, one per store kind: they yield one row at a time, never a whole file.
+
+* text files: one document per file (:func:`read_text_file`);
+* JSONL: line by line from a binary file handle (:func:`jsonl_rows`); splits on ``\\n`` only, as
+  U+2028 and friends may occur raw inside JSON strings;
+* Parquet: record batches of :data:`PARQUET_BATCH_ROWS` rows (:func:`parquet_rows`), only the
+  ``id``, ``text`` and ``shard`` columns.
+
+Peak memory is one line, one file (text) or one record batch, whatever the store's size.
+
+A row that does not make a document (invalid JSON, a missing or null ``id``, a ``text`` that is
+not a string, a bad ``shard`` value) becomes a :class:`~latechunk_dagster.sources.documents.RejectedRow`
+naming the file, the row (from 1) and the reason; the rows around it are read as usual. A file
+that cannot be read at all (I/O error, not Parquet, no ``id``/``text`` column) is one
+``RejectedRow`` with doc_id ``"*"``. Nothing here raises for bad data.
+
+Leading byte order marks are removed (rule in :mod:`latechunk_dagster.sources.documents`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+
+from latechunk_dagster.sources.documents import BOM, Document, RejectedRow, strip_bom
+
+#: Rows per Parquet record batch read at a time.
+PARQUET_BATCH_ROWS = 1024
+
+_BOM_BYTES = BOM.encode("utf-8")
+
+
+@dataclass(frozen=True)
+class Row:
+    """One raw row of a table file: its number (from 1), its values, and where it is."""
+
+    number: int
+    values: dict[str, Any]
+    where: str
+
+
+def decode(data: bytes) -> str:
+    """UTF-8 text of ``data`` without a leading BOM; undecodable bytes become lone surrogates
+    (``surrogateescape``), so the document is kept and rejected later with a reason."""
+    return strip_bom(data.decode("utf-8", errors="surrogateescape"))
+
+
+def read_text_file(file: Path, doc_id: str) -> Document | RejectedRow:
+    """One text-tree document (BOM removed), or a ``RejectedRow`` when the file cannot be read."""
+    try:
+        return Document.from_text(doc_id, decode(file.read_bytes()))
+    except OSError as exc:
+        return RejectedRow(doc_id, str(file), "unreadable_file", f"{file}: cannot be read: {exc}")
+
+
+def jsonl_rows(file: Path) -> Iterator[Row | RejectedRow]:
+    """A :class:`Row` per non-blank line of a JSONL file (number = line number from 1), or a
+    ``RejectedRow`` for a line that is not a JSON object. A BOM may start the file or any line."""
+    try:
+        handle = file.open("rb")
+    except OSError as exc:
+        yield RejectedRow("*", str(file), "unreadable_file", f"{file}: cannot be read: {exc}")
+        return
+    with handle:
+        for number, raw in enumerate(handle, start=1):
+            if raw.startswith(_BOM_BYTES):
+                raw = raw[len(_BOM_BYTES) :]
+            line = raw.decode("utf-8", errors="surrogateescape")
+            if not line.strip():
+                continue
+            where = f"{file}: row {number}"
+            try:
+                values = json.loads(line)
+            except json.JSONDecodeError as exc:
+                yield RejectedRow(f"row {number}", where, "invalid_json", f"{where}: invalid JSON: {exc}")
+                continue
+            if not isinstance(values, dict):
+                detail = f"{where}: expected a JSON object, got {type(values).__name__}"
+                yield RejectedRow(f"row {number}", where, "invalid_json", detail)
+                continue
+            yield Row(number, values, where)
+
+
+def parquet_rows(file: Path, columns: tuple[str, ...] = ("id", "text", "shard")) -> Iterator[Row | RejectedRow]:
+    """A :class:`Row` per row of a Parquet file, read in record batches of
+    :data:`PARQUET_BATCH_ROWS`, only ``columns`` that exist. A file without ``id``/``text``, or
+    that is not Parquet, is one ``RejectedRow`` (doc_id ``"*"``)."""
+    try:
+        parquet = pq.ParquetFile(file)
+        names = parquet.schema_arrow.names
+    except (OSError, ValueError) as exc:  # pyarrow raises ArrowInvalid (a ValueError) on a bad file
+        yield RejectedRow("*", str(file), "unreadable_file", f"{file}: not a readable Parquet file: {exc}")
+        return
+    needed = [c for c in ("id", "text") if c in columns]
+    missing = [c for c in needed if c not in names]
+    if missing:
+        detail = f"{file}: missing column(s) {missing} (columns: {names})"
+        yield RejectedRow("*", str(file), "unreadable_file", detail)
+        return
+    wanted = [c for c in columns if c in names]
+    number = 0
+    try:
+        for batch in parquet.iter_batches(batch_size=PARQUET_BATCH_ROWS, columns=wanted):
+            cols = {name: batch.column(name).to_pylist() for name in wanted}
+            for i in range(batch.num_rows):
+                number += 1
+                yield Row(number, {name: cols[name][i] for name in wanted}, f"{file}: row {number}")
+    except (OSError, ValueError) as exc:
+        yield RejectedRow("*", str(file), "unreadable_file", f"{file}: read failed after row {number}: {exc}")
+
+
+def document_from_row(row: Row) -> Document | RejectedRow:
+    """The document of a table row (``id`` string or integer, ``text`` string; BOM removed from
+    the text), or a ``RejectedRow`` saying which value is wrong."""
+    doc_id = row.values.get("id")
+    if doc_id is None:
+        return RejectedRow(f"row {row.number}", row.where, "missing_id", f"{row.where}: missing or null 'id'")
+    if isinstance(doc_id, bool) or not isinstance(doc_id, str | int):
+        detail = f"{row.where}: 'id' must be a string or an integer, got {type(doc_id).__name__}"
+        return RejectedRow(f"row {row.number}", row.where, "bad_id", detail)
+    if doc_id == "":
+        return RejectedRow(f"row {row.number}", row.where, "bad_id", f"{row.where}: empty 'id'")
+    text = row.values.get("text")
+    if not isinstance(text, str):
+        got = "missing" if "text" not in row.values else ("null" if text is None else type(text).__name__)
+        detail = f"{row.where}: 'text' must be a string, got {got} (id {str(doc_id)!r})"
+        return RejectedRow(str(doc_id), row.where, "bad_text", detail)
+    return Document.from_text(str(doc_id), strip_bom(text))
+
+
+def shard_of_row(row: Row, default: str) -> tuple[str, RejectedRow | None]:
+    """The shard of a single-file row: its ``shard`` value (a non-empty string, or an integer made
+    a string); a missing or null value means ``default`` (the file stem). Any other value puts the
+    row in ``default`` and returns why it is rejected."""
+    if "shard" not in row.values or row.values["shard"] is None:
+        return default, None
+    shard = row.values["shard"]
+    if isinstance(shard, int) and not isinstance(shard, bool):
+        return str(shard), None
+    if isinstance(shard, str) and shard:
+        return shard, None
+    detail = f"{row.where}: 'shard' must be a non-empty string, got {shard!r}; counted in shard {default!r}"
+    doc_id = row.values.get("id")
+    return default, RejectedRow(str(doc_id) if doc_id else f"row {row.number}", row.where, "bad_shard", detail)
