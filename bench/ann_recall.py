@@ -103,6 +103,7 @@ def chunk_rows(vectors: np.ndarray, *, partitions: int = 12) -> pa.Table:
         "package_version": ["-"] * n,
         "run_id": ["bench"] * n,
         "materialized_at": [now] * n,
+        "vector_config": ["bench"] * n,
     }
     schema = chunk_schema(dim)
     return pa.table([pa.array(cols[f.name], f.type) if f.name != "vector" else cols[f.name] for f in schema], schema)

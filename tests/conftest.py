@@ -33,3 +33,24 @@ def chunker(minilm_dir: Path) -> Iterator[LateChunker]:
     that start engines of their own (tiny models, bf16) need it closed."""
     with LateChunker(minilm_dir, **TEST_ENGINE_ARGS) as c:
         yield c
+
+
+#: The live engine of the current test module, for :class:`SessionEngineResource`.
+SHARED_ENGINE: dict[str, LateChunker] = {}
+
+
+def session_engine_resource(chunker: LateChunker):  # noqa: ANN201 - a Dagster resource
+    """A ``VLLMEngineResource`` that hands Dagster the test module's real engine instead of loading the
+    model again (one in-process vLLM engine per process). Not a fake: the same engine encodes."""
+    from latechunk_dagster.integration.resources import VLLMEngineResource
+
+    SHARED_ENGINE["chunker"] = chunker
+
+    class SessionEngineResource(VLLMEngineResource):
+        def setup_for_execution(self, context) -> None:  # noqa: ANN001
+            self._chunker = SHARED_ENGINE["chunker"]
+
+        def teardown_after_execution(self, context) -> None:  # noqa: ANN001
+            self._chunker = None
+
+    return SessionEngineResource(model=str(chunker.card.path))

@@ -24,27 +24,16 @@ from latechunk_dagster.evaluation import (
     write_queries,
 )
 from latechunk_dagster.integration.evaluation import CHECK_NAME
-from latechunk_dagster.integration.resources import DocumentStoreResource, LanceDBResource, VLLMEngineResource
+from latechunk_dagster.integration.resources import DocumentStoreResource, LanceDBResource
 from latechunk_dagster.integration.sensors import sync_partitions
 from latechunk_dagster.sources.files import DocumentStore
+from tests.conftest import SHARED_ENGINE, session_engine_resource
 from tests.reference import reference_chunk_vectors, reference_token_ids
-
-_SHARED: dict[str, LateChunker] = {}
-
-
-class SessionEngineResource(VLLMEngineResource):
-    """The real session engine, handed to Dagster instead of loading the model again (not a fake)."""
-
-    def setup_for_execution(self, context: dg.InitResourceContext) -> None:
-        self._chunker = _SHARED["chunker"]
-
-    def teardown_after_execution(self, context: dg.InitResourceContext) -> None:
-        self._chunker = None
 
 
 @pytest.fixture(scope="module")
 def env(tmp_path_factory, chunker: LateChunker) -> Iterator[dict[str, Any]]:
-    _SHARED["chunker"] = chunker
+    SHARED_ENGINE["chunker"] = chunker
     root = tmp_path_factory.mktemp("evaluation")
     docs, queries = context_set(per_kind=4)
     store = root / "store"
@@ -64,7 +53,7 @@ def env(tmp_path_factory, chunker: LateChunker) -> Iterator[dict[str, Any]]:
         asset_checks=table.asset_checks,
         jobs=[*table.jobs, dg.define_asset_job("eval", selection=dg.AssetSelection.assets(eval_asset))],
         resources={
-            "engine": SessionEngineResource(model="session-engine"),
+            "engine": session_engine_resource(SHARED_ENGINE["chunker"]),
             "lancedb": LanceDBResource(uri=str(db)),
             "store": DocumentStoreResource(path=str(store)),
         },

@@ -163,3 +163,63 @@ def test_four_processes_write_different_partitions_on_s3(s3, chunker: LateChunke
     assert table.count_rows() == sum(rows.num_rows for rows in parts.values())
     for p, rows in parts.items():
         assert _ids(table, p) == set(rows["chunk_id"].to_pylist())
+
+
+def test_pipeline_on_s3_materializes_rematerializes_and_searches(s3, chunker: LateChunker, tmp_path) -> None:
+    """The Dagster pipeline with ``LanceDBResource(uri="s3://...", storage_options=...)``: a real run
+    writes two partitions into the bucket, an edited document is re-encoded alone, search finds it."""
+    import dagster as dg
+
+    from latechunk_dagster import late_chunk_assets
+    from latechunk_dagster.integration.resources import DocumentStoreResource, LanceDBResource
+    from latechunk_dagster.integration.sensors import sync_partitions
+    from latechunk_dagster.sources.files import DocumentStore
+    from tests.conftest import session_engine_resource
+
+    _, options = s3
+    store = tmp_path / "store"
+    for shard, texts in (("cities", A), ("science", B)):
+        (store / shard).mkdir(parents=True)
+        for i, text in enumerate(texts):
+            (store / shard / f"{i}.txt").write_text(text)
+    lancedb = LanceDBResource(uri=f"s3://{BUCKET}/pipeline", storage_options=options)
+    table = late_chunk_assets(table_name="chunks_s3", index=False, parity_check=False, job_name="chunk")
+    defs = table.to_definitions(
+        resources={
+            "engine": session_engine_resource(chunker),
+            "lancedb": lancedb,
+            "store": DocumentStoreResource(path=str(store)),
+        }
+    )
+    tags = {"dagster/asset_partition_range_start": "cities", "dagster/asset_partition_range_end": "science"}
+    (tmp_path / "home").mkdir()
+    with dg.instance_for_test(temp_dir=str(tmp_path / "home")) as instance:
+        sync_partitions(instance, DocumentStore.from_path(store), table.partitions_def)
+        first = defs.resolve_job_def("chunk").execute_in_process(instance=instance, tags=tags, raise_on_error=False)
+        assert first.success and all(c.passed for c in first.get_asset_check_evaluations())
+        (store / "cities" / "1.txt").write_text("Rome is the capital of Italy. The Tiber flows through Rome.")
+        second = defs.resolve_job_def("chunk").execute_in_process(instance=instance, tags=tags, raise_on_error=False)
+        assert second.success and all(c.passed for c in second.get_asset_check_evaluations())
+    md = {
+        m.partition: m.event_specific_data.materialization.metadata for m in second.get_asset_materialization_events()
+    }
+    assert md["cities"]["documents_reencoded"].value == 1 and md["cities"]["documents_skipped"].value == 1
+    assert md["science"]["documents_skipped"].value == len(B) and md["science"]["tokens_encoded"].value == 0
+    with lancedb.get_connection() as db:
+        rows = db.open_table("chunks_s3").to_arrow()
+    assert set(rows.column("doc_id").to_pylist()) == {
+        "cities/0.txt",
+        "cities/1.txt",
+        "science/0.txt",
+        "science/1.txt",
+        "science/2.txt",
+    }
+    hits = search(
+        "Which river flows through Rome?",
+        chunker=chunker,
+        uri=lancedb.uri,
+        table_name="chunks_s3",
+        k=1,
+        connect_kwargs=lancedb.connect_kwargs(),
+    )
+    assert hits[0].doc_id == "cities/1.txt"

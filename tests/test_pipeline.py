@@ -18,19 +18,7 @@ from latechunk_dagster.integration.resources import DocumentStoreResource, Lance
 from latechunk_dagster.integration.sensors import sync_partitions
 from latechunk_dagster.sink.search import search
 from latechunk_dagster.sources.files import DocumentStore
-
-_SHARED: dict[str, LateChunker] = {}
-
-
-class SessionEngineResource(VLLMEngineResource):
-    """The real session engine, handed to Dagster instead of loading the model again (not a fake)."""
-
-    def setup_for_execution(self, context: dg.InitResourceContext) -> None:
-        self._chunker = _SHARED["chunker"]
-
-    def teardown_after_execution(self, context: dg.InitResourceContext) -> None:
-        self._chunker = None
-
+from tests.conftest import SHARED_ENGINE, session_engine_resource
 
 DOCS = {
     "alpha/acme.txt": "Acme Corp. builds pumps in Rotterdam. Its maintenance team repairs them within a day.",
@@ -73,7 +61,7 @@ def make_defs(store: Path, db: Path) -> dg.Definitions:
         ],
         sensors=TABLE.sensors,
         resources={
-            "engine": SessionEngineResource(model="session-engine"),
+            "engine": session_engine_resource(SHARED_ENGINE["chunker"]),
             "lancedb": LanceDBResource(uri=str(db)),
             "store": DocumentStoreResource(path=str(store)),
         },
@@ -95,7 +83,7 @@ def table_rows(db: Path) -> pa.Table:
 
 @pytest.fixture(scope="module")
 def env(tmp_path_factory, chunker: LateChunker) -> Iterator[dict[str, Any]]:
-    _SHARED["chunker"] = chunker
+    SHARED_ENGINE["chunker"] = chunker
     root = tmp_path_factory.mktemp("pipeline")
     store, db = write_store(root / "store", DOCS), root / "lancedb"
     (root / "dagster_home").mkdir()
