@@ -19,7 +19,7 @@ import sys
 from latechunk_dagster import LateChunker, Sentences, sink
 from latechunk_dagster.app.demo_queries import context_set
 from latechunk_dagster.evaluation import materialize_setting
-from latechunk_dagster.integration.resources import shipped_model_path
+from latechunk_dagster.app.definitions import shipped_model_path
 
 docs, _ = context_set(per_kind=3)
 with LateChunker(shipped_model_path(), enforce_eager=True, gpu_memory_utilization=0.1) as chunker:

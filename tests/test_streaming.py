@@ -245,4 +245,20 @@ def test_batches_keep_to_the_token_budget(chunker: LateChunker, tmp_path: Path) 
     assert len(recording.calls) == report.batches >= 6
     assert all(tokens <= 120 for n, tokens in recording.calls if n > 1), recording.calls
     assert sum(t for _, t in recording.calls) == report.tokens_encoded
-    assert max(n for n, _ in recording.calls[1:]) > 2  # after the first batch the estimate tightens
+
+
+def test_the_token_estimate_tightens_after_a_batch(chunker: LateChunker) -> None:
+    """The reader estimates tokens before tokenizing (chars x ratio + specials, ratio 1.0 at first: never
+    under the budget); after observing encoded documents the ratio falls to what the text needs.
+    (Tested directly: how many batches the reader forms before the first result returns is timing.)"""
+    from latechunk_dagster.pipeline.partition import _TokenEstimate
+
+    docs = [d for d in corpus(12) if d.doc_id not in ("long", "blank")]
+    results = chunker.chunk([d.text for d in docs], FixedTokens(chunk_size=64), doc_ids=[d.doc_id for d in docs])
+    estimate = _TokenEstimate(specials=2)
+    before = [estimate.estimate(d.text) for d in docs]
+    estimate.observe(list(zip(docs, results)))
+    after = [estimate.estimate(d.text) for d in docs]
+    assert estimate.ratio < 0.5 and all(a < b for a, b in zip(after, before))
+    # the estimate stays at or above the real count for most documents (ratio x 1.25 headroom)
+    assert sum(a >= len(r.token_ids) for a, r in zip(after, results)) >= len(docs) * 0.75
