@@ -92,9 +92,9 @@ def _run(args: argparse.Namespace) -> int:
 def _eval(args: argparse.Namespace, uri: str) -> int:
     """``latechunk eval``: the late vs naive table on the existing chunk table (nothing is written)."""
     from latechunk_dagster import sink
+    from latechunk_dagster.app.definitions import shipped_model_path
     from latechunk_dagster.core.chunker import LateChunker
     from latechunk_dagster.evaluation import evaluate_table, read_queries
-    from latechunk_dagster.app.definitions import shipped_model_path
 
     queries = read_queries(args.queries)  # a bad file fails before the model loads
     if args.k < 1:
