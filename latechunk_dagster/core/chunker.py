@@ -109,12 +109,19 @@ class EncodedBatch:
 
 def chunks_from_spans(text: str, tokens: Tokenization, spans: Sequence[Span]) -> list[Chunk]:
     """Chunks with char ranges: ``(min start, max end)`` over each span's sourced tokens (SPEC section 2)."""
+    if not spans:
+        return []
+    starts, ends = tokens.offset_arrays()
+    # [start_0, end_0, start_1, end_1, ...]: reduceat's even segments are the spans (odd ones unused);
+    # one padding element lets an end equal n_tokens
+    at = np.fromiter((x for s in spans for x in (s.start, s.end)), dtype=np.int64, count=2 * len(spans))
+    # per span: smallest sourced start, largest end (unsourced tokens: start 2**62, end -1; spans are never empty)
+    lo = np.minimum.reduceat(np.append(np.where(starts >= 0, starts, 2**62), 0), at)[0::2].tolist()
+    hi = np.maximum.reduceat(np.append(ends, -1), at)[0::2].tolist()
     out: list[Chunk] = []
-    for i, s in enumerate(spans):
-        offs = [o for o in tokens.offsets[s.start : s.end] if o is not None]
-        if offs:
-            cr: tuple[int, int] | None = (min(o[0] for o in offs), max(o[1] for o in offs))
-            out.append(Chunk(i, (s.start, s.end), cr, text[cr[0] : cr[1]], s.headings))
+    for i, (s, a, b) in enumerate(zip(spans, lo, hi)):
+        if b >= 0:
+            out.append(Chunk(i, (s.start, s.end), (a, b), text[a:b], s.headings))
         else:
             out.append(Chunk(i, (s.start, s.end), None, None, s.headings))
     return out
