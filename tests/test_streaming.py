@@ -227,14 +227,14 @@ class Recording:
 
     def __init__(self, chunker: LateChunker) -> None:
         self._chunker = chunker
-        self.calls: list[tuple[int, int]] = []  # (documents, document tokens) per chunk() call
+        self.calls: list[tuple[int, int]] = []  # (documents, document tokens) per engine call
 
     def __getattr__(self, name: str):  # type: ignore[no-untyped-def]
         return getattr(self._chunker, name)
 
-    def chunk(self, texts, strategy, **kw):  # type: ignore[no-untyped-def]
-        results = self._chunker.chunk(texts, strategy, **kw)
-        self.calls.append((len(texts), sum(len(r.token_ids) for r in results if hasattr(r, "token_ids"))))
+    def finish(self, encoded, **kw):  # type: ignore[no-untyped-def]
+        results = self._chunker.finish(encoded, **kw)  # one finish per encode: the batch of one engine call
+        self.calls.append((len(results), sum(len(r.token_ids) for r in results if hasattr(r, "token_ids"))))
         return results
 
 

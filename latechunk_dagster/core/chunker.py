@@ -1,11 +1,14 @@
 """The late chunker: one tokenization pass, spans, windows, one encoder pass per document, mean, head.
 
-Flow of :meth:`LateChunker.chunk` for each document::
+Flow of :meth:`LateChunker.chunk` = :meth:`~LateChunker.prepare`, :meth:`~LateChunker.encode`,
+:meth:`~LateChunker.finish` (three public steps, so a pipeline can overlap the host with the engine)::
 
-    check_text -> tokenize_document (one pass) -> strategy.spans -> plan_windows
-    -> one engine call over every window of every document (an :class:`Engine`)
-    -> native:       the engine reduces FixedTokens spans itself (vLLM >= 0.33)
-       token_states: mean_pool_spans (float64 span sums) -> apply_head_after_projection
+    prepare: check_text -> tokenize_documents (one batch call) -> strategy.spans (time bound)
+             -> plan_windows                                                   [host]
+    encode:  one engine call over every window of every document (an :class:`Engine`)
+             native: the engine reduces FixedTokens spans itself (vLLM >= 0.33)   [engine]
+    finish:  token_states: mean_pool_spans -> apply_head_after_projection
+             -> non-finite check -> results in input order                      [host]
 
 The mean is in :mod:`latechunk_dagster.core.pooling`, the head in :mod:`latechunk_dagster.core.head`.
 """
@@ -16,6 +19,7 @@ import json
 import logging
 import os
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import numpy as np
@@ -59,14 +63,65 @@ EnginePath = Literal["auto", "native", "token_states"]
 DEFAULT_STRATEGY_TIMEOUT_S = 30.0
 
 
+#: One document ready for the encoder: (input index, its tokenization, its spans, its window plan).
+_Job = tuple[int, Tokenization, list[Span], WindowPlan]
+
+
+@dataclass
+class PreparedBatch:
+    """A batch after :meth:`LateChunker.prepare`: everything the host does before the encoder.
+
+    Attributes:
+        texts, ids: the documents and their ids, in input order.
+        strategy: the chunking strategy used for the spans.
+        results: one entry per document: the ``DocumentError`` that refused it, else ``None``.
+        native_jobs: documents the engine chunks itself (native path, one window each).
+        state_jobs: documents whose token states the engine returns (their windows in order).
+    """
+
+    texts: list[str]
+    ids: list[str]
+    strategy: ChunkingStrategy
+    results: list[Any]
+    native_jobs: list[_Job]
+    state_jobs: list[_Job]
+
+    @property
+    def windows(self) -> list[list[int]]:
+        """The encoder inputs of the token-state documents, in order (token ids)."""
+        return [w for j in self.state_jobs for w in j[3].windows]
+
+
+@dataclass
+class EncodedBatch:
+    """A batch after :meth:`LateChunker.encode`.
+
+    Attributes:
+        prepared: the batch as prepared.
+        rows: float32 ``[len(window), dim]`` per window of ``prepared.state_jobs``, in order.
+        native: the engine's chunk means per ``prepared.native_jobs`` document.
+    """
+
+    prepared: PreparedBatch
+    rows: list[np.ndarray]
+    native: list[NativeChunks] = field(default_factory=list)
+
+
 def chunks_from_spans(text: str, tokens: Tokenization, spans: Sequence[Span]) -> list[Chunk]:
     """Chunks with char ranges: ``(min start, max end)`` over each span's sourced tokens (SPEC section 2)."""
+    if not spans:
+        return []
+    starts, ends = tokens.offset_arrays()
+    # [start_0, end_0, start_1, end_1, ...]: reduceat's even segments are the spans (odd ones unused);
+    # one padding element lets an end equal n_tokens
+    at = np.fromiter((x for s in spans for x in (s.start, s.end)), dtype=np.int64, count=2 * len(spans))
+    # per span: smallest sourced start, largest end (unsourced tokens: start 2**62, end -1; spans are never empty)
+    lo = np.minimum.reduceat(np.append(np.where(starts >= 0, starts, 2**62), 0), at)[0::2].tolist()
+    hi = np.maximum.reduceat(np.append(ends, -1), at)[0::2].tolist()
     out: list[Chunk] = []
-    for i, s in enumerate(spans):
-        offs = [o for o in tokens.offsets[s.start : s.end] if o is not None]
-        if offs:
-            cr: tuple[int, int] | None = (min(o[0] for o in offs), max(o[1] for o in offs))
-            out.append(Chunk(i, (s.start, s.end), cr, text[cr[0] : cr[1]], s.headings))
+    for i, (s, a, b) in enumerate(zip(spans, lo, hi)):
+        if b >= 0:
+            out.append(Chunk(i, (s.start, s.end), (a, b), text[a:b], s.headings))
         else:
             out.append(Chunk(i, (s.start, s.end), None, None, s.headings))
     return out
@@ -286,7 +341,7 @@ class LateChunker:
         errors: Literal["raise", "return"] = "raise",
         engine_path: Literal["native", "token_states"] | None = None,
     ) -> list[ChunkedDocument]:
-        """Late-chunk many documents in one batched ``encode`` call.
+        """Late-chunk many documents in one batched ``encode`` call: :meth:`prepare`, :meth:`encode`, :meth:`finish`.
 
         Args:
             texts: document texts.
@@ -309,18 +364,39 @@ class LateChunker:
             TypeError: ``texts`` is a single ``str`` or ``strategy`` is not a ``ChunkingStrategy``.
             ValueError: ``errors`` is not ``"raise"`` or ``"return"``; ``doc_ids`` has another length.
         """
-        self._engine()
-        if isinstance(texts, str):
-            raise TypeError("texts must be a sequence of documents, not one str: wrap it as [text]")
-        if not isinstance(strategy, ChunkingStrategy):
-            raise TypeError(f"strategy must be a ChunkingStrategy (e.g. FixedTokens(64)), got {strategy!r}")
+        self._check_call(texts, strategy)
         if errors not in ("raise", "return"):
             raise ValueError(f"errors must be 'raise' or 'return', got {errors!r}")
+        prepared = self.prepare(texts, strategy, doc_ids=doc_ids, engine_path=engine_path)
+        return self.finish(self.encode(prepared), errors=errors)
+
+    def prepare(
+        self,
+        texts: Sequence[str],
+        strategy: ChunkingStrategy,
+        *,
+        doc_ids: Sequence[str] | None = None,
+        engine_path: Literal["native", "token_states"] | None = None,
+    ) -> PreparedBatch:
+        """Host work before the encoder: check each text, tokenize the batch in one call, spans, window plans.
+
+        Per-document failures (bad text, offsets, a strategy error or time-out, a document too
+        long) are kept in the batch and come back from :meth:`finish` in input order. Safe to
+        call from another thread while :meth:`encode` runs (it does not touch the engine); the
+        strategy's time bound uses SIGALRM only in the main thread (:mod:`..timebound`).
+
+        Raises:
+            TypeError, ValueError: as :meth:`chunk`.
+            ModelNotSupportedError, HeadNotSupportedError: ``engine_path`` cannot serve this
+                model or strategy.
+        """
+        self._check_call(texts, strategy)
+        texts = list(texts)
         ids = [str(i) for i in range(len(texts))] if doc_ids is None else [str(d) for d in doc_ids]
         if len(ids) != len(texts):
             raise ValueError(f"{len(texts)} texts but {len(ids)} doc_ids")
         results: list[Any] = [None] * len(texts)
-        jobs: list[tuple[int, Tokenization, list[Span], WindowPlan]] = []
+        jobs: list[_Job] = []
         good: list[int] = []
         for i, (text, did) in enumerate(zip(texts, ids)):
             try:
@@ -356,7 +432,74 @@ class LateChunker:
                 f"{self.card.path}: the head {self.head.describe()} is non-linear; only native FixedTokens "
                 "chunking applies it after the mean"
             )
-        self._encode(jobs, texts, ids, strategy, results, path)
+        native = path == "native" and isinstance(strategy, FixedTokens)
+        # Native reduction only for single-window documents: a windowed document's states
+        # come from several windows, so its spans are pooled here (SPEC section 5).
+        native_jobs = [j for j in jobs if native and len(j[3].windows) == 1]
+        state_jobs = [j for j in jobs if not (native and len(j[3].windows) == 1)]
+        if not self.head.linear_projection:
+            for i, tokens, _spans, plan in state_jobs:
+                results[i] = DocumentTooLongError(
+                    i,
+                    ids[i],
+                    f"{len(tokens)} tokens need {len(plan.windows)} windows, and the non-linear head "
+                    f"{self.head.describe()} cannot be applied to windowed token states",
+                )
+            state_jobs = []
+        return PreparedBatch(texts, ids, strategy, results, native_jobs, state_jobs)
+
+    def encode(self, prepared: PreparedBatch) -> EncodedBatch:
+        """The one engine call of a prepared batch: token states of every window (and native chunk means).
+
+        Only this step uses the engine; call it from one thread at a time.
+        """
+        rows = self._token_rows(prepared.windows)
+        native: list[NativeChunks] = []
+        if prepared.native_jobs:
+            texts = prepared.texts
+            native = self._engine().native_chunks(
+                [self.prefix + texts[i][bom_length(texts[i]) :] for i, *_ in prepared.native_jobs],  # a BOM is not text
+                prepared.strategy.chunk_size,  # type: ignore[attr-defined]
+                dimensions=self.head.dimensions,
+                normalize=self.head.normalize,
+            )
+        return EncodedBatch(prepared, rows, native)
+
+    def finish(
+        self, encoded: EncodedBatch, *, errors: Literal["raise", "return"] = "return"
+    ) -> list[ChunkedDocument | DocumentError]:
+        """Host work after the encoder: span means, head, non-finite check; the results in input order.
+
+        Args:
+            encoded: from :meth:`encode`.
+            errors: ``"return"`` (default here) or ``"raise"``, as in :meth:`chunk`.
+
+        Raises:
+            DocumentBatchError: some documents failed and ``errors="raise"``.
+            TokenizationMismatchError: vLLM's token ids or chunk ranges differ from ours (native path).
+        """
+        prep = encoded.prepared
+        texts, ids, results = prep.texts, prep.ids, list(prep.results)
+        for (i, tokens, spans, _plan), out in zip(prep.native_jobs, encoded.native):
+            if out.token_ids != tokens.token_ids:
+                raise TokenizationMismatchError(
+                    f"document {ids[i]!r}: the engine tokenized it into {len(out.token_ids)} ids that differ "
+                    f"from our {len(tokens.token_ids)}; refusing to guess (SPEC section 1)"
+                )
+            got = [tuple(r) for r in out.token_ranges]
+            if got != [(s.start, s.end) for s in spans]:
+                raise TokenizationMismatchError(
+                    f"document {ids[i]!r}: the engine's chunk token ranges {got[:3]}... differ from ours"
+                )
+            results[i] = self._result(i, ids[i], texts[i], tokens, spans, out.vectors, "native", 1)
+        k = 0
+        for i, tokens, spans, plan in prep.state_jobs:
+            win_rows = encoded.rows[k : k + len(plan.windows)]
+            k += len(plan.windows)
+            # shape: [n_tokens, dim]
+            states = plan.gather(win_rows)
+            vectors = apply_head_after_projection(mean_pool_spans(states, self.pooled_spans(spans)), self.head)
+            results[i] = self._result(i, ids[i], texts[i], tokens, spans, vectors, "token_states", len(plan.windows))
         for i, r in enumerate(results):
             if isinstance(r, ChunkedDocument) and not np.isfinite(r.vectors).all():
                 bad = int((~np.isfinite(r.vectors).all(axis=1)).sum())
@@ -399,6 +542,13 @@ class LateChunker:
         return [Span(max(spans[0].start, k), spans[0].end, spans[0].headings), *spans[1:]]
 
     # -- internals ------------------------------------------------------------------
+    def _check_call(self, texts: Sequence[str], strategy: ChunkingStrategy) -> None:
+        self._engine()
+        if isinstance(texts, str):
+            raise TypeError("texts must be a sequence of documents, not one str: wrap it as [text]")
+        if not isinstance(strategy, ChunkingStrategy):
+            raise TypeError(f"strategy must be a ChunkingStrategy (e.g. FixedTokens(64)), got {strategy!r}")
+
     def _spans(self, strategy: ChunkingStrategy, text: str, tokens: Tokenization, i: int, did: str) -> list[Span]:
         """The strategy's spans of one document, within :attr:`strategy_timeout_s` (see :mod:`..timebound`)."""
         bound = self.strategy_timeout_s
@@ -438,58 +588,6 @@ class LateChunker:
     def _token_rows(self, prompts: list[list[int]]) -> list[np.ndarray]:
         """Per-token rows (projection applied, normalization off) for each prompt, float32."""
         return self._engine().token_states(prompts) if prompts else []
-
-    def _encode(
-        self, jobs: list, texts: Sequence[str], ids: list[str], strategy: ChunkingStrategy, results: list, path: str
-    ) -> None:
-        native = path == "native" and isinstance(strategy, FixedTokens)
-        # Native reduction only for single-window documents: a windowed document's states
-        # come from several windows, so its spans are pooled here (SPEC section 5).
-        native_jobs = [j for j in jobs if native and len(j[3].windows) == 1]
-        state_jobs = [j for j in jobs if not (native and len(j[3].windows) == 1)]
-        if not self.head.linear_projection:
-            for i, tokens, _spans, plan in state_jobs:
-                results[i] = DocumentTooLongError(
-                    i,
-                    ids[i],
-                    f"{len(tokens)} tokens need {len(plan.windows)} windows, and the non-linear head "
-                    f"{self.head.describe()} cannot be applied to windowed token states",
-                )
-            state_jobs = []
-        if native_jobs:
-            self._encode_native(native_jobs, texts, ids, strategy, results)
-        prompts = [w for j in state_jobs for w in j[3].windows]
-        rows = self._token_rows(prompts)
-        k = 0
-        for i, tokens, spans, plan in state_jobs:
-            win_rows = rows[k : k + len(plan.windows)]
-            k += len(plan.windows)
-            # shape: [n_tokens, dim]
-            states = plan.gather(win_rows)
-            vectors = apply_head_after_projection(mean_pool_spans(states, self.pooled_spans(spans)), self.head)
-            results[i] = self._result(i, ids[i], texts[i], tokens, spans, vectors, "token_states", len(plan.windows))
-
-    def _encode_native(
-        self, jobs: list, texts: Sequence[str], ids: list[str], strategy: FixedTokens, results: list
-    ) -> None:
-        outs: list[NativeChunks] = self._engine().native_chunks(
-            [self.prefix + texts[i][bom_length(texts[i]) :] for i, *_ in jobs],  # a leading BOM is not text
-            strategy.chunk_size,
-            dimensions=self.head.dimensions,
-            normalize=self.head.normalize,
-        )
-        for (i, tokens, spans, _plan), out in zip(jobs, outs):
-            if out.token_ids != tokens.token_ids:
-                raise TokenizationMismatchError(
-                    f"document {ids[i]!r}: the engine tokenized it into {len(out.token_ids)} ids that differ "
-                    f"from our {len(tokens.token_ids)}; refusing to guess (SPEC section 1)"
-                )
-            got = [tuple(r) for r in out.token_ranges]
-            if got != [(s.start, s.end) for s in spans]:
-                raise TokenizationMismatchError(
-                    f"document {ids[i]!r}: the engine's chunk token ranges {got[:3]}... differ from ours"
-                )
-            results[i] = self._result(i, ids[i], texts[i], tokens, spans, out.vectors, "native", 1)
 
     def _result(
         self,

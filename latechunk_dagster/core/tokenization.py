@@ -16,8 +16,10 @@ the same rule (:func:`bom_length`). A U+FEFF anywhere else is text (a zero-width
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
+
+import numpy as np
 
 from latechunk_dagster.core.errors import (
     DocumentError,
@@ -59,9 +61,27 @@ class Tokenization:
     offsets: list[tuple[int, int] | None]
     special: list[bool]
     n_prefix: int = 0
+    _arrays: tuple[np.ndarray, np.ndarray] | None = field(default=None, repr=False, compare=False)
 
     def __len__(self) -> int:
         return len(self.token_ids)
+
+    def offset_arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        """:attr:`offsets` as two int64 arrays ``(starts, ends)`` of length ``n_tokens``, ``-1`` where unsourced.
+
+        Built once (by the tokenizer pass, or on first use) and cached; the strategies' token
+        maps and the chunk ranges use them instead of the tuples.
+        """
+        if self._arrays is None:
+            n = len(self.offsets)
+            starts = np.fromiter((-1 if o is None else o[0] for o in self.offsets), dtype=np.int64, count=n)
+            ends = np.fromiter((-1 if o is None else o[1] for o in self.offsets), dtype=np.int64, count=n)
+            object.__setattr__(self, "_arrays", (starts, ends))
+        return self._arrays  # type: ignore[return-value]
+
+    def sourced(self) -> np.ndarray:
+        """bool ``[n_tokens]``: True for tokens with a source range in the text."""
+        return self.offset_arrays()[0] >= 0
 
 
 def check_text(text: object, index: int, doc_id: str) -> str:
@@ -165,35 +185,51 @@ def _from_encoding(
     index: int,
     doc_id: str,
 ) -> Tokenization:
-    """Turn one encoding (ids, code-point offsets into ``prefix + text``, special mask) into a Tokenization."""
+    """Turn one encoding (ids, code-point offsets into ``prefix + text``, special mask) into a Tokenization.
+
+    Vectorized with numpy (the per-token Python loop was the host's largest cost); the checks and
+    their first-offender messages are those of the token-by-token rule: a special token or an
+    empty range has no source; a token ending inside the prefix is a prefix token; a token that
+    starts inside the prefix and ends after it is refused; sourced starts must not decrease and
+    ends must stay inside the text.
+    """
     ids: list[int] = list(input_ids)
-    special = [bool(s) for s in special_mask]
-    if len(raw) != len(ids):
+    n = len(ids)
+    if len(raw) != n:
         raise OffsetsError(index, doc_id, "tokenizer returned no offset for some tokens")
+    special_arr = np.fromiter(special_mask, dtype=bool, count=n)
+    special = special_arr.tolist()
+    pairs = np.array(raw, dtype=np.int64).reshape(n, 2)
+    starts, ends = pairs[:, 0], pairs[:, 1]
     n_pre = len(prefix)
-    n_text = len(text)
     # The tokenizer saw prefix + text without a leading BOM: offsets move back by the prefix, on by the BOM.
     shift = bom_length(text) - n_pre
-    offsets: list[tuple[int, int] | None] = []
-    append = offsets.append
-    n_prefix = 0
-    last_start = 0
-    for (start, end), is_special in zip(raw, special):
-        if is_special or end <= start:
-            append(None)
-            continue
-        if end <= n_pre:
-            append(None)
-            n_prefix += 1
-            continue
-        if start < n_pre:
-            raise OffsetsError(index, doc_id, f"a token spans the prefix {prefix!r} and the text")
-        if shift:
-            start, end = start + shift, end + shift
-        if start < last_start or end > n_text:
-            raise OffsetsError(index, doc_id, f"token offsets out of order or outside the text at ({start}, {end})")
-        last_start = start
-        append((start, end))
-    if len(offsets) == offsets.count(None):
+    unsourced = special_arr | (ends <= starts)
+    in_prefix = ~unsourced & (ends <= n_pre)
+    unsourced |= in_prefix
+    src = np.flatnonzero(~unsourced)
+    if not len(src):
         raise NoContentTokensError(index, doc_id, "the tokenizer produced only special tokens")
-    return Tokenization(token_ids=ids, offsets=offsets, special=special, n_prefix=n_prefix)
+    s_src, e_src = starts[src] + shift, ends[src] + shift
+    straddle = starts[src] < n_pre
+    bad = e_src > len(text)
+    bad[0] |= s_src[0] < 0
+    bad[1:] |= s_src[1:] < s_src[:-1]
+    first_straddle = int(np.argmax(straddle)) if straddle.any() else n
+    first_bad = int(np.argmax(bad)) if bad.any() else n
+    if first_straddle < n and first_straddle <= first_bad:
+        raise OffsetsError(index, doc_id, f"a token spans the prefix {prefix!r} and the text")
+    if first_bad < n:
+        k = first_bad
+        raise OffsetsError(
+            index, doc_id, f"token offsets out of order or outside the text at ({int(s_src[k])}, {int(e_src[k])})"
+        )
+    out_s = np.full(n, -1, dtype=np.int64)
+    out_e = np.full(n, -1, dtype=np.int64)
+    out_s[src], out_e[src] = s_src, e_src
+    offsets: list[tuple[int, int] | None] = list(zip(out_s.tolist(), out_e.tolist()))
+    for k in np.flatnonzero(unsourced).tolist():
+        offsets[k] = None
+    return Tokenization(
+        token_ids=ids, offsets=offsets, special=special, n_prefix=int(in_prefix.sum()), _arrays=(out_s, out_e)
+    )

@@ -26,13 +26,13 @@ class WindowPlan:
 
     Attributes:
         windows: token ids of each encoder input, each at most ``max_len`` long.
-        source: for each document token, ``(window index, position in that window)``
-            of the state it takes; ``len(source) == n_tokens``. ``None`` for a document
+        source: int64 ``[n_tokens, 2]``: for each document token, ``(window index, position in
+            that window)`` of the state it takes. ``None`` for a document
             that fits one window (then token ``i`` takes row ``i`` of window 0).
     """
 
     windows: list[list[int]]
-    source: list[tuple[int, int]] | None
+    source: np.ndarray | None
 
     def gather(self, rows: Sequence[np.ndarray]) -> np.ndarray:
         """The document's token states from its windows' rows.
@@ -100,22 +100,44 @@ def plan_windows(tokens: Tokenization, max_len: int, overlap: int | None = None)
     count = 1 + math.ceil(max(nb - width, 0) / stride)
     starts = [min(k * stride, nb - width) for k in range(count)]
     windows = [header + body[s : s + width] + footer for s in starts]
-    source: list[tuple[int, int]] = [(0, i) for i in range(len(header))]
-    k = 0
-    for j in range(nb):
-        # windows holding j are contiguous; pick the one with the most context on both sides
-        while starts[k] + width <= j:
-            k += 1
-        best, best_ctx = k, -1.0
-        m = k
-        while m < count and starts[m] <= j:
-            left = math.inf if starts[m] == 0 else j - starts[m]
-            right = math.inf if starts[m] + width >= nb else starts[m] + width - 1 - j
-            ctx = min(left, right)
-            if ctx > best_ctx:
-                best, best_ctx = m, ctx
-            m += 1
-        source.append((best, len(header) + j - starts[best]))
-    last = count - 1
-    source.extend((last, len(windows[last]) - len(footer) + i) for i in range(len(footer)))
-    return WindowPlan(windows, source)
+    return WindowPlan(windows, _best_sources(starts, width, nb, len(header), len(footer), len(windows[-1])))
+
+
+def _best_sources(starts: list[int], width: int, nb: int, n_header: int, n_footer: int, last_len: int) -> np.ndarray:
+    """``[n_tokens, 2]`` int64 ``(window, position)`` of each token's state (the rule of :func:`plan_windows`).
+
+    Body token ``j`` takes the window with the most context on both sides, ``min(j - start,
+    start + width - 1 - j)``, a document edge counting as infinite context; ties go to the
+    earlier window. The windows holding ``j`` are contiguous from the first one that ends after
+    ``j``, so each token compares at most ``ceil(width / stride)`` candidates, all tokens at once.
+    """
+    ws = np.asarray(starts, dtype=np.int64)
+    count = len(ws)
+    j = np.arange(nb, dtype=np.int64)
+    first = np.searchsorted(ws + width, j, side="right")  # first window that ends after j
+    best = first.copy()
+    best_ctx = np.full(nb, -1.0)
+    for d in range(count):
+        m = first + d
+        ok = m < count
+        if not ok.any():
+            break
+        m = np.minimum(m, count - 1)
+        s = ws[m]
+        ok &= s <= j
+        if not ok.any():
+            break
+        left = np.where(s == 0, np.inf, j - s)
+        right = np.where(s + width >= nb, np.inf, s + width - 1 - j)
+        ctx = np.minimum(left, right)
+        better = ok & (ctx > best_ctx)
+        best = np.where(better, m, best)
+        best_ctx = np.where(better, ctx, best_ctx)
+    source = np.empty((n_header + nb + n_footer, 2), dtype=np.int64)
+    source[:n_header, 0] = 0
+    source[:n_header, 1] = np.arange(n_header)
+    source[n_header : n_header + nb, 0] = best
+    source[n_header : n_header + nb, 1] = n_header + j - ws[best]
+    source[n_header + nb :, 0] = count - 1
+    source[n_header + nb :, 1] = last_len - n_footer + np.arange(n_footer)
+    return source

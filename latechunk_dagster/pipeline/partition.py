@@ -2,15 +2,24 @@
 
 Flow of :func:`materialize_partition` (three threads, bounded queues between them)::
 
-    reader thread   documents -> skip unchanged (doc_sha256 + vector_config) -> batches of at most
-                    ``batch_tokens`` estimated document tokens
-    calling thread  chunker.chunk(batch, errors="return")       (the engine; one call at a time)
-    writer thread   results -> Arrow rows (sink.rows.chunk_batch) -> staged to a local Arrow IPC file
+    calling thread  documents -> skip unchanged (doc_sha256 + vector_config) -> batches of at most
+                    ``batch_tokens`` estimated document tokens -> chunker.prepare(batch)
+                    (check, tokenize, spans, window plans)
+    engine thread   chunker.encode(prepared)                    (the engine; one call at a time)
+    writer thread   chunker.finish(encoded) (means, head) -> Arrow rows (sink.rows.chunk_batch)
+                    -> staged to a local Arrow IPC file
     then            systemic-failure check -> ONE LanceDB commit streamed from the staged file
 
+**Overlap.** While the engine encodes batch k, the calling thread prepares batch k+1 and the
+writer pools and writes batch k-1. The heavy parts of each step release the GIL (vLLM's model
+forward in torch, the fast tokenizer's batch call in Rust, numpy's reductions), so the threads
+run at once; measured in ``bench/partition_memory.py --overlap``. ``prepare`` runs in the calling
+thread so that, when that is the main thread, the strategy's per-document time bound can use
+SIGALRM (:mod:`latechunk_dagster.core.timebound`) instead of a worker process.
+
 **Memory.** At most :data:`IN_FLIGHT_BATCHES` batches of documents are between the iterator and
-the staging file (one being formed, one queued, one encoding, one queued, one being written; plus
-the document the iterator is handing over), and only the engine call holds token states. The rows
+the staging file (one being formed and prepared, one queued, one encoding, one queued, one being
+written), and at most three hold token states (encoding, queued, being pooled). The rows
 go to disk as they are made; the commit streams them back in record batches. What grows with the
 partition is bookkeeping of ids and hashes (~0.5 KB per document) and LanceDB's merge (~+100 MB
 for 30k rows, measured in ``bench/partition_memory.py``). Peak memory therefore follows
@@ -110,7 +119,10 @@ class PartitionReport:
             documents longer than the model.
         chunks_written: chunk rows staged and committed this run; partition_rows: rows of the
             partition in the table afterwards.
-        engine_seconds: time inside ``chunker.chunk``; seconds: wall time of the whole call.
+        engine_seconds: time inside ``chunker.encode`` (the engine thread); prepare_seconds: time
+            inside ``chunker.prepare`` (the calling thread); finish_seconds: ``chunker.finish`` and
+            the Arrow rows (the writer thread); seconds: wall time of the whole call. With the
+            overlap, ``seconds`` approaches the largest of the three, not their sum.
         batches: engine calls; paths: documents per engine path.
         write: the chunk table commit (``None``: nothing changed, no commit).
         fingerprint: :func:`~latechunk_dagster.sources.documents.fingerprint_of` the items read.
@@ -132,6 +144,8 @@ class PartitionReport:
     chunks_written: int = 0
     partition_rows: int = 0
     engine_seconds: float = 0.0
+    prepare_seconds: float = 0.0
+    finish_seconds: float = 0.0
     seconds: float = 0.0
     batches: int = 0
     paths: dict[str, int] = field(default_factory=dict)
@@ -209,81 +223,97 @@ def materialize_partition(
         to_writer: queue.Queue = queue.Queue(maxsize=1)
         stop = threading.Event()
 
-        def read() -> None:
-            batch: list[Document] = []
-            tokens = 0
+        def fail(exc: BaseException) -> None:
+            if state.thread_error is None:
+                state.thread_error = exc
+            stop.set()
+
+        def encode() -> None:
             try:
-                for item in documents:
-                    if stop.is_set():
-                        return
-                    state.items_read += 1
-                    state.fingerprint_pairs.append(item)
-                    if isinstance(item, RejectedRow):
-                        state.reader_rejections.append(item)
-                        continue
-                    state.present.add(item.doc_id)
-                    if not force and existing.get(item.doc_id) == (item.sha256, config):
-                        state.skipped.add(item.doc_id)
-                        meter.add(1, 0)
-                        continue
-                    cost = estimator.estimate(item.text)
-                    if batch and tokens + cost > budget:
-                        _put(to_engine, batch, stop)
-                        batch, tokens = [], 0
-                    batch.append(item)
-                    tokens += cost
-                if batch:
-                    _put(to_engine, batch, stop)
-                _put(to_engine, _END, stop)
-            except BaseException as exc:  # handed to the calling thread, which raises it
-                _put(to_engine, _Failure(exc), stop)
+                while (item := _get(to_engine, stop)) is not _END:
+                    batch, prepared = item
+                    t0 = time.perf_counter()
+                    encoded = chunker.encode(prepared)
+                    report.engine_seconds += time.perf_counter() - t0
+                    report.batches += 1
+                    _put(to_writer, (batch, encoded), stop)
+                    del item, prepared, encoded
+                _put(to_writer, _END, stop)
+            except _Stopped:
+                return  # another thread failed and raises its own error
+            except BaseException as exc:
+                fail(exc)
 
         def write() -> None:
             try:
                 with pa.OSFile(str(staged), "wb") as sink, pa.ipc.new_stream(sink, schema) as stream:
                     while (item := _get(to_writer, stop)) is not _END:
-                        batch, results = item
+                        batch, encoded = item
+                        t0 = time.perf_counter()
+                        results = chunker.finish(encoded, errors="return")
+                        del item, encoded
                         good = _account(batch, results, chunker, report, state, partition, run_id, now)
                         if good:
                             rows = chunk_batch(good, partition, row_lineage, dim)
                             stream.write_batch(rows)
                             report.chunks_written += rows.num_rows
                             estimator.observe(good)
+                        report.finish_seconds += time.perf_counter() - t0
                         meter.add(len(batch), sum(len(r.token_ids) for _, r in good))
+                        del results, good
+                        release_freed_memory()  # the batch's token states are freed: hand the pages back
             except _Stopped:
-                return  # another thread failed and raises its own error
+                return
             except BaseException as exc:
-                state.writer_error = exc
-                stop.set()
+                fail(exc)
 
-        reader = threading.Thread(target=read, name=f"latechunk-read-{partition}", daemon=True)
+        def submit(batch: list[Document]) -> None:
+            t0 = time.perf_counter()
+            prepared = chunker.prepare([d.text for d in batch], strategy, doc_ids=[d.doc_id for d in batch])
+            report.prepare_seconds += time.perf_counter() - t0
+            _put(to_engine, (batch, prepared), stop)
+
+        engine = threading.Thread(target=encode, name=f"latechunk-engine-{partition}", daemon=True)
         writer = threading.Thread(target=write, name=f"latechunk-write-{partition}", daemon=True)
-        reader.start()
+        engine.start()
         writer.start()
         try:
-            while (batch := _get(to_engine, stop)) is not _END:
-                if isinstance(batch, _Failure):
-                    raise batch.exc
-                t0 = time.perf_counter()
-                results = chunker.chunk(
-                    [d.text for d in batch], strategy, doc_ids=[d.doc_id for d in batch], errors="return"
-                )
-                report.engine_seconds += time.perf_counter() - t0
-                report.batches += 1
-                release_freed_memory()  # the batch's token states are freed: hand the pages back
-                _put(to_writer, (batch, results), stop)
-            _put(to_writer, _END, stop)
-            writer.join()
-        except _Stopped:  # the writer failed while this thread waited on it
-            raise state.writer_error from None  # type: ignore[misc]
+            batch: list[Document] = []
+            tokens = 0
+            for item in documents:
+                if stop.is_set():
+                    break
+                state.items_read += 1
+                state.fingerprint_pairs.append(item)
+                if isinstance(item, RejectedRow):
+                    state.reader_rejections.append(item)
+                    continue
+                state.present.add(item.doc_id)
+                if not force and existing.get(item.doc_id) == (item.sha256, config):
+                    state.skipped.add(item.doc_id)
+                    meter.add(1, 0)
+                    continue
+                cost = estimator.estimate(item.text)
+                if batch and tokens + cost > budget:
+                    submit(batch)
+                    batch, tokens = [], 0
+                batch.append(item)
+                tokens += cost
+            if batch and not stop.is_set():
+                submit(batch)
+            del batch
+            _put(to_engine, _END, stop)
+            while engine.is_alive() or writer.is_alive():
+                engine.join(timeout=0.1)
+                writer.join(timeout=0.1)
         except BaseException:
             stop.set()
             raise
         finally:
-            reader.join(timeout=5)
+            engine.join(timeout=5)
             writer.join(timeout=5)
-        if state.writer_error is not None:
-            raise state.writer_error
+        if state.thread_error is not None:
+            raise state.thread_error
 
         for row in state.reader_rejections:
             state.rejections.append(rejected_row(row, partition, run_id, now))
@@ -327,7 +357,7 @@ class _State:
     reader_rejections: list[RejectedRow] = field(default_factory=list)
     rejections: list[dict] = field(default_factory=list)
     fingerprint_pairs: list[Document | RejectedRow] = field(default_factory=list)
-    writer_error: BaseException | None = None
+    thread_error: BaseException | None = None
 
     def __post_init__(self) -> None:
         # fingerprint_of needs only (doc_id, sha256): keep light records, not the texts

@@ -15,11 +15,12 @@ paragraphs and sentences are found on the text after it), and every character of
 
 from __future__ import annotations
 
-import bisect
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar
+
+import numpy as np
 
 from latechunk_dagster.core.chunking.segmenters import DEFAULT_SEGMENTER, check_segmenter
 from latechunk_dagster.core.tokenization import Tokenization
@@ -110,10 +111,12 @@ def attach_unsourced(spans: Sequence[Span], tokens: Tokenization) -> list[Span]:
     last, so such a span joins the next span (at the start) or the previous one (elsewhere),
     even if that chunk then exceeds ``max_tokens`` by those tokens.
     """
+    # sourced tokens before each position: span [a, b) holds one iff before[b] > before[a]
+    before = np.concatenate(([0], np.cumsum(tokens.sourced()))).tolist()
     out: list[Span] = []
     pending: Span | None = None
     for s in spans:
-        sourced = any(o is not None for o in tokens.offsets[s.start : s.end])
+        sourced = before[s.end] > before[s.start]
         if pending is not None:
             s = Span(pending.start, s.end, s.headings)
             pending = None
@@ -146,28 +149,26 @@ def chunk_of_each_token(tokens: Tokenization, boundaries: Sequence[int]) -> list
         trailing ones to the last sourced token's segment, any other to the segment of
         the token before it.
     """
-    seg: list[int | None] = [None if off is None else bisect.bisect_right(boundaries, off[0]) for off in tokens.offsets]
-    first = next(s for s in seg if s is not None)
-    out: list[int] = []
-    prev = first
-    for s in seg:
-        prev = prev if s is None else s
-        out.append(prev)
-    return out
+    starts, _ = tokens.offset_arrays()
+    sourced = np.flatnonzero(starts >= 0)
+    # segment of each sourced token: bisect_right(boundaries, start), all at once
+    seg = np.searchsorted(np.asarray(boundaries, dtype=np.int64), starts[sourced], side="right")
+    # each token takes the segment of the last sourced token at or before it (the first one if none)
+    last = np.full(len(starts), -1, dtype=np.int64)
+    last[sourced] = np.arange(len(sourced))
+    last = np.maximum.accumulate(last)
+    return seg[np.maximum(last, 0)].tolist()
 
 
 def spans_from_segments(
     segment_of_token: Sequence[int], headings: Sequence[tuple[str, ...]] | None = None
 ) -> list[Span]:
     """Group consecutive tokens of the same segment into spans (segments without tokens vanish)."""
-    spans: list[Span] = []
-    start = 0
-    for i in range(1, len(segment_of_token) + 1):
-        if i == len(segment_of_token) or segment_of_token[i] != segment_of_token[start]:
-            h = headings[segment_of_token[start]] if headings is not None else ()
-            spans.append(Span(start, i, h))
-            start = i
-    return spans
+    seg = np.asarray(segment_of_token)
+    cuts = [0, *(np.flatnonzero(seg[1:] != seg[:-1]) + 1).tolist(), len(seg)]
+    if headings is None:
+        return [Span(a, b) for a, b in zip(cuts, cuts[1:])]
+    return [Span(a, b, headings[int(seg[a])]) for a, b in zip(cuts, cuts[1:])]
 
 
 def spans_from_char_boundaries(tokens: Tokenization, boundaries: Sequence[int]) -> list[Span]:
