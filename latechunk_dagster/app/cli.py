@@ -36,9 +36,11 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("demo", help="run the main job on the embedded default and search")
     args = parser.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from latechunk_dagster.app.settings import quiet_dagster_warnings
     from latechunk_dagster.core.engines.vllm_local import quiet_engine_logs
 
     quiet_engine_logs()  # errors only; VLLM_LOGGING_LEVEL=INFO shows the engine's full log
+    quiet_dagster_warnings()
     try:
         return _run(args)
     except (LateChunkError, FileNotFoundError, ValueError, KeyError) as exc:

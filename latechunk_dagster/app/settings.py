@@ -51,3 +51,16 @@ def ensure_dagster_home() -> Path:
         (path / "dagster.yaml").write_text(DAGSTER_YAML)
     os.environ["DAGSTER_HOME"] = str(path)
     return path
+
+
+def quiet_dagster_warnings() -> None:
+    """Hide Dagster's beta/preview notices (backfill policies, observable source assets) on the terminal
+    of the demo and the CLI; ``PYTHONWARNINGS=default`` shows them again."""
+    import warnings
+
+    if os.environ.get("PYTHONWARNINGS"):
+        return
+    from dagster_shared.utils.warnings import BetaWarning, PreviewWarning
+
+    warnings.filterwarnings("ignore", category=BetaWarning)
+    warnings.filterwarnings("ignore", category=PreviewWarning)
