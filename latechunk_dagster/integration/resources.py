@@ -41,7 +41,74 @@ class EnginePath(StrEnum):
     token_states = "token_states"
 
 
-class VLLMEngineResource(ConfigurableResource):
+class ChunkerResource(ConfigurableResource):
+    """What every engine resource shares: the model and its chunking settings, and one
+    :class:`~latechunk_dagster.LateChunker` per process, started on the first :meth:`get_chunker`
+    call (after the step's run config has been validated) and closed in ``teardown_after_execution``.
+
+    Subclasses implement ``_start()`` (build the chunker on their engine); the asset factory needs
+    only ``get_chunker()``.
+    """
+
+    model: str = Field(description="Model directory on disk (sentence-transformers layout or plain Hugging Face).")
+    max_model_len: int | None = Field(default=None, description="Encoder input limit in tokens (default: model's).")
+    engine_path: EnginePath = Field(
+        default=EnginePath.auto, description="'auto', 'native' (vLLM >= 0.33) or 'token_states'."
+    )
+    prefix: str | None = Field(default=None, description="Document instruction prefix (default: model's).")
+    query_prefix: str | None = Field(default=None, description="Query instruction prefix (default: model's).")
+    dimensions: int | None = Field(default=None, description="Matryoshka cut after the mean.")
+    window_overlap: int | None = Field(default=None, description="Overlap of windows for long documents (tokens).")
+    allow_causal: bool = Field(default=False, description="Opt in to causal models (recorded in lineage).")
+    allow_non_mean_pooling: bool = Field(default=False, description="Opt in to CLS/last-token pooled models.")
+
+    _chunker: LateChunker | None = PrivateAttr(default=None)
+    _log: Any = PrivateAttr(default=None)
+
+    def model_path(self) -> str:
+        """The model directory (``model``)."""
+        return self.model
+
+    def chunker_kwargs(self) -> dict[str, Any]:
+        """The :class:`~latechunk_dagster.LateChunker` keyword arguments every engine shares."""
+        return {
+            "max_model_len": self.max_model_len,
+            "engine_path": EnginePath(self.engine_path).value,
+            "prefix": self.prefix,
+            "query_prefix": self.query_prefix,
+            "dimensions": self.dimensions,
+            "window_overlap": self.window_overlap,
+            "allow_causal": self.allow_causal,
+            "allow_non_mean_pooling": self.allow_non_mean_pooling,
+        }
+
+    def setup_for_execution(self, context: InitResourceContext) -> None:
+        # The engine starts on the first get_chunker() call of this process, so a step whose
+        # run config is wrong fails before the model loads, and a step that never encodes
+        # never loads it.
+        self._log = context.log
+
+    def _start(self) -> LateChunker:
+        raise NotImplementedError
+
+    def teardown_after_execution(self, context: InitResourceContext) -> None:
+        if self._chunker is not None:
+            self._chunker.close()
+            self._chunker = None
+
+    def get_chunker(self) -> LateChunker:
+        """The chunker of this process, started on first use and shut down at teardown."""
+        if self._chunker is None:
+            chunker = self._chunker = self._start()
+            if self._log:
+                engine = chunker.engine.describe() if chunker.engine else "engine"
+                self._log.info(
+                    f"{engine} up in {chunker.startup_seconds:.1f} s (path={chunker.path}, model={chunker.card.path})"
+                )
+        return self._chunker
+
+
+class VLLMEngineResource(ChunkerResource):
     """One :class:`~latechunk_dagster.LateChunker` (one ``vllm.LLM``) per process.
 
     The engine starts on the first :meth:`get_chunker` call of the process (after the step's
@@ -69,74 +136,26 @@ class VLLMEngineResource(ConfigurableResource):
         )
     """
 
-    model: str = Field(description="Model directory on disk (sentence-transformers layout or plain Hugging Face).")
     dtype: VLLMDtype | None = Field(default=None, description="vLLM dtype. Default: float32 on CPU, auto on GPU.")
-    max_model_len: int | None = Field(default=None, description="Encoder input limit in tokens (default: model's).")
     gpu_memory_utilization: float | None = Field(
         default=None, description="vLLM memory fraction (default 0.3 on CPU, 0.9 on GPU)."
     )
     tensor_parallel_size: int = Field(default=1, description="GPUs per engine.")
     enforce_eager: bool | None = Field(default=None, description="Skip torch.compile (faster start, slower run).")
-    engine_path: EnginePath = Field(
-        default=EnginePath.auto, description="'auto', 'native' (vLLM >= 0.33) or 'token_states'."
-    )
-    prefix: str | None = Field(default=None, description="Document instruction prefix (default: model's).")
-    query_prefix: str | None = Field(default=None, description="Query instruction prefix (default: model's).")
-    dimensions: int | None = Field(default=None, description="Matryoshka cut after the mean.")
-    window_overlap: int | None = Field(default=None, description="Overlap of windows for long documents (tokens).")
-    allow_causal: bool = Field(default=False, description="Opt in to causal models (recorded in lineage).")
-    allow_non_mean_pooling: bool = Field(default=False, description="Opt in to CLS/last-token pooled models.")
     engine_args: dict[str, Any] = Field(default_factory=dict, description="Other vllm.LLM keyword arguments.")
-
-    _chunker: LateChunker | None = PrivateAttr(default=None)
-    _log: Any = PrivateAttr(default=None)
-
-    def model_path(self) -> str:
-        """The model directory (``model``)."""
-        return self.model
-
-    def setup_for_execution(self, context: InitResourceContext) -> None:
-        # The engine starts on the first get_chunker() call of this process, so a step whose
-        # run config is wrong fails before the model loads, and a step that never encodes
-        # never loads it.
-        self._log = context.log
 
     def _start(self) -> LateChunker:
         args = dict(self.engine_args)
         if self.enforce_eager is not None:
             args["enforce_eager"] = self.enforce_eager
-        chunker = LateChunker(
+        return LateChunker(
             self.model_path(),
             dtype=self.dtype.value if self.dtype is not None else None,
-            max_model_len=self.max_model_len,
             gpu_memory_utilization=self.gpu_memory_utilization,
             tensor_parallel_size=self.tensor_parallel_size,
-            engine_path=EnginePath(self.engine_path).value,  # type: ignore[arg-type]
-            prefix=self.prefix,
-            query_prefix=self.query_prefix,
-            dimensions=self.dimensions,
-            window_overlap=self.window_overlap,
-            allow_causal=self.allow_causal,
-            allow_non_mean_pooling=self.allow_non_mean_pooling,
+            **self.chunker_kwargs(),
             **args,
         )
-        if self._log:
-            self._log.info(
-                f"vLLM {chunker.vllm_version} engine up in {chunker.startup_seconds:.1f} s "
-                f"(path={chunker.path}, model={chunker.card.path})"
-            )
-        return chunker
-
-    def teardown_after_execution(self, context: InitResourceContext) -> None:
-        if self._chunker is not None:
-            self._chunker.close()
-            self._chunker = None
-
-    def get_chunker(self) -> LateChunker:
-        """The chunker of this process, started on first use and shut down at teardown."""
-        if self._chunker is None:
-            self._chunker = self._start()
-        return self._chunker
 
 
 class LanceDBResource(ConfigurableResource):
