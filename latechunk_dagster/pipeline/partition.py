@@ -92,8 +92,8 @@ IN_FLIGHT_BATCHES = 5
 PROGRESS_INTERVAL = 10.0
 
 #: Test hook: when this environment variable names a point, the process SIGKILLs itself there
-#: (``before_engine``: before the first engine call; ``during_encode``: before the second engine
-#: call, one batch encoded and handed to the staging writer; ``during_commit``: inside the LanceDB
+#: (``before_engine``: before the first engine call; ``during_encode``: in the encode loop, after the
+#: first engine call returned and its results went to the staging writer; ``during_commit``: inside the LanceDB
 #: commit, after it has read the first staged record batch). For crash-safety tests only.
 TEST_KILL_ENV = "LATECHUNK_TEST_KILL_AT"
 
@@ -291,7 +291,7 @@ def materialize_partition(
             while (batch := _get(to_engine, stop)) is not _END:
                 if isinstance(batch, _Failure):
                     raise batch.exc
-                _test_kill_point("before_engine" if report.batches == 0 else "during_encode")
+                _test_kill_point("before_engine")
                 t0 = time.perf_counter()
                 results = chunker.chunk(
                     [d.text for d in batch], strategy, doc_ids=[d.doc_id for d in batch], errors="return"
@@ -300,6 +300,7 @@ def materialize_partition(
                 report.batches += 1
                 release_freed_memory()  # the batch's token states are freed: hand the pages back
                 _put(to_writer, (batch, results), stop)
+                _test_kill_point("during_encode")
             _put(to_writer, _END, stop)
             writer.join()
         except _Stopped:  # the writer failed while this thread waited on it
