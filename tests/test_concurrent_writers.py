@@ -158,8 +158,7 @@ def test_two_runs_of_the_same_partition_one_wins_whole(tmp_path: Path, tiny: Pat
     assert len(runs) == 1, f"a mix of runs: {runs}"
     assert rows.num_rows == results[0]["chunks_written"] == results[1]["chunks_written"]
     assert_whole(rows, "p", d, {"r0", "r1", "r2"})
-    # the losers' commits were re-planned against the winner's rows (LanceDB's or our retries)
-    assert sum(r["lance_attempts"] + r["attempts"] - 2 for r in results) >= 1
+    # whether the commits overlapped (retries) depends on timing; the outcome above must not
 
 
 def _write_store(root: Path, texts: dict[str, dict[str, str]]) -> None:
