@@ -280,6 +280,8 @@ def _partition_metadata(out: PartitionReport, table: Any) -> dict[str, Any]:
         "rows_updated": dg.MetadataValue.int(written.updated if written else 0),
         "rows_deleted": dg.MetadataValue.int(written.deleted if written else 0),
         "lancedb_version": dg.MetadataValue.int(written.version if written else table.version),
+        "commit_attempts": dg.MetadataValue.int(written.attempts if written else 0),
+        "lancedb_commit_attempts": dg.MetadataValue.int(written.lance_attempts if written else 0),
         "shard_fingerprint": dg.MetadataValue.text(out.fingerprint),
         "doc_ids_sha256": dg.MetadataValue.text(hashlib.sha256(json.dumps(out.chunked_doc_ids).encode()).hexdigest()),
     }

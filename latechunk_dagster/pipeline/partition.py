@@ -38,6 +38,15 @@ rejected) and the systemic-failure decision are known only after the last docume
 two commits. Nothing touches the table before the commit, so an exception at any point (a bad
 iterator, the engine, a systemic failure) leaves the partition's old rows whole.
 
+**Concurrent runs and crashes.** Runs writing different partitions of one table commit side by
+side; two runs of the same partition end with one run's rows whole; commit conflicts are retried
+with backoff (:mod:`latechunk_dagster.sink.writes`, :mod:`latechunk_dagster.sink.retry`). A
+process killed at any point leaves the partition's old rows: before the commit nothing touched the
+table, and a commit killed midway leaves only data files no table version references (LanceDB's
+``cleanup_old_versions`` / ``optimize`` removes them). Its staging directory
+(``latechunk-stage-<pid>-*``) is removed by the next call of any process on the same host once
+``<pid>`` is gone. :data:`TEST_KILL_ENV` is a test hook that kills the process at named points.
+
 **Incremental.** A document is re-encoded only if its ``doc_sha256`` or the ``vector_config``
 (:func:`latechunk_dagster.pipeline.config.vector_config`: model, head, dtype, prefix, windows,
 strategy and parameters, :data:`~latechunk_dagster.pipeline.config.CHUNKING_VERSION`) of its
@@ -54,8 +63,13 @@ partition, the reason and the counts, and neither table is touched.
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import logging
+import os
 import queue
+import shutil
+import signal
 import tempfile
 import threading
 import time
@@ -85,6 +99,15 @@ IN_FLIGHT_BATCHES = 5
 
 #: Seconds between two progress reports of a partition.
 PROGRESS_INTERVAL = 10.0
+
+#: Test hook: when this environment variable names a point, the process SIGKILLs itself there
+#: (``before_engine``: before the first engine call; ``during_encode``: in the encode loop, after the
+#: first engine call returned and its results went to the staging writer; ``during_commit``: inside the LanceDB
+#: commit, after it has read the first staged record batch). For crash-safety tests only.
+TEST_KILL_ENV = "LATECHUNK_TEST_KILL_AT"
+
+#: Prefix of a staging directory; the writing process's pid follows it.
+STAGE_PREFIX = "latechunk-stage-"
 
 _END = object()
 
@@ -216,7 +239,11 @@ def materialize_partition(
     state = _State()
     estimator = _TokenEstimate(_special_tokens(chunker))
 
-    with tempfile.TemporaryDirectory(prefix="latechunk-stage-", dir=staging_dir) as tmp:
+    remove_stale_staging(staging_dir)
+    with (
+        tempfile.TemporaryDirectory(prefix=f"{STAGE_PREFIX}{os.getpid()}-", dir=staging_dir) as tmp,
+        contextlib.ExitStack() as opened,
+    ):
         staged = Path(tmp) / "rows.arrows"
         schema = chunk_schema(dim)
         to_engine: queue.Queue = queue.Queue(maxsize=1)
@@ -232,12 +259,14 @@ def materialize_partition(
             try:
                 while (item := _get(to_engine, stop)) is not _END:
                     batch, prepared = item
+                    _test_kill_point("before_engine")
                     t0 = time.perf_counter()
                     encoded = chunker.encode(prepared)
                     report.engine_seconds += time.perf_counter() - t0
                     report.batches += 1
                     _put(to_writer, (batch, encoded), stop)
                     del item, prepared, encoded
+                    _test_kill_point("during_encode")
                 _put(to_writer, _END, stop)
             except _Stopped:
                 return  # another thread failed and raises its own error
@@ -325,9 +354,15 @@ def materialize_partition(
         removed = set(existing) - state.present
         replaced = (state.attempted & set(existing)) | removed
         kept = state.skipped
-        with pa.OSFile(str(staged), "rb") as source:
-            rows = pa.ipc.open_stream(source) if report.chunks_written else None
-            report.write = commit_documents(chunk_table, partition, rows, replaced=replaced, kept=kept)
+
+        def staged_rows() -> pa.RecordBatchReader:  # opened afresh for each commit attempt
+            reader = pa.ipc.open_stream(opened.enter_context(pa.OSFile(str(staged), "rb")))
+            if os.environ.get(TEST_KILL_ENV) == "during_commit":
+                return pa.RecordBatchReader.from_batches(reader.schema, _killing_after_first(reader))
+            return reader
+
+        rows = staged_rows if report.chunks_written else None
+        report.write = commit_documents(chunk_table, partition, rows, replaced=replaced, kept=kept)
         replace_partition(
             rejected_table,
             "rejection_id",
@@ -345,6 +380,43 @@ def materialize_partition(
     report.seconds = time.perf_counter() - t_start
     meter.finish()
     return report
+
+
+def remove_stale_staging(staging_dir: str | Path | None = None) -> list[Path]:
+    """Remove staging directories left by processes of this host that no longer run (e.g. killed).
+
+    Returns:
+        The directories removed.
+    """
+    removed = []
+    for path in Path(staging_dir or tempfile.gettempdir()).glob(f"{STAGE_PREFIX}*-*"):
+        pid = path.name[len(STAGE_PREFIX) :].split("-", 1)[0]
+        if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _test_kill_point(point: str) -> None:
+    """The :data:`TEST_KILL_ENV` hook: SIGKILL this process when the variable names ``point``."""
+    if os.environ.get(TEST_KILL_ENV) == point:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _killing_after_first(reader: pa.RecordBatchReader):  # noqa: ANN202
+    """Yields ``reader``'s first batch, then SIGKILLs the process when LanceDB asks for more."""
+    yield from itertools.islice(reader, 1)
+    os.kill(os.getpid(), signal.SIGKILL)
 
 
 @dataclass

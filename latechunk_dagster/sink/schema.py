@@ -6,15 +6,21 @@ import hashlib
 
 import pyarrow as pa
 
+from latechunk_dagster.sink.retry import PRIMARY_KEY_METADATA
+
 CHUNK_TABLE = "chunks"
 REJECTED_TABLE = "rejected_documents"
 
 
 def chunk_schema(dim: int) -> pa.Schema:
-    """Schema of the chunk table; ``vector`` is ``fixed_size_list<float32>[dim]``."""
+    """Schema of the chunk table; ``vector`` is ``fixed_size_list<float32>[dim]``.
+
+    ``chunk_id`` is marked as lance's unenforced primary key, so two concurrent commits inserting
+    the same new chunks conflict instead of both landing (:mod:`latechunk_dagster.sink.retry`).
+    """
     return pa.schema(
         [
-            pa.field("chunk_id", pa.string(), nullable=False),
+            pa.field("chunk_id", pa.string(), nullable=False, metadata=PRIMARY_KEY_METADATA),
             pa.field("doc_id", pa.string(), nullable=False),
             pa.field("partition", pa.string(), nullable=False),
             pa.field("chunk_index", pa.int32(), nullable=False),
@@ -49,7 +55,7 @@ def chunk_schema(dim: int) -> pa.Schema:
 
 REJECTED_SCHEMA = pa.schema(
     [
-        pa.field("rejection_id", pa.string(), nullable=False),
+        pa.field("rejection_id", pa.string(), nullable=False, metadata=PRIMARY_KEY_METADATA),
         pa.field("doc_id", pa.string(), nullable=False),
         pa.field("partition", pa.string(), nullable=False),
         pa.field("reason", pa.string(), nullable=False),

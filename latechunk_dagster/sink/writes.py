@@ -10,32 +10,54 @@ never a mix (LanceDB commits are atomic table versions).
 through the merge (measured on LanceDB 0.40, 384-d rows: merging 20k / 160k / 480k source rows
 peaked at +200 / +320 / +370 MB RSS while the data were 39 / 310 / 930 MB), so a partition of any
 size is committed at once without holding its rows in memory.
+
+**Concurrent writers.** Runs writing different partitions of one table commit side by side:
+LanceDB rebases a ``merge_insert`` or ``delete`` over a concurrent commit of other rows (retrying
+inside LanceDB where fragments overlap, ``MergeResult.num_attempts``). Two runs writing the *same*
+partition: every commit is a ``merge_insert`` whose delete scope covers all the partition's rows it
+does not keep, and the key column is lance's unenforced primary key, so the later commit conflicts,
+is re-planned against the winner's rows and replaces them whole (the partition ends with one run's
+rows, never a mix; a plain ``add`` would let both land). Conflicts LanceDB gives up on are retried
+here with backoff (:func:`latechunk_dagster.sink.retry.retry_commit`); ``WriteResult.attempts``
+says how many commits were tried.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Any
 
 import lancedb
 import pyarrow as pa
 
+from latechunk_dagster.sink.retry import PRIMARY_KEY_METADATA, retry_commit
 from latechunk_dagster.sink.schema import sql_string
 
 
 @dataclass(frozen=True)
 class WriteResult:
-    """Outcome of replacing one partition: counts from LanceDB's ``MergeResult`` and the new table version."""
+    """Outcome of replacing one partition: counts from LanceDB's ``MergeResult`` and the new table version.
+
+    Attributes:
+        attempts: commits tried by :func:`~latechunk_dagster.sink.retry.retry_commit` (1: no conflict
+            LanceDB gave up on); lance_attempts: ``MergeResult.num_attempts`` of the commit that
+            landed (LanceDB's own rebase-and-retry; 1 for a delete).
+    """
 
     inserted: int
     updated: int
     deleted: int
     version: int
+    attempts: int = 1
+    lance_attempts: int = 1
 
 
 def open_or_create(db: Any, name: str, schema: pa.Schema) -> Any:
     """Open table ``name``, creating it empty with ``schema``; refuse an existing table whose schema differs.
+
+    A table created before its key column was marked as lance's unenforced primary key (the field
+    metadata of ``schema``'s first field) gains the mark (one metadata commit).
 
     Raises:
         ValueError: the table exists with another schema (e.g. another vector dimension: a
@@ -44,6 +66,7 @@ def open_or_create(db: Any, name: str, schema: pa.Schema) -> Any:
     if name in db.list_tables().tables:
         table = db.open_table(name)
         _add_missing_nullable_columns(table, schema)
+        _mark_primary_key(table, schema)
         if table.schema.remove_metadata() != schema.remove_metadata():
             raise ValueError(
                 f"LanceDB table {name!r} at {db.uri} has another schema than this pipeline writes "
@@ -51,7 +74,22 @@ def open_or_create(db: Any, name: str, schema: pa.Schema) -> Any:
                 f"{schema.field('vector').type if 'vector' in schema.names else '-'}); use another table name"
             )
         return table
-    return db.create_table(name, schema=schema, exist_ok=True)
+    table = db.create_table(name, schema=schema, exist_ok=True)
+    _mark_primary_key(table, schema)  # exist_ok: another process may have created it first
+    return table
+
+
+def _mark_primary_key(table: Any, schema: pa.Schema) -> None:
+    key = schema.field(0)
+    if not key.metadata or key.metadata.get(b"lance-schema:unenforced-primary-key") is None:
+        return
+    have = table.schema.field(key.name).metadata or {}
+    if have.get(b"lance-schema:unenforced-primary-key") != b"true":
+        retry_commit(
+            lambda: table.update_field_metadata({"path": key.name, "metadata": dict(PRIMARY_KEY_METADATA)}),
+            what=f"mark {key.name} as primary key",
+            refresh=table.checkout_latest,
+        )
 
 
 def replace_partition(table: Any, key: str, partition: str, rows: pa.Table) -> WriteResult:
@@ -64,22 +102,37 @@ def replace_partition(table: Any, key: str, partition: str, rows: pa.Table) -> W
         rows: the partition's new rows, with the table's schema.
     """
     where = f"partition = {sql_string(partition)}"
+    what = f"replace partition {partition!r} of {table.name!r}"
     if rows.num_rows == 0:
-        before = table.count_rows(where)
-        table.delete(where)
-        return WriteResult(0, 0, before, table.version)
-    result = (
-        table.merge_insert(key)
-        .when_matched_update_all()
-        .when_not_matched_insert_all()
-        .when_not_matched_by_source_delete(where)
-        .execute(rows)
-    )
+        return _delete(table, where, what)
+    return _merge(table, key, lambda: rows, where, what)
+
+
+def _delete(table: Any, where: str, what: str) -> WriteResult:
+    """``table.delete(where)`` (one commit), retried on conflicts."""
+    result, attempts = retry_commit(lambda: table.delete(where), what=what, refresh=table.checkout_latest)
+    deleted = int(getattr(result, "num_deleted_rows", 0))
+    return WriteResult(0, 0, deleted, int(getattr(result, "version", table.version)), attempts, 1)
+
+
+def _merge(
+    table: Any, key: str, source: Callable[[], pa.Table | pa.RecordBatchReader], scope: str, what: str
+) -> WriteResult:
+    """One ``merge_insert`` on ``key``: update matched, insert new, delete the unmatched rows of ``scope``;
+    retried on conflicts with a fresh ``source()``."""
+
+    def commit() -> Any:
+        merge = table.merge_insert(key).when_matched_update_all().when_not_matched_insert_all()
+        return merge.when_not_matched_by_source_delete(scope).execute(source())
+
+    result, attempts = retry_commit(commit, what=what, refresh=table.checkout_latest)
     return WriteResult(
         int(getattr(result, "num_inserted_rows", 0)),
         int(getattr(result, "num_updated_rows", 0)),
         int(getattr(result, "num_deleted_rows", 0)),
-        table.version,
+        int(getattr(result, "version", table.version)),
+        attempts,
+        int(getattr(result, "num_attempts", 1)),
     )
 
 
@@ -93,11 +146,12 @@ def _add_missing_nullable_columns(table: Any, schema: pa.Schema) -> None:
 
 def document_scope(partition: str, replaced: Collection[str], kept: Collection[str]) -> str:
     """SQL filter for the rows of ``partition`` whose documents are replaced: the shorter of
-    ``doc_id IN (replaced)`` and ``doc_id NOT IN (kept)`` (the whole partition when nothing is kept)."""
+    ``doc_id IN (replaced)`` and ``doc_id NOT IN (kept)`` (the whole partition when nothing is kept;
+    ``NOT IN (kept)`` when nothing is replaced, which also covers rows a concurrent writer added)."""
     where = f"partition = {sql_string(partition)}"
     if not kept:
         return where
-    if len(replaced) <= len(kept):
+    if replaced and len(replaced) <= len(kept):
         return f"{where} AND doc_id IN ({', '.join(sql_string(d) for d in sorted(replaced))})"
     return f"{where} AND doc_id NOT IN ({', '.join(sql_string(d) for d in sorted(kept))})"
 
@@ -105,17 +159,22 @@ def document_scope(partition: str, replaced: Collection[str], kept: Collection[s
 def commit_documents(
     table: Any,
     partition: str,
-    rows: pa.RecordBatchReader | None,
+    rows: Callable[[], pa.RecordBatchReader] | None,
     *,
     replaced: Collection[str],
     kept: Collection[str],
 ) -> WriteResult | None:
     """Replace the rows of some documents of ``partition`` by ``rows``, in one commit.
 
+    Every commit with rows is one ``merge_insert`` (also when all documents are new: an ``add``
+    would let a concurrent writer of the same partition land beside it, module docstring), retried
+    on conflicts with backoff.
+
     Args:
         table: an open LanceDB chunk table (key ``chunk_id``).
         partition: the partition key; rows of other partitions are untouched.
-        rows: the new rows (streamed, any size), or ``None`` when there are none.
+        rows: opens the new rows as a stream (any size; called again for a retry), or ``None``
+            when there are none.
         replaced: doc_ids whose old rows go (changed, removed or now rejected documents).
         kept: doc_ids whose rows stay as they are (unchanged documents); every other row of the
             partition is in scope for deletion when ``replaced`` is not empty.
@@ -126,24 +185,10 @@ def commit_documents(
     if rows is None and not replaced:
         return None
     scope = document_scope(partition, replaced, kept)
+    what = f"commit partition {partition!r} of {table.name!r}"
     if rows is None:
-        before = table.count_rows(scope)
-        table.delete(scope)
-        return WriteResult(0, 0, before, table.version)
-    if not replaced:
-        # only new documents: their chunk_ids are not in the table, so one append is the whole
-        # change (one commit; measured +50 MB for 20k rows where the merge took +200 MB)
-        before = table.count_rows(f"partition = {sql_string(partition)}")
-        table.add(rows)
-        return WriteResult(table.count_rows(f"partition = {sql_string(partition)}") - before, 0, 0, table.version)
-    merge = table.merge_insert("chunk_id").when_matched_update_all().when_not_matched_insert_all()
-    result = merge.when_not_matched_by_source_delete(scope).execute(rows)
-    return WriteResult(
-        int(getattr(result, "num_inserted_rows", 0)),
-        int(getattr(result, "num_updated_rows", 0)),
-        int(getattr(result, "num_deleted_rows", 0)),
-        table.version,
-    )
+        return _delete(table, scope, what)
+    return _merge(table, "chunk_id", rows, scope, what)
 
 
 def delete_partitions(db: Any, table_names: list[str], partitions: list[str]) -> int:
@@ -155,8 +200,7 @@ def delete_partitions(db: Any, table_names: list[str], partitions: list[str]) ->
     for name in table_names:
         if name in db.list_tables().tables:
             table = db.open_table(name)
-            deleted += table.count_rows(where)
-            table.delete(where)
+            deleted += _delete(table, where, f"delete partitions from {name!r}").deleted
     return deleted
 
 
