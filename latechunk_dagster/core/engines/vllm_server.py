@@ -35,8 +35,7 @@ from typing import Any
 import httpx
 import numpy as np
 
-from latechunk_dagster.core.chunker import LateChunker
-from latechunk_dagster.core.chunking.base import ChunkingStrategy
+from latechunk_dagster.core.chunker import EncodedBatch, LateChunker, PreparedBatch
 from latechunk_dagster.core.engines.base import Engine, NativeChunks
 from latechunk_dagster.core.errors import DocumentError, LateChunkError, TokenizationMismatchError
 from latechunk_dagster.core.tokenization import bom_length
@@ -536,26 +535,29 @@ class RemoteLateChunker(LateChunker):
             engine.close()
             raise
 
-    def _encode(
-        self, jobs: list, texts: Sequence[str], ids: list[str], strategy: ChunkingStrategy, results: list, path: str
-    ) -> None:
-        """``LateChunker._encode``, with documents the server rejects (4xx) turned into document errors."""
-        pending = list(jobs)
-        while pending:
+    def encode(self, prepared: PreparedBatch) -> EncodedBatch:
+        """``LateChunker.encode``, with documents the server rejects (4xx) turned into document errors.
+
+        A rejected document leaves the batch (its place in ``prepared.results`` holds a
+        :class:`ServerRejectedDocumentError` naming it and the server's message) and the rest is sent again.
+        """
+        while True:
             try:
-                super()._encode(pending, texts, ids, strategy, results, path)
-                return
+                return super().encode(prepared)
             except ServerRejectedError as exc:
                 bad = {}
-                for job in pending:
-                    msg = self._rejection(job, exc, texts)
+                for job in (*prepared.native_jobs, *prepared.state_jobs):
+                    msg = self._rejection(job, exc, prepared.texts)
                     if msg is not None:
                         bad[job[0]] = msg
                 if not bad:
                     raise
                 for i, msg in bad.items():
-                    results[i] = ServerRejectedDocumentError(i, ids[i], f"{self._engine().describe()}: {msg}")
-                pending = [j for j in pending if j[0] not in bad]
+                    prepared.results[i] = ServerRejectedDocumentError(
+                        i, prepared.ids[i], f"{self._engine().describe()}: {msg}"
+                    )
+                prepared.native_jobs = [j for j in prepared.native_jobs if j[0] not in bad]
+                prepared.state_jobs = [j for j in prepared.state_jobs if j[0] not in bad]
 
     def _rejection(self, job: tuple, exc: ServerRejectedError, texts: Sequence[str]) -> str | None:
         """The server's message for a rejected input of this document (a window or its text), else None."""
