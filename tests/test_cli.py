@@ -44,3 +44,23 @@ def test_sync_partitions_adds_the_stores_shards(tmp_path: Path) -> None:
     out = run_cli(["sync-partitions"], tmp_path / "home", LATECHUNK_DOCUMENT_STORE=str(store))
     assert out.returncode == 0, out.stderr
     assert "added ['_root', 'a']" in out.stdout
+
+
+def test_search_arguments_are_checked_before_the_model_loads(tmp_path: Path) -> None:
+    """From a user trial: `-k 0`, an empty query and a bad filter failed only after the model loaded
+    (with LanceDB's wording); `--uri/--table` reach a user's own table."""
+    import lancedb
+
+    from latechunk_dagster.sink import chunk_schema
+
+    db = tmp_path / "db"
+    lancedb.connect(str(db)).create_table("mine", schema=chunk_schema(384))
+    for args, message in (
+        (["search", "pumps", "--uri", str(db), "--table", "nope"], "no table 'nope'"),
+        (["search", "pumps", "--uri", str(db), "--table", "mine", "-k", "0"], "-k must be >= 1"),
+        (["search", "  ", "--uri", str(db), "--table", "mine"], "the query is empty"),
+        (["search", "pumps", "--uri", str(db), "--table", "mine", "--where", "nope = 'a'"], "bad --where filter"),
+    ):
+        out = run_cli(args, tmp_path / "home")
+        assert out.returncode == 2, out.stderr
+        assert "Traceback" not in out.stderr and message in out.stderr.strip().splitlines()[-1], out.stderr

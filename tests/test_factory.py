@@ -230,3 +230,27 @@ def test_docstring_examples_run_as_written(obj: object, tmp_path: Path, monkeypa
     defs = namespace.get("defs")
     if isinstance(defs, dg.Definitions):
         dg.Definitions.validate_loadable(defs)
+
+
+def test_run_config_refuses_fields_the_strategy_ignores() -> None:
+    """From a user trial: `chunk_size` with the sentences strategy (or `language` with fixed_tokens) was
+    silently ignored and every document re-encoded anyway; now the run fails before the engine loads."""
+    from latechunk_dagster import Sentences
+    from latechunk_dagster.integration.assets import ChunkingConfig
+
+    default = Sentences(max_tokens=128)
+    with pytest.raises(ValueError, match=r"chunk_size=64, which strategy 'sentences' does not take"):
+        ChunkingConfig(chunk_size=64).build(default)
+    with pytest.raises(ValueError, match=r"max_tokens=-3, language='xx', which strategy 'fixed_tokens'"):
+        ChunkingConfig(strategy="fixed_tokens", language="xx", max_tokens=-3).build(default)
+    with pytest.raises(ValueError, match=r"batch_tokens must be >= 0"):
+        ChunkingConfig(batch_tokens=-1).build(default)
+    assert ChunkingConfig(strategy="fixed_tokens", chunk_size=32).build(default) == FixedTokens(chunk_size=32)
+    assert ChunkingConfig(max_tokens=64).build(default) == Sentences(max_tokens=64)
+
+
+def test_an_unwritable_lancedb_uri_names_the_resource(tmp_path: Path) -> None:
+    (tmp_path / "afile").write_text("not a directory")
+    lancedb = LanceDBResource(uri=str(tmp_path / "afile" / "lancedb"))
+    with pytest.raises(ValueError, match=r"LanceDBResource\(uri='.*afile/lancedb'\) cannot open or create table"):
+        lancedb.rejected_table("rejected_documents")

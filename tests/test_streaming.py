@@ -262,3 +262,12 @@ def test_the_token_estimate_tightens_after_a_batch(chunker: LateChunker) -> None
     assert estimate.ratio < 0.5 and all(a < b for a, b in zip(after, before))
     # the estimate stays at or above the real count for most documents (ratio x 1.25 headroom)
     assert sum(a >= len(r.token_ids) for a, r in zip(after, results)) >= len(docs) * 0.75
+
+
+def test_an_emptied_shard_keeps_the_partitions_rows(chunker: LateChunker, tmp_path: Path) -> None:
+    """From a user trial: truncating a shard file to 0 bytes used to delete its partition quietly."""
+    _, chunks, rejected = run(chunker, corpus(4), tmp_path)
+    before = rows_of(chunks)
+    with pytest.raises(SystemicFailureError, match=r"read 0 documents but the partition holds \d+"):
+        run(chunker, [], tmp_path, tables=(chunks, rejected))
+    assert rows_of(chunks).equals(before)

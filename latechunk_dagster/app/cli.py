@@ -28,11 +28,15 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--where", default=None, help="LanceDB SQL filter, e.g. \"partition = 'a'\"")
     s.add_argument("--model", default="", help="model directory (default: the shipped model)")
     s.add_argument("--exact", action="store_true", help="scan every row instead of the vector index (exact top k)")
+    s.add_argument("--uri", default=None, help="LanceDB directory (default: $LATECHUNK_HOME/lancedb)")
+    s.add_argument("--table", default=None, help="chunk table (default: chunks)")
     e = sub.add_parser("eval", help="retrieval late vs naive on labeled queries (JSONL), on the chunk table")
     e.add_argument("queries", help="query file: JSONL with query, doc_id[, char_start, char_end]")
     e.add_argument("--k", type=int, default=10, help="cutoff of nDCG/MRR and the largest recall cutoff (default 10)")
     e.add_argument("--where", default=None, help="LanceDB SQL filter on the chunk rows, e.g. \"partition = 'a'\"")
     e.add_argument("--model", default="", help="model directory (default: the shipped model)")
+    e.add_argument("--uri", default=None, help="LanceDB directory (default: $LATECHUNK_HOME/lancedb)")
+    e.add_argument("--table", default=None, help="chunk table (default: chunks)")
     sub.add_parser("demo", help="run the main job on the embedded default and search")
     args = parser.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -43,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     quiet_dagster_warnings()
     try:
         return _run(args)
-    except (LateChunkError, FileNotFoundError, ValueError, KeyError) as exc:
+    except (LateChunkError, OSError, ValueError, KeyError) as exc:
         print(f"latechunk {args.command}: error: {exc}", file=sys.stderr)
         return 2
 
@@ -78,22 +82,41 @@ def _run(args: argparse.Namespace) -> int:
     from latechunk_dagster.core.chunker import LateChunker
     from latechunk_dagster.sink.search import search
 
-    uri = settings.lancedb_uri()
-    if not Path(uri).is_dir() or sink.CHUNK_TABLE not in sink.connect(uri).list_tables().tables:
-        raise ValueError(f"no table {sink.CHUNK_TABLE!r} at {uri} (LATECHUNK_HOME): materialize chunk_vectors first")
+    uri = args.uri or settings.lancedb_uri()
+    name = args.table or sink.CHUNK_TABLE
+    where = "--uri" if args.uri else "LATECHUNK_HOME"
+    if "://" not in uri and not Path(uri).is_dir() or name not in sink.connect(uri).list_tables().tables:
+        raise ValueError(f"no table {name!r} at {uri} ({where}): materialize the chunk asset first")
+    table = sink.connect(uri).open_table(name)
+    _check_where(table, args.where)  # a bad filter fails before the model loads, in one line
     if args.command == "eval":
-        return _eval(args, uri)
+        return _eval(args, table)
+    if not args.query.strip():
+        raise ValueError("the query is empty")
+    if args.k < 1:
+        raise ValueError(f"-k must be >= 1, got {args.k}")
     with LateChunker(args.model or shipped_model_path()) as chunker:
-        hits = search(args.query, chunker=chunker, uri=uri, k=args.k, where=args.where, exact=args.exact)
+        hits = search(
+            args.query, chunker=chunker, uri=uri, table_name=name, k=args.k, where=args.where, exact=args.exact
+        )
     print("cosine_distance\tdoc_id\tchar_range\ttext")
     for h in hits:
         print(f"{h.distance:.4f}\t{h.doc_id}\t{h.char_range}\t{' '.join((h.text or '').split())[:160]}")
     return 0
 
 
-def _eval(args: argparse.Namespace, uri: str) -> int:
+def _check_where(table: object, where: str | None) -> None:
+    """Run ``where`` once on the table so that a bad filter is a one-line error before the model loads."""
+    if not where:
+        return
+    try:
+        table.search().where(where).select(["chunk_id"]).limit(1).to_arrow()  # type: ignore[attr-defined]
+    except Exception as exc:
+        raise ValueError(f"bad --where filter {where!r}: {str(exc).splitlines()[0]}") from None
+
+
+def _eval(args: argparse.Namespace, table: object) -> int:
     """``latechunk eval``: the late vs naive table on the existing chunk table (nothing is written)."""
-    from latechunk_dagster import sink
     from latechunk_dagster.app.definitions import shipped_model_path
     from latechunk_dagster.core.chunker import LateChunker
     from latechunk_dagster.evaluation import evaluate_table, read_queries
@@ -101,12 +124,6 @@ def _eval(args: argparse.Namespace, uri: str) -> int:
     queries = read_queries(args.queries)  # a bad file fails before the model loads
     if args.k < 1:
         raise ValueError(f"--k must be >= 1, got {args.k}")
-    table = sink.connect(uri).open_table(sink.CHUNK_TABLE)
-    if args.where:
-        try:  # a bad filter fails before the model loads, in one line
-            table.search().where(args.where).select(["chunk_id"]).limit(1).to_arrow()
-        except Exception as exc:
-            raise ValueError(f"bad --where filter {args.where!r}: {str(exc).splitlines()[0]}") from None
     with LateChunker(args.model or shipped_model_path()) as chunker:
         report = evaluate_table(chunker, table, queries, k=args.k, where=args.where)
     print(report.markdown())

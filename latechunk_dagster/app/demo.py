@@ -64,10 +64,13 @@ def main() -> int:
     windows = sum(m["encoder_windows"].value for m in md)
     long_docs = sum(m["documents_over_model_length"].value for m in md)
     seconds = sum(m["engine_seconds"].value for m in md)
+    skipped = sum(m["documents_skipped"].value for m in md)
+    reencoded = sum(m["documents_reencoded"].value for m in md)
     checks = result.get_asset_check_evaluations()
     failed = [c.check_name for c in checks if not c.passed]
     print(
-        f"materialized {len(md)} partitions in one run: {docs} documents -> {chunks} chunks, "
+        f"materialized {len(md)} partitions in one run: {docs} documents ({skipped} unchanged, "
+        f"{reencoded} encoded) -> {chunks} chunks written, "
         f"{rejected} rejected; {long_docs} documents longer than the model; "
         f"{tokens} tokens ({encoded} encoded in {windows} windows, "
         f"+{100 * (encoded - tokens) / max(tokens, 1):.1f}% overlap); engine {seconds:.1f} s "

@@ -62,11 +62,22 @@ class ChunkingConfig(dg.Config):
         """The strategy of this run: ``default`` with the fields that are set replaced.
 
         Raises:
-            ValueError: unknown strategy, ``char_spans``, or parameter values the strategy refuses.
+            ValueError: unknown strategy, ``char_spans``, parameter values the strategy refuses, a
+                field that the chosen strategy does not take (``chunk_size`` with ``sentences``,
+                ``language`` with ``fixed_tokens``...: set, it would be ignored), or ``batch_tokens < 0``.
         """
         name = self.strategy or default.name
         if name == "char_spans":
             raise ValueError("char_spans needs per-document spans; call LateChunker.chunk directly")
+        if self.batch_tokens < 0:
+            raise ValueError(f"batch_tokens must be >= 0 (0: the default), got {self.batch_tokens}")
+        unused = ["max_tokens", "language", "segmenter"] if name == "fixed_tokens" else ["chunk_size"]
+        ignored = [f for f in unused if getattr(self, f) is not None]
+        if ignored:
+            raise ValueError(
+                f"run config sets {', '.join(f'{f}={getattr(self, f)!r}' for f in ignored)}, which strategy "
+                f"{name!r} does not take; remove it or choose a strategy that uses it"
+            )
         params = default.params() if name == default.name else {}
         if name == "fixed_tokens":
             if self.chunk_size is not None:
@@ -176,9 +187,9 @@ def materialize_chunks(
     """Late-chunk every partition of the run into the chunk table (one commit per partition)."""
     strategy = config.build(w.strategy)
     lancedb = w.resource(context, w.lancedb_key)
+    rejected_table = lancedb.rejected_table(w.rejected_table_name)  # a bad URI fails before the engine loads
     chunker = w.resource(context, w.engine_key).get_chunker()
     table = lancedb.chunk_table(w.table_name, chunker.embedding_dim)
-    rejected_table = lancedb.rejected_table(w.rejected_table_name)
     totals: dict[str, float] = dict.fromkeys(
         ("documents", "chunks", "rejected", "tokens", "seconds", "unreadable_shards"), 0
     )

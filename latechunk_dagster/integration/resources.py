@@ -221,13 +221,18 @@ class LanceDBResource(ConfigurableResource):
         Raises:
             ValueError: the table exists with another schema (another model: use another name).
         """
-        with self.get_connection() as db:
-            return sink.open_or_create(db, name, sink.chunk_schema(dim))
+        return self._open_or_create(name, sink.chunk_schema(dim))
 
     def rejected_table(self, name: str) -> Any:
         """The rejected-documents table ``name``, created empty if missing."""
-        with self.get_connection() as db:
-            return sink.open_or_create(db, name, sink.REJECTED_SCHEMA)
+        return self._open_or_create(name, sink.REJECTED_SCHEMA)
+
+    def _open_or_create(self, name: str, schema: Any) -> Any:
+        try:
+            with self.get_connection() as db:
+                return sink.open_or_create(db, name, schema)
+        except OSError as exc:  # a path that is a file, no permission, an unreachable bucket...
+            raise ValueError(f"LanceDBResource(uri={self.uri!r}) cannot open or create table {name!r}: {exc}") from exc
 
     def open_table(self, name: str) -> Any | None:
         """Table ``name`` if it exists, else ``None``."""

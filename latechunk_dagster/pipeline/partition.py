@@ -119,11 +119,13 @@ class SystemicFailureError(LateChunkError):
         partition, reason: where and why; rejected / documents: the counts.
     """
 
-    def __init__(self, partition: str, reason: str, rejected: int, documents: int, example: str) -> None:
+    def __init__(
+        self, partition: str, reason: str, rejected: int, documents: int, example: str, *, why: str | None = None
+    ) -> None:
         self.partition, self.reason, self.rejected, self.documents = partition, reason, rejected, documents
+        why = why or f"{rejected} of {documents} documents rejected for the same reason {reason!r} (e.g. {example})"
         super().__init__(
-            f"partition {partition!r} failed: {rejected} of {documents} documents rejected for the same reason "
-            f"{reason!r} (e.g. {example}); nothing was written, the partition's old rows are kept"
+            f"partition {partition!r} failed: {why}; nothing was written, the partition's old rows are kept"
         )
 
 
@@ -350,6 +352,19 @@ def materialize_partition(
         report.documents = state.items_read
         report.rejected = len(state.rejections)
         _check_systemic(partition, state, report, max_rejected_share, systemic_min_documents)
+        if state.items_read == 0 and existing:
+            # a shard that reads empty while its partition holds documents is far more often a
+            # truncated file than a deliberate deletion (which removes the shard: the sensor and
+            # `sync-partitions` then drop the partition and its rows)
+            raise SystemicFailureError(
+                partition,
+                "empty_shard",
+                0,
+                0,
+                "",
+                why=f"the shard read 0 documents but the partition holds {len(existing)} (a truncated file?); "
+                "to drop them, remove the shard from the store",
+            )
 
         removed = set(existing) - state.present
         replaced = (state.attempted & set(existing)) | removed
