@@ -379,3 +379,21 @@ def test_demo_store_explicit_modules(tmp_path: Path) -> None:
     assert "\n\nFunction json.dumps():\nSerialize ``obj`` to a JSON formatted ``str``." in by_id["json"].text
     assert "\n\nClass textwrap.TextWrapper:\n" in by_id["textwrap"].text
     assert "\n\nMethod textwrap.TextWrapper.wrap():\n" in by_id["textwrap"].text
+
+
+def test_upstream_tables_follow_the_stores_row_rules() -> None:
+    """A table from an upstream asset: a null text and a later duplicate id are rejected alone, by row,
+    with the same rule (and wording) as the file stores; a leading BOM is removed."""
+    import pyarrow as pa
+
+    from latechunk_dagster.sources.frames import iter_table_documents
+
+    table = pa.table({"id": ["a", "b", "a", "c"], "text": ["\ufeffFirst.", None, "Again.", "Third."]})
+    items = list(iter_table_documents(table, where="partition 'p'"))
+    assert [(i.doc_id, getattr(i, "text", None)) for i in items if isinstance(i, Document)] == [
+        ("a", "First."),
+        ("c", "Third."),
+    ]
+    rejected = [(r.doc_id, r.reason, r.where) for r in items if isinstance(r, RejectedRow)]
+    assert rejected == [("b", "bad_text", "partition 'p': row 2"), ("a", "duplicate_id", "partition 'p': row 3")]
+    assert "first at partition 'p': row 1, which is kept" in items[2].detail

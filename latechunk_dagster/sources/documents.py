@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 BOM = "\ufeff"
@@ -66,6 +66,28 @@ class RejectedRow:
     def sha256(self) -> str:
         """sha256 of ``where`` and ``detail``: changes when the row's fault changes or is fixed."""
         return text_sha256(f"{self.where}\x1f{self.detail}")
+
+
+def first_of_each_id(
+    items: Iterable[tuple[Document, str] | RejectedRow], scope: str = ""
+) -> Iterator[Document | RejectedRow]:
+    """The duplicate-id rule of every document source: the first ``(document, where)`` of a doc_id is
+    kept; a later one becomes a ``duplicate_id`` :class:`RejectedRow` naming both places. Rejected rows
+    pass through. ``scope`` (e.g. `` in shard 'a' of document store /data``) goes into the detail."""
+    first_seen: dict[str, str] = {}
+    for item in items:
+        if isinstance(item, RejectedRow):
+            yield item
+            continue
+        doc, where = item
+        if doc.doc_id in first_seen:
+            detail = (
+                f"{where}: duplicate doc_id {doc.doc_id!r}{scope} (first at {first_seen[doc.doc_id]}, which is kept)"
+            )
+            yield RejectedRow(doc.doc_id, where, "duplicate_id", detail)
+            continue
+        first_seen[doc.doc_id] = where
+        yield doc
 
 
 def fingerprint_of(items: Iterable[Document | RejectedRow]) -> str:

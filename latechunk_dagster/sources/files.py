@@ -40,7 +40,7 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
-from latechunk_dagster.sources.documents import Document, RejectedRow, fingerprint_of, text_sha256
+from latechunk_dagster.sources.documents import Document, RejectedRow, fingerprint_of, first_of_each_id, text_sha256
 from latechunk_dagster.sources.readers import (
     Row,
     document_from_row,
@@ -118,21 +118,7 @@ class DocumentStore:
             KeyError: no shard of that name (raised on the first ``next()`` for directory stores,
                 after the scan for a single-file store).
         """
-        first_seen: dict[str, str] = {}
-        for item in self._raw_shard(shard):
-            if isinstance(item, tuple):
-                doc, where = item
-                if doc.doc_id in first_seen:
-                    detail = (
-                        f"{where}: duplicate doc_id {doc.doc_id!r} in shard {shard!r} of document store "
-                        f"{self.uri} (first at {first_seen[doc.doc_id]}, which is kept)"
-                    )
-                    yield RejectedRow(doc.doc_id, where, "duplicate_id", detail)
-                    continue
-                first_seen[doc.doc_id] = where
-                yield doc
-            else:
-                yield item
+        yield from first_of_each_id(self._raw_shard(shard), f" in shard {shard!r} of document store {self.uri}")
 
     def read_shard_with_rejections(self, shard: str) -> tuple[list[Document], list[RejectedRow]]:
         """All of :meth:`iter_shard` at once: the documents sorted by doc_id, and the rejected rows."""

@@ -15,7 +15,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from latechunk_dagster.sources.documents import Document, RejectedRow
+from latechunk_dagster.sources.documents import Document, RejectedRow, first_of_each_id
 from latechunk_dagster.sources.readers import Row, document_from_row
 
 
@@ -49,21 +49,20 @@ def iter_table_documents(
     missing = [c for c in (id_column, text_column) if c not in table.column_names]
     if missing:
         raise ValueError(f"{where}: missing column(s) {missing} (columns: {table.column_names})")
-    first_seen: dict[str, str] = {}
+    yield from first_of_each_id(_table_rows(table, id_column, text_column, where))
+
+
+def _table_rows(
+    table: pa.Table, id_column: str, text_column: str, where: str
+) -> Iterator[tuple[Document, str] | RejectedRow]:
+    """``(document, where)`` or a :class:`RejectedRow` per row, one record batch at a time."""
     number = 0
     for batch in table.select([id_column, text_column]).to_batches(max_chunksize=1024):
-        ids, texts = batch.column(0).to_pylist(), batch.column(1).to_pylist()
-        for doc_id, text in zip(ids, texts):
+        for doc_id, text in zip(batch.column(0).to_pylist(), batch.column(1).to_pylist()):
             number += 1
             row = Row(number, {"id": doc_id, "text": text}, f"{where}: row {number}")
             item = document_from_row(row)
-            if isinstance(item, Document):
-                if item.doc_id in first_seen:
-                    detail = f"{row.where}: duplicate doc_id {item.doc_id!r} (first at {first_seen[item.doc_id]}, kept)"
-                    yield RejectedRow(item.doc_id, row.where, "duplicate_id", detail)
-                    continue
-                first_seen[item.doc_id] = row.where
-            yield item
+            yield (item, row.where) if isinstance(item, Document) else item
 
 
 def partition_tables(value: Any, partitions: list[str]) -> Mapping[str, Any]:
