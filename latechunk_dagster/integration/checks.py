@@ -18,8 +18,8 @@ import pyarrow as pa
 from pydantic import Field
 
 from latechunk_dagster.core.chunking import strategy_from_config
-from latechunk_dagster.integration.wiring import TableWiring, sql_in
-from latechunk_dagster.sink import validation
+from latechunk_dagster.integration.wiring import TableWiring
+from latechunk_dagster.sink import sql_in, validation
 from latechunk_dagster.sources.files import Document, DocumentStore
 
 CHECKS = {

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -71,10 +70,3 @@ def dynamic_name(partitions_def: dg.PartitionsDefinition) -> str | None:
     if isinstance(partitions_def, dg.DynamicPartitionsDefinition) and partitions_def.name:
         return partitions_def.name
     return None
-
-
-def sql_in(column: str, values: Sequence[str]) -> str:
-    """``column IN ('a', 'b')`` with quotes doubled (see :func:`latechunk_dagster.sink.sql_string`)."""
-    from latechunk_dagster.sink import sql_string
-
-    return f"{column} IN (" + ", ".join(sql_string(v) for v in values) + ")"

@@ -11,6 +11,7 @@ from latechunk_dagster.sink.schema import (
     REJECTED_TABLE,
     chunk_id,
     chunk_schema,
+    sql_in,
     sql_string,
 )
 from latechunk_dagster.sink.writes import WriteResult, connect, delete_partitions, open_or_create, replace_partition
@@ -26,5 +27,6 @@ __all__ = [
     "delete_partitions",
     "open_or_create",
     "replace_partition",
+    "sql_in",
     "sql_string",
 ]

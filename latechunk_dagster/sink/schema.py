@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterable
 
 import pyarrow as pa
 
@@ -75,3 +76,8 @@ def chunk_id(partition: str, doc_id: str, chunk_index: int) -> str:
 def sql_string(value: str) -> str:
     """A SQL string literal for a LanceDB filter: quotes doubled (``x' OR '1'='1`` matches only itself)."""
     return "'" + value.replace("'", "''") + "'"
+
+
+def sql_in(column: str, values: Iterable[str], *, negate: bool = False) -> str:
+    """``column IN ('a', 'b')`` (``NOT IN`` with ``negate``), each value quoted by :func:`sql_string`."""
+    return f"{column} {'NOT IN' if negate else 'IN'} ({', '.join(sql_string(v) for v in values)})"

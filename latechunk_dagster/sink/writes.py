@@ -32,7 +32,7 @@ import lancedb
 import pyarrow as pa
 
 from latechunk_dagster.sink.retry import PRIMARY_KEY_METADATA, retry_commit
-from latechunk_dagster.sink.schema import sql_string
+from latechunk_dagster.sink.schema import sql_in, sql_string
 
 
 @dataclass(frozen=True)
@@ -152,8 +152,8 @@ def document_scope(partition: str, replaced: Collection[str], kept: Collection[s
     if not kept:
         return where
     if replaced and len(replaced) <= len(kept):
-        return f"{where} AND doc_id IN ({', '.join(sql_string(d) for d in sorted(replaced))})"
-    return f"{where} AND doc_id NOT IN ({', '.join(sql_string(d) for d in sorted(kept))})"
+        return f"{where} AND {sql_in('doc_id', sorted(replaced))}"
+    return f"{where} AND {sql_in('doc_id', sorted(kept), negate=True)}"
 
 
 def commit_documents(
@@ -195,7 +195,7 @@ def delete_partitions(db: Any, table_names: list[str], partitions: list[str]) ->
     """Delete every row of ``partitions`` from each existing table (one commit per table); rows deleted."""
     if not partitions:
         return 0
-    where = "partition IN (" + ", ".join(sql_string(p) for p in partitions) + ")"
+    where = sql_in("partition", partitions)
     deleted = 0
     for name in table_names:
         if name in db.list_tables().tables:
