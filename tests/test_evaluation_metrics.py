@@ -231,3 +231,10 @@ def test_stdlib_sections_are_located_or_fail_loudly() -> None:
         section_range(text, "m", "Function m.g():")
     with pytest.raises(ValueError, match="module 'gzip' is not in the demo corpus"):
         stdlib_queries({"m": text})
+
+
+def test_query_file_with_a_byte_order_mark(tmp_path: Path) -> None:
+    """The package's BOM rule holds for query files too: a file saved as UTF-8 with BOM reads."""
+    path = tmp_path / "bom.jsonl"
+    path.write_bytes(b"\xef\xbb\xbf" + b'{"query": "q1", "doc_id": "a"}\n{"query": "q2", "doc_id": "b"}\n')
+    assert [(q.query, q.passages[0].doc_id) for q in read_queries(path)] == [("q1", "a"), ("q2", "b")]

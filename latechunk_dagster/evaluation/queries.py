@@ -22,6 +22,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from latechunk_dagster.sources.documents import strip_bom
+
 KEYS = frozenset({"query", "doc_id", "char_start", "char_end"})
 
 
@@ -69,6 +71,7 @@ def read_queries(path: str | Path) -> list[LabeledQuery]:
     groups: dict[str, list[Passage]] = {}
     seen: dict[tuple[str, str, tuple[int, int] | None], int] = {}
     for number, line in enumerate(raw.split("\n"), start=1):
+        line = strip_bom(line)  # the package's BOM rule (sources.documents): not part of the text
         if not line.strip():
             continue
         where = f"{path}: line {number}"
