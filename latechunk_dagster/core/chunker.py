@@ -236,15 +236,17 @@ class LateChunker:
         if engine is None:
             from latechunk_dagster.core.engines.vllm_local import VLLMEngine, native_late_chunking_available
 
-            if engine_path == "native" and not native_late_chunking_available():
-                raise ModelNotSupportedError("engine_path='native' needs vLLM >= 0.33 (LateChunkingParams)")
-            self._check_head_path(
-                "native"
-                if native_late_chunking_available()
-                and engine_path != "token_states"
-                and not self.document_prompt_tokens
-                else "token_states"
-            )
+            supports_native = native_late_chunking_available()
+            no_native = "engine_path='native' needs vLLM >= 0.33 (LateChunkingParams)"
+        else:
+            supports_native = engine.supports_native
+            no_native = f"engine_path='native' but {engine.describe()} has no native late chunking"
+        if engine_path == "native" and not supports_native:
+            raise ModelNotSupportedError(no_native)
+        native_ok = supports_native and engine_path != "token_states" and not self.document_prompt_tokens
+        self.path: str = "native" if native_ok else "token_states"
+        self._check_head_path(self.path)  # before the default engine starts
+        if engine is None:
             engine = VLLMEngine(
                 self.card.path,
                 max_model_len=self.max_model_len,
@@ -253,12 +255,7 @@ class LateChunker:
                 in_process=in_process,
                 **engine_kwargs,
             )
-        elif engine_path == "native" and not engine.supports_native:
-            raise ModelNotSupportedError(f"engine_path='native' but {engine.describe()} has no native late chunking")
         self.engine: Engine | None = engine
-        native_ok = engine.supports_native and engine_path != "token_states" and not self.document_prompt_tokens
-        self.path: str = "native" if native_ok else "token_states"
-        self._check_head_path(self.path)
 
     def _no_native_reason(self) -> str:
         return (
