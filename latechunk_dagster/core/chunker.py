@@ -15,7 +15,6 @@ The mean is in :mod:`latechunk_dagster.core.pooling`, the head in :mod:`latechun
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 from collections.abc import Sequence
@@ -40,7 +39,12 @@ from latechunk_dagster.core.errors import (
     TokenizationMismatchError,
 )
 from latechunk_dagster.core.head import apply_head_after_projection, prompt_length
-from latechunk_dagster.core.model_card import ModelCard, check_late_chunking_allowed, read_model_card
+from latechunk_dagster.core.model_card import (
+    ModelCard,
+    PositionLimits,
+    check_late_chunking_allowed,
+    read_model_card,
+)
 from latechunk_dagster.core.pooling import mean_pool_spans
 from latechunk_dagster.core.results import Chunk, ChunkedDocument
 from latechunk_dagster.core.timebound import TimeLimitExceeded, WorkerCallError, call_with_time_limit
@@ -108,7 +112,8 @@ class EncodedBatch:
 
 
 def chunks_from_spans(text: str, tokens: Tokenization, spans: Sequence[Span]) -> list[Chunk]:
-    """Chunks with char ranges: ``(min start, max end)`` over each span's sourced tokens (SPEC section 2)."""
+    """Chunks with char ranges: ``(min start, max end)`` over each span's sourced tokens (SPEC section 2),
+    the end clamped to the next chunk's start where tokens' offsets overlap; ``None`` when empty."""
     if not spans:
         return []
     starts, ends = tokens.offset_arrays()
@@ -118,13 +123,62 @@ def chunks_from_spans(text: str, tokens: Tokenization, spans: Sequence[Span]) ->
     # per span: smallest sourced start, largest end (unsourced tokens: start 2**62, end -1; spans are never empty)
     lo = np.minimum.reduceat(np.append(np.where(starts >= 0, starts, 2**62), 0), at)[0::2].tolist()
     hi = np.maximum.reduceat(np.append(ends, -1), at)[0::2].tolist()
+    # Offsets of consecutive tokens may overlap (XLM-R's SentencePiece gives a lone "▁" the range of
+    # the character after it, which the next token also has): a chunk's range ends where the next
+    # chunk's begins, so no character is in two chunks.
+    for i in range(len(spans) - 1):
+        if hi[i] > lo[i + 1]:
+            hi[i] = lo[i + 1]
     out: list[Chunk] = []
     for i, (s, a, b) in enumerate(zip(spans, lo, hi)):
-        if b >= 0:
+        if b > a:
             out.append(Chunk(i, (s.start, s.end), (a, b), text[a:b], s.headings))
         else:
             out.append(Chunk(i, (s.start, s.end), None, None, s.headings))
     return out
+
+
+def engine_lengths(card: ModelCard, max_model_len: int | None, window_length: int | None) -> tuple[int, int]:
+    """``(engine max_model_len, window length)`` in tokens for a model and the caller's settings.
+
+    Default: the sentence-transformers ``max_seq_length`` capped at the model's exact limit
+    (:attr:`PositionLimits.exact`); windows as long as the engine takes unless ``window_length`` is
+    shorter. A NomicBert model with dynamic NTK scaling is always served at its
+    ``max_trained_positions``: there vLLM's rotary base equals the model's own, whereas served
+    below it vLLM's dynamic NTK formula goes negative and the states turn NaN (vLLM issue 52665),
+    and served above it vLLM scales the base for every input (the model's own code only for inputs
+    longer than that); a shorter ``max_model_len`` then becomes the window length.
+
+    Raises:
+        ModelNotSupportedError: ``max_model_len`` or ``window_length`` above the model's exact limit.
+    """
+    limits = card.limits or PositionLimits(512, 512)
+    for name, value in (("max_model_len", max_model_len), ("window_length", window_length)):
+        if value is not None and value > limits.exact:
+            why = (
+                f"with dynamic NTK scaling ({limits.dynamic_ntk}) the states of an input longer than "
+                f"max_trained_positions={limits.trained} differ between vLLM and the model's own code"
+                if limits.dynamic_ntk
+                else "its position limit (config.json)"
+            )
+            raise ModelNotSupportedError(
+                f"{card.path}: {name}={value} exceeds the model's {limits.exact} input tokens ({why}); "
+                f"leave it unset: longer documents are encoded in windows of at most {limits.exact} tokens"
+            )
+    if max_model_len is not None and max_model_len < 1:
+        raise ValueError(f"max_model_len must be positive, got {max_model_len}")
+    engine_len = int(max_model_len or min(card.max_seq_length or limits.exact, limits.exact))
+    window = min(window_length or engine_len, engine_len)
+    if limits.dynamic_ntk and engine_len != limits.exact:
+        log.warning(
+            "%s: served at max_trained_positions=%d (dynamic NTK scaling %s), windows of %d tokens",
+            card.path,
+            limits.exact,
+            limits.dynamic_ntk,
+            window,
+        )
+        engine_len = limits.exact
+    return engine_len, window
 
 
 class LateChunker:
@@ -149,8 +203,11 @@ class LateChunker:
     Args:
         model: model directory on disk (sentence-transformers layout or plain Hugging Face).
         max_model_len: longest encoder input in tokens; default: the sentence-transformers
-            ``max_seq_length``, else ``max_position_embeddings``. Longer documents are
-            encoded in overlapping windows (SPEC section 5), never truncated.
+            ``max_seq_length``, capped at the model's own limit (:class:`~latechunk_dagster.core.
+            model_card.PositionLimits`: position table, RoBERTa padding offset, NomicBert's
+            ``max_trained_positions`` under dynamic NTK scaling). Longer documents are encoded in
+            overlapping windows (SPEC section 5), never truncated. A value above the model's limit
+            is refused (``ModelNotSupportedError`` naming it), before the engine starts.
         dtype: model dtype for vLLM (``"auto"``, ``"float32"``, ``"bfloat16"``, ...); default
             ``"float32"`` on the CPU (vLLM's ``"auto"`` there silently downcasts float32
             weights to float16) and ``"auto"`` on a GPU.
@@ -159,6 +216,10 @@ class LateChunker:
         dimensions: Matryoshka cut applied after the mean (must be one the model lists).
         allow_causal, allow_non_mean_pooling: opt-ins for models SPEC section 4 refuses;
             recorded in :attr:`opt_ins` and on every result.
+        trust_remote_code: opt in to loading a model whose configuration or code ships with it
+            (``auto_map``, e.g. Nomic's NomicBert): passed to the tokenizer and to vLLM, recorded in
+            :attr:`opt_ins` as ``"trust_remote_code"``. Without it such a model is refused
+            (``ModelNotSupportedError`` naming the option); it is never turned on silently.
         engine_path: ``"auto"`` (native when vLLM has ``LateChunkingParams``), ``"native"``
             (fail if it has not), ``"token_states"`` (force the token-state path).
         window_overlap: tokens shared by consecutive windows of a long document
@@ -185,7 +246,9 @@ class LateChunker:
             reason ``strategy_timeout``); mechanism in :mod:`latechunk_dagster.core.timebound`.
 
     Raises:
-        ModelNotSupportedError: refused model (SPEC section 4) or a slow tokenizer.
+        ModelNotSupportedError: refused model (SPEC section 4), a slow tokenizer, a ``max_model_len``
+            above the model's limit, an architecture the installed vLLM cannot run, or a config
+            the engine cannot start with (one sentence naming the model and the reason).
         HeadNotSupportedError: non-linear projection on the token-state path.
     """
 
@@ -200,6 +263,7 @@ class LateChunker:
         dimensions: int | None = None,
         allow_causal: bool = False,
         allow_non_mean_pooling: bool = False,
+        trust_remote_code: bool = False,
         engine_path: EnginePath = "auto",
         window_overlap: int | None = None,
         window_length: int | None = None,
@@ -214,12 +278,16 @@ class LateChunker:
 
         self.card: ModelCard = read_model_card(model, dimensions=dimensions)
         self.opt_ins = check_late_chunking_allowed(
-            self.card, allow_causal=allow_causal, allow_non_mean_pooling=allow_non_mean_pooling
+            self.card,
+            allow_causal=allow_causal,
+            allow_non_mean_pooling=allow_non_mean_pooling,
+            trust_remote_code=trust_remote_code,
         )
+        self.trust_remote_code = trust_remote_code
         self.head = self.card.head
         self.prefix = self.card.document_prefix if prefix is None else prefix
         self.query_prefix = self.card.query_prefix if query_prefix is None else query_prefix
-        self.tokenizer = AutoTokenizer.from_pretrained(str(self.card.path))
+        self.tokenizer = AutoTokenizer.from_pretrained(str(self.card.path), trust_remote_code=trust_remote_code)
         if not getattr(self.tokenizer, "is_fast", False):
             raise ModelNotSupportedError(f"{self.card.path}: a fast tokenizer (with offsets) is required")
         # Pooling include_prompt=false: these first input positions stay out of the means.
@@ -227,10 +295,8 @@ class LateChunker:
         self.query_prompt_tokens = 0 if self.card.include_prompt else prompt_length(self.tokenizer, self.query_prefix)
         if self.document_prompt_tokens and engine_path == "native":
             raise ModelNotSupportedError(self._no_native_reason())
-        cfg_max = self._config_max_len()
-        self.max_model_len = int(max_model_len or self.card.max_seq_length or cfg_max)
+        self.max_model_len, self.window_length = engine_lengths(self.card, max_model_len, window_length)
         self.window_overlap = window_overlap
-        self.window_length = min(window_length or self.max_model_len, self.max_model_len)
         self.allow_windows = allow_windows
         self.strategy_timeout_s = strategy_timeout_s
         if engine is None:
@@ -253,6 +319,9 @@ class LateChunker:
                 dtype=dtype,
                 gpu_memory_utilization=gpu_memory_utilization,
                 in_process=in_process,
+                trust_remote_code=trust_remote_code,
+                architectures=self.card.architectures,
+                hf_overrides=dict(self.card.config_fills),
                 **engine_kwargs,
             )
         self.engine: Engine | None = engine
@@ -273,10 +342,6 @@ class LateChunker:
             )
 
     # -- engine lifecycle -------------------------------------------------------------
-    def _config_max_len(self) -> int:
-        cfg = json.loads((self.card.path / "config.json").read_text())
-        return int(cfg.get("max_position_embeddings") or 512)
-
     @property
     def vllm_version(self) -> str:
         """Version of the engine (vLLM's ``__version__``), recorded in lineage."""
@@ -320,7 +385,9 @@ class LateChunker:
             return self.head.dimensions
         if self.head.dense:
             return self.head.dense[-1].out_features
-        return int(json.loads((self.card.path / "config.json").read_text())["hidden_size"])
+        if self.card.hidden_size is None:
+            raise ModelNotSupportedError(f"{self.card.path}: config.json names no hidden_size (or n_embd, d_model)")
+        return self.card.hidden_size
 
     def tokenize(self, text: str, *, index: int = 0, doc_id: str | None = None) -> Tokenization:
         """The one tokenization pass of a document (with this chunker's prefix)."""

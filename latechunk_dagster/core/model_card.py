@@ -87,6 +87,15 @@ class ModelCard:
         lowercases_text: sentence-transformers ``do_lower_case`` (text normalization
             outside the tokenizer: refused, SPEC section 6).
         fingerprint: sha256 over the weight and config files (hex), for lineage.
+        model_type, architectures: ``config.json``'s ``model_type`` and ``architectures``.
+        hidden_size: width of the encoder's states (``hidden_size``, NomicBert's ``n_embd``, ``d_model``).
+        remote_code: the ``auto_map`` entries of ``config.json`` / ``tokenizer_config.json``
+            (``"AutoConfig: configuration_hf_nomic_bert.NomicBertConfig"``...): code shipped with the
+            model that loading it runs; empty when there is none (SPEC section 4).
+        limits: the model's own input-length limits (:class:`PositionLimits`).
+        config_fills: documented defaults for settings the engine needs and the config omits
+            (``position_embedding_type="absolute"`` for BERT-family configs written by transformers 5),
+            handed to vLLM as ``hf_overrides``; the model directory is never modified.
     """
 
     path: Path
@@ -100,6 +109,75 @@ class ModelCard:
     document_prefix: str
     lowercases_text: bool
     fingerprint: str
+    model_type: str = ""
+    architectures: tuple[str, ...] = ()
+    hidden_size: int | None = None
+    remote_code: tuple[str, ...] = ()
+    limits: PositionLimits | None = None
+    config_fills: tuple[tuple[str, Any], ...] = ()
+
+
+@dataclass(frozen=True)
+class PositionLimits:
+    """How many input tokens a model takes, and how many its states are exact for, read from ``config.json``.
+
+    Attributes:
+        positions: the most input tokens the model has positions for: ``max_position_embeddings``;
+            for RoBERTa-family models (XLM-R, E5, BGE-M3) minus ``pad_token_id + 1``, because their
+            position ids start after the padding index (514 -> 512); for NomicBert ``n_positions``.
+        exact: the most input tokens for which vLLM's states equal the model's own code:
+            ``positions``, except for a NomicBert model with dynamic NTK scaling
+            (``rotary_scaling_factor`` or a ``dynamic`` ``rope_scaling``), whose own code changes
+            the rotary base for an input longer than ``max_trained_positions`` (by the input's
+            length) while vLLM uses one base for the whole engine: there ``exact`` is
+            ``max_trained_positions``, and longer documents are encoded in windows of that length.
+        dynamic_ntk: the NomicBert dynamic NTK setting found (``"rotary_scaling_factor=2.0"``), or ``""``.
+        trained: ``max_trained_positions`` (NomicBert), else ``positions``.
+    """
+
+    positions: int
+    exact: int
+    dynamic_ntk: str = ""
+    trained: int = 0
+
+
+#: model types whose position ids start after the padding index (``create_position_ids_from_input_ids``
+#: in transformers' RoBERTa family): ``max_position_embeddings - (pad_token_id + 1)`` usable positions.
+_PADDED_POSITION_TYPES = frozenset({"roberta", "xlm-roberta", "camembert", "xlm-roberta-xl", "data2vec-text"})
+#: BERT-family model types whose vLLM implementation reads ``position_embedding_type``; transformers 5
+#: no longer writes it, and its documented default (transformers 4 ``BertConfig``) is ``"absolute"``.
+_ABSOLUTE_POSITION_TYPES = frozenset({"bert", "roberta", "xlm-roberta", "camembert", "xlm-roberta-xl"})
+
+
+def position_limits(config: dict[str, Any]) -> PositionLimits:
+    """The model's input-length limits from its ``config.json`` (see :class:`PositionLimits`)."""
+    mtype = str(config.get("model_type", ""))
+    if mtype == "nomic_bert":
+        positions = int(config.get("n_positions") or config.get("max_position_embeddings") or 2048)
+        trained = int(config.get("max_trained_positions") or positions)
+        scaling = config.get("rope_scaling") or {}
+        ntk = ""
+        if config.get("rotary_scaling_factor"):
+            ntk = f"rotary_scaling_factor={config['rotary_scaling_factor']}"
+        elif isinstance(scaling, dict) and scaling.get("rope_type", scaling.get("type")) == "dynamic":
+            ntk = f"rope_scaling={scaling}"
+        return PositionLimits(positions, min(positions, trained) if ntk else positions, ntk, trained)
+    positions = int(config.get("max_position_embeddings") or config.get("n_positions") or 512)
+    if mtype in _PADDED_POSITION_TYPES:
+        positions -= int(config.get("pad_token_id", 1)) + 1
+    return PositionLimits(positions, positions, "", positions)
+
+
+def _remote_code(path: Path, config: dict[str, Any]) -> tuple[str, ...]:
+    """``auto_map`` entries of the config and tokenizer config: code that loading the model runs."""
+    out: list[str] = []
+    for name in ("config.json", "tokenizer_config.json"):
+        amap = _read_json(path / name).get("auto_map") if name != "config.json" else config.get("auto_map")
+        if isinstance(amap, dict):
+            out += [f"{k}: {v if isinstance(v, str) else ', '.join(str(x) for x in v if x)}" for k, v in amap.items()]
+        elif isinstance(amap, list):
+            out += [str(v) for v in amap]
+    return tuple(out)
 
 
 def _read_json(path: Path) -> dict[str, Any]:
@@ -262,7 +340,7 @@ def read_model_card(path: str | Path, dimensions: int | None = None) -> ModelCar
             pcfg = _read_json(mdir / "config.json")
             modes, include_prompt = _pooling_modes(path, pcfg)
             width = pcfg.get("embedding_dimension", pcfg.get("word_embedding_dimension"))
-            hidden = config.get("hidden_size")
+            hidden = _hidden_size(config)
             if width is not None and hidden is not None and int(width) != int(hidden):
                 raise ModelNotSupportedError(
                     f"{path}: Pooling embedding_dimension={width} differs from the encoder's hidden_size={hidden}"
@@ -299,7 +377,7 @@ def read_model_card(path: str | Path, dimensions: int | None = None) -> ModelCar
         causal = False
     supported = config.get("matryoshka_dimensions")
     if dimensions is not None:
-        width = dense[-1].out_features if dense else int(config.get("hidden_size", 0))
+        width = dense[-1].out_features if dense else int(_hidden_size(config) or 0)
         if dimensions < 1 or (width and dimensions > width):
             raise ValueError(f"dimensions={dimensions} outside 1..{width} for {path}")
         if supported and dimensions not in supported:
@@ -316,22 +394,54 @@ def read_model_card(path: str | Path, dimensions: int | None = None) -> ModelCar
         document_prefix=str(prompts.get("document", prompts.get("passage", ""))),
         lowercases_text=bool(st_cfg.get("do_lower_case", False)),
         fingerprint=_fingerprint(path),
+        model_type=str(config.get("model_type", "")),
+        architectures=tuple(arch),
+        hidden_size=_hidden_size(config),
+        remote_code=_remote_code(path, config),
+        limits=position_limits(config),
+        config_fills=_config_fills(config),
     )
 
 
+def _hidden_size(config: dict[str, Any]) -> int | None:
+    """The encoder's state width: ``hidden_size``, else NomicBert's ``n_embd``, else ``d_model``."""
+    for key in ("hidden_size", "n_embd", "d_model"):
+        if config.get(key) is not None:
+            return int(config[key])
+    return None
+
+
+def _config_fills(config: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
+    """Documented defaults for settings vLLM needs and the config omits (see :attr:`ModelCard.config_fills`)."""
+    fills: list[tuple[str, Any]] = []
+    if str(config.get("model_type", "")) in _ABSOLUTE_POSITION_TYPES and "position_embedding_type" not in config:
+        fills.append(("position_embedding_type", "absolute"))
+    return tuple(fills)
+
+
 def check_late_chunking_allowed(
-    card: ModelCard, *, allow_causal: bool, allow_non_mean_pooling: bool
+    card: ModelCard, *, allow_causal: bool, allow_non_mean_pooling: bool, trust_remote_code: bool = False
 ) -> tuple[str, ...]:
     """Refuse models that late chunking does not fit (SPEC section 4) unless opted in.
 
     Returns:
-        The opt-ins that were *used* (``"causal"``, ``"pooling=cls"``...), for lineage.
+        The opt-ins that were *used* (``"trust_remote_code"``, ``"causal"``, ``"pooling=cls"``...),
+        for lineage. ``trust_remote_code`` is listed only when the model ships code (``auto_map``).
 
     Raises:
-        ModelNotSupportedError: causal attention or non-mean pooling without the opt-in,
-            or sentence-transformers ``do_lower_case`` (a text normalization before tokenizing).
+        ModelNotSupportedError: code shipped with the model without ``trust_remote_code``, causal
+            attention or non-mean pooling without the opt-in, or sentence-transformers
+            ``do_lower_case`` (a text normalization before tokenizing).
     """
     used: list[str] = []
+    if card.remote_code:
+        if not trust_remote_code:
+            raise ModelNotSupportedError(
+                f"{card.path}: the model's configuration or code ships with it ({'; '.join(card.remote_code)}), "
+                "and loading it runs that code. Pass trust_remote_code=True to load it anyway "
+                "(recorded in lineage)."
+            )
+        used.append("trust_remote_code")
     if card.lowercases_text:
         raise ModelNotSupportedError(
             f"{card.path}: sentence-transformers do_lower_case=true changes the text before "

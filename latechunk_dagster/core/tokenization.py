@@ -129,8 +129,8 @@ def tokenize_document(
         The :class:`Tokenization`; its offsets index ``text``, not ``prefix + text``.
 
     Raises:
-        OffsetsError: a token straddles the prefix and the text, or offsets run backwards
-            or outside the text.
+        OffsetsError: offsets run backwards or outside the text. (A token that straddles the
+            prefix and the text is a text token, its range clamped to start at the text.)
         NoContentTokensError: no token has a source range.
     """
     enc = tokenizer(prefix + text[bom_length(text) :], **_ENCODE_KW)
@@ -190,8 +190,8 @@ def _from_encoding(
     Vectorized with numpy (the per-token Python loop was the host's largest cost); the checks and
     their first-offender messages are those of the token-by-token rule: a special token or an
     empty range has no source; a token ending inside the prefix is a prefix token; a token that
-    starts inside the prefix and ends after it is refused; sourced starts must not decrease and
-    ends must stay inside the text.
+    starts inside the prefix and ends after it is a text token whose range starts where the text
+    does (SPEC section 1); sourced starts must not decrease and ends must stay inside the text.
     """
     ids: list[int] = list(input_ids)
     n = len(ids)
@@ -210,15 +210,13 @@ def _from_encoding(
     src = np.flatnonzero(~unsourced)
     if not len(src):
         raise NoContentTokensError(index, doc_id, "the tokenizer produced only special tokens")
-    s_src, e_src = starts[src] + shift, ends[src] + shift
-    straddle = starts[src] < n_pre
+    # A token that starts inside the prefix and ends inside the text (byte-level BPE merges the prefix's
+    # trailing space into the first word) is a text token: its range is clamped to where the text starts.
+    s_src, e_src = np.maximum(starts[src], n_pre) + shift, ends[src] + shift
     bad = e_src > len(text)
     bad[0] |= s_src[0] < 0
     bad[1:] |= s_src[1:] < s_src[:-1]
-    first_straddle = int(np.argmax(straddle)) if straddle.any() else n
     first_bad = int(np.argmax(bad)) if bad.any() else n
-    if first_straddle < n and first_straddle <= first_bad:
-        raise OffsetsError(index, doc_id, f"a token spans the prefix {prefix!r} and the text")
     if first_bad < n:
         k = first_bad
         raise OffsetsError(
