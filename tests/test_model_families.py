@@ -253,3 +253,65 @@ def test_what_the_engine_cannot_run_is_refused_before_any_document(tmp_path: Pat
     )
     with pytest.raises(ModelNotSupportedError, match="causal .*allow_causal=True"):
         LateChunker(causal, **ENGINE)
+
+
+def test_the_opt_in_reaches_every_place_a_model_is_loaded(
+    built: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The component YAML (engine resource fields), the lineage of the rows, and the CLI."""
+    import dagster as dg
+    from dagster.components.testing import create_defs_folder_sandbox
+
+    from latechunk_dagster import sink
+    from latechunk_dagster.app.cli import main as cli
+    from latechunk_dagster.integration.component import LateChunkComponent
+    from latechunk_dagster.integration.sensors import sync_partitions
+    from latechunk_dagster.sources.files import DocumentStore
+
+    model = built["nomic-bert"]
+    store, db = tmp_path / "store", tmp_path / "lancedb"
+    (store / "north").mkdir(parents=True)
+    (store / "north" / "berlin.txt").write_text(F.MULTILINGUAL[4])
+    (store / "north" / "lyon.txt").write_text(F.MULTILINGUAL[1])
+
+    def run(trust: bool) -> Any:
+        engine = {"model": str(model), **ENGINE, **({"trust_remote_code": True} if trust else {})}
+        with create_defs_folder_sandbox() as sandbox:
+            defs_path = sandbox.scaffold_component(
+                component_cls=LateChunkComponent,
+                defs_yaml_contents={
+                    "type": "latechunk_dagster.integration.component.LateChunkComponent",
+                    "attributes": {
+                        "key_prefix": "nomic",
+                        "table_name": "chunks_nomic",
+                        "strategy": {"name": "fixed_tokens", "params": {"chunk_size": 16}},
+                        "engine": engine,
+                        "lancedb": {"uri": str(db)},
+                        "store": {"path": str(store)},
+                        "index": False,
+                        "sensor": False,
+                    },
+                },
+            )
+            with sandbox.load_component_and_build_defs(defs_path=defs_path) as (_component, defs):
+                assets_def = defs.resolve_assets_def(dg.AssetKey(["nomic", "chunk_vectors"]))
+                (tmp_path / f"home-{trust}").mkdir()
+                with dg.instance_for_test(temp_dir=str(tmp_path / f"home-{trust}")) as instance:
+                    sync_partitions(instance, DocumentStore.from_path(store), assets_def.partitions_def)
+                    return defs.resolve_job_def("nomic_chunk_vectors_job").execute_in_process(
+                        instance=instance, partition_key="north", raise_on_error=False
+                    )
+
+    refused = run(trust=False)
+    assert not refused.success
+    failure = next(e for e in refused.all_events if e.is_step_failure)
+    assert "trust_remote_code=True" in str(failure.step_failure_data.error)
+    result = run(trust=True)
+    assert result.success and all(c.passed for c in result.get_asset_check_evaluations())
+    rows = sink.connect(str(db)).open_table("chunks_nomic").to_arrow()
+    assert set(rows.column("opt_ins").to_pylist()) == {"trust_remote_code"}
+    args = ["search", "Who repairs the pumps?", "--uri", str(db), "--table", "chunks_nomic", "--model", str(model)]
+    assert cli(args) == 2
+    assert "trust_remote_code" in capsys.readouterr().err
+    assert cli([*args, "--trust-remote-code", "--exact"]) == 0
+    assert "berlin.txt" in capsys.readouterr().out

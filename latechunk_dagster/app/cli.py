@@ -30,6 +30,7 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--exact", action="store_true", help="scan every row instead of the vector index (exact top k)")
     s.add_argument("--uri", default=None, help="LanceDB directory (default: $LATECHUNK_HOME/lancedb)")
     s.add_argument("--table", default=None, help="chunk table (default: chunks)")
+    _model_options(s)
     e = sub.add_parser("eval", help="retrieval late vs naive on labeled queries (JSONL), on the chunk table")
     e.add_argument("queries", help="query file: JSONL with query, doc_id[, char_start, char_end]")
     e.add_argument("--k", type=int, default=10, help="cutoff of nDCG/MRR and the largest recall cutoff (default 10)")
@@ -37,6 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     e.add_argument("--model", default="", help="model directory (default: the shipped model)")
     e.add_argument("--uri", default=None, help="LanceDB directory (default: $LATECHUNK_HOME/lancedb)")
     e.add_argument("--table", default=None, help="chunk table (default: chunks)")
+    _model_options(e)
     sub.add_parser("demo", help="run the main job on the embedded default and search")
     args = parser.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -50,6 +52,32 @@ def main(argv: list[str] | None = None) -> int:
     except (LateChunkError, OSError, ValueError, KeyError) as exc:
         print(f"latechunk {args.command}: error: {exc}", file=sys.stderr)
         return 2
+
+
+def _model_options(p: argparse.ArgumentParser) -> None:
+    """The query model's settings: the ones the table's chunk vectors were made with (``--model`` too)."""
+    p.add_argument("--dimensions", type=int, default=None, help="Matryoshka cut of the table's vectors")
+    p.add_argument(
+        "--trust-remote-code",
+        action="store_true",
+        help="load a model whose configuration or code ships with it (auto_map, e.g. NomicBert)",
+    )
+    p.add_argument("--allow-non-mean-pooling", action="store_true", help="opt in to a CLS/last-token pooled model")
+    p.add_argument("--allow-causal", action="store_true", help="opt in to a causal (decoder) model")
+
+
+def _chunker(args: argparse.Namespace):  # noqa: ANN202 - LateChunker, imported lazily
+    """The query embedder of ``search``/``eval``: the model and the opt-ins given on the command line."""
+    from latechunk_dagster.app.definitions import shipped_model_path
+    from latechunk_dagster.core.chunker import LateChunker
+
+    return LateChunker(
+        args.model or shipped_model_path(),
+        dimensions=args.dimensions,
+        trust_remote_code=args.trust_remote_code,
+        allow_non_mean_pooling=args.allow_non_mean_pooling,
+        allow_causal=args.allow_causal,
+    )
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -78,8 +106,6 @@ def _run(args: argparse.Namespace) -> int:
         print(f"added {added or 'none'}; removed {removed or 'none'} (and their rows)")
         return 0
     from latechunk_dagster import sink
-    from latechunk_dagster.app.definitions import shipped_model_path
-    from latechunk_dagster.core.chunker import LateChunker
     from latechunk_dagster.sink.search import search
 
     uri = args.uri or settings.lancedb_uri()
@@ -95,7 +121,7 @@ def _run(args: argparse.Namespace) -> int:
         raise ValueError("the query is empty")
     if args.k < 1:
         raise ValueError(f"-k must be >= 1, got {args.k}")
-    with LateChunker(args.model or shipped_model_path()) as chunker:
+    with _chunker(args) as chunker:
         hits = search(
             args.query, chunker=chunker, uri=uri, table_name=name, k=args.k, where=args.where, exact=args.exact
         )
@@ -117,14 +143,12 @@ def _check_where(table: object, where: str | None) -> None:
 
 def _eval(args: argparse.Namespace, table: object) -> int:
     """``latechunk eval``: the late vs naive table on the existing chunk table (nothing is written)."""
-    from latechunk_dagster.app.definitions import shipped_model_path
-    from latechunk_dagster.core.chunker import LateChunker
     from latechunk_dagster.evaluation import evaluate_table, read_queries
 
     queries = read_queries(args.queries)  # a bad file fails before the model loads
     if args.k < 1:
         raise ValueError(f"--k must be >= 1, got {args.k}")
-    with LateChunker(args.model or shipped_model_path()) as chunker:
+    with _chunker(args) as chunker:
         report = evaluate_table(chunker, table, queries, k=args.k, where=args.where)
     print(report.markdown())
     print(report.caption())

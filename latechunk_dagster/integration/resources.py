@@ -61,6 +61,11 @@ class ChunkerResource(ConfigurableResource):
     window_overlap: int | None = Field(default=None, description="Overlap of windows for long documents (tokens).")
     allow_causal: bool = Field(default=False, description="Opt in to causal models (recorded in lineage).")
     allow_non_mean_pooling: bool = Field(default=False, description="Opt in to CLS/last-token pooled models.")
+    trust_remote_code: bool = Field(
+        default=False,
+        description="Opt in to loading a model whose configuration or code ships with it (auto_map, e.g. "
+        "NomicBert); recorded in lineage. Without it such a model is refused.",
+    )
 
     _chunker: LateChunker | None = PrivateAttr(default=None)
     _log: Any = PrivateAttr(default=None)
@@ -80,6 +85,7 @@ class ChunkerResource(ConfigurableResource):
             "window_overlap": self.window_overlap,
             "allow_causal": self.allow_causal,
             "allow_non_mean_pooling": self.allow_non_mean_pooling,
+            "trust_remote_code": self.trust_remote_code,
         }
 
     def setup_for_execution(self, context: InitResourceContext) -> None:
