@@ -315,3 +315,31 @@ def test_the_opt_in_reaches_every_place_a_model_is_loaded(
     assert "trust_remote_code" in capsys.readouterr().err
     assert cli([*args, "--trust-remote-code", "--exact"]) == 0
     assert "berlin.txt" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("n_positions", "trained", "factor", "window"),
+    [(8192, 8192, None, 8192), (8192, 2048, 2.0, 2048)],
+    ids=["nomic-8192-one-window", "nomic-v1-dynamic-ntk-2048-windows"],
+)
+def test_long_windows(tmp_path: Path, minilm_dir: Path, n_positions: int, trained: int, factor, window: int) -> None:  # noqa: ANN001
+    """Nomic's long contexts: a document of ~8,000 tokens in one 8,192-token window, and the same
+    document in 2,048-token windows of a model trained at 2,048 with dynamic NTK scaling."""
+    model = F.build_nomic(
+        tmp_path / "nomic",
+        minilm_dir,
+        n_positions=n_positions,
+        max_trained_positions=trained,
+        rotary_scaling_factor=factor,
+        seed=6,
+    )
+    fam = Family("nomic-long", lambda d, m: d, states=F.nomic_states, kwargs={"trust_remote_code": True})
+    text = long_text(360)
+    with LateChunker(model, trust_remote_code=True, window_overlap=OVERLAP, **ENGINE) as c:
+        assert (c.max_model_len, c.window_length) == (window, window)
+        [doc] = c.chunk([text], Sentences(max_tokens=256))
+        assert 6000 < len(doc.token_ids) <= 8192
+        assert doc.windows == (1 if window == 8192 else 4)
+        worst = check_document(fam, model, c, text, doc)
+    print(f"\nnomic, {len(doc.token_ids)} tokens in windows of {window}: worst deviation {worst:.2e}")
+    assert worst < TOLERANCE
