@@ -343,3 +343,45 @@ def test_long_windows(tmp_path: Path, minilm_dir: Path, n_positions: int, traine
         worst = check_document(fam, model, c, text, doc)
     print(f"\nnomic, {len(doc.token_ids)} tokens in windows of {window}: worst deviation {worst:.2e}")
     assert worst < TOLERANCE
+
+
+def test_non_finite_states_from_the_engine_are_rejected_per_document(tmp_path: Path, minilm_dir: Path) -> None:
+    """A real engine that overflows: one token's embedding row is 3e38, so LayerNorm of any input that
+    holds it is inf/NaN (as fp16 overflow or vLLM issue 52665's corrupted rotary cache make them).
+    That document is rejected with its reason and never written; its neighbours are written."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    from latechunk_dagster import sink
+    from latechunk_dagster.core.errors import NonFiniteVectorError
+    from latechunk_dagster.pipeline.partition import materialize_partition
+    from latechunk_dagster.sources.documents import Document
+
+    model = build_tiny_bert(tmp_path / "overflow", minilm_dir, seed=21)
+    poisoned = AutoTokenizer.from_pretrained(str(model)).convert_tokens_to_ids("volcano")
+    weights = load_file(str(model / "model.safetensors"))
+    key = next(k for k in weights if k.endswith("word_embeddings.weight"))
+    weights[key][poisoned] = torch.full_like(weights[key][poisoned], 3e38)
+    save_file(weights, str(model / "model.safetensors"))
+    texts = {"calm": "The pump was repaired in spring.", "hot": "The volcano erupted.", "mild": "Owls hunt."}
+    with LateChunker(model, **ENGINE) as c:
+        results = c.chunk(list(texts.values()), FixedTokens(4), doc_ids=list(texts), errors="return")
+        assert isinstance(results[1], NonFiniteVectorError) and results[1].doc_id == "hot"
+        assert all(np.isfinite(r.vectors).all() for r in (results[0], results[2]))
+        db = sink.connect(str(tmp_path / "db"))
+        chunks = sink.open_or_create(db, sink.CHUNK_TABLE, sink.chunk_schema(c.embedding_dim))
+        rejected = sink.open_or_create(db, sink.REJECTED_TABLE, sink.REJECTED_SCHEMA)
+        report = materialize_partition(
+            c,
+            [Document.from_text(k, v) for k, v in texts.items()],
+            "p",
+            FixedTokens(4),
+            chunk_table=chunks,
+            rejected_table=rejected,
+            run_id="r1",
+            systemic_min_documents=100,
+        )
+    assert report.rejected == 1
+    assert set(chunks.to_arrow().column("doc_id").to_pylist()) == {"calm", "mild"}
+    [row] = rejected.to_arrow().to_pylist()
+    assert row["doc_id"] == "hot" and row["reason"] == NonFiniteVectorError.reason
