@@ -12,7 +12,7 @@ import pytest
 
 from latechunk_dagster import LateChunker, Sentences
 from latechunk_dagster.core.chunking.base import Span
-from latechunk_dagster.core.errors import DocumentError, OffsetsError, StrategyTimeoutError
+from latechunk_dagster.core.errors import DocumentError, NoContentTokensError, StrategyTimeoutError
 from latechunk_dagster.core.pooling import mean_pool_spans
 from latechunk_dagster.core.timebound import TimeLimitExceeded, call_with_time_limit, shutdown_worker
 from latechunk_dagster.core.tokenization import tokenize_document, tokenize_documents
@@ -48,10 +48,18 @@ def test_batch_tokenization_equals_one_document_at_a_time(tok: Any, prefix: str)
 
 
 def test_batch_tokenization_refuses_one_document_alone(tok: Any) -> None:
-    # a prefix whose last token merges with the text's first character: "pre" + "fix..." -> one word
-    out = tokenize_documents(tok, ["fix this", "fine text"], prefix="pre", indices=[0, 1], doc_ids=["a", "b"])
-    assert isinstance(out[0], OffsetsError) and out[0].doc_id == "a"
+    # a text of zero-width spaces only: the tokenizer's normalizer drops them, nothing is left to pool
+    out = tokenize_documents(tok, ["\u200b\u200b", "fine text"], indices=[0, 1], doc_ids=["a", "b"])
+    assert isinstance(out[0], NoContentTokensError) and out[0].doc_id == "a"
     assert not isinstance(out[1], DocumentError)
+
+
+def test_a_token_straddling_the_prefix_is_a_text_token(tok: Any) -> None:
+    # a prefix whose last token merges with the text's first characters: "pre" + "fix this" -> "prefix"
+    [one] = tokenize_documents(tok, ["fix this"], prefix="pre", indices=[0], doc_ids=["a"])
+    assert tok.convert_ids_to_tokens(one.token_ids) == ["[CLS]", "prefix", "this", "[SEP]"]
+    assert one.offsets == [None, (0, 3), (4, 8), None] and one.n_prefix == 0
+    assert tokenize_document(tok, "\ufefffix this", prefix="pre").offsets[1] == (1, 4)  # after a BOM
 
 
 def test_window_gather_equals_the_per_token_pick(tok: Any) -> None:
