@@ -10,7 +10,6 @@ from latechunk_dagster.core.chunking import (
     Sentences,
     Span,
 )
-from latechunk_dagster.core.engines.vllm_server import RemoteLateChunker
 from latechunk_dagster.core.errors import (
     DocumentBatchError,
     DocumentError,
@@ -27,6 +26,7 @@ from latechunk_dagster.core.errors import (
     StrategyFailedError,
     TokenizationMismatchError,
 )
+from latechunk_dagster.core.remote import RemoteLateChunker
 from latechunk_dagster.core.results import Chunk, ChunkedDocument
 
 __version__ = "0.1.0"

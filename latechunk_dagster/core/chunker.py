@@ -50,8 +50,8 @@ from latechunk_dagster.core.results import Chunk, ChunkedDocument
 from latechunk_dagster.core.timebound import TimeLimitExceeded, WorkerCallError, call_with_time_limit
 from latechunk_dagster.core.tokenization import (
     Tokenization,
-    bom_length,
     check_text,
+    encoder_text,
     tokenize_document,
     tokenize_documents,
 )
@@ -293,26 +293,15 @@ class LateChunker:
         # Pooling include_prompt=false: these first input positions stay out of the means.
         self.document_prompt_tokens = 0 if self.card.include_prompt else prompt_length(self.tokenizer, self.prefix)
         self.query_prompt_tokens = 0 if self.card.include_prompt else prompt_length(self.tokenizer, self.query_prefix)
-        if self.document_prompt_tokens and engine_path == "native":
-            raise ModelNotSupportedError(self._no_native_reason())
         self.max_model_len, self.window_length = engine_lengths(self.card, max_model_len, window_length)
         self.window_overlap = window_overlap
         self.allow_windows = allow_windows
         self.strategy_timeout_s = strategy_timeout_s
+        # decided before the default engine starts
+        self.path: str = self._engine_path(engine_path, engine)
         if engine is None:
-            from latechunk_dagster.core.engines.vllm_local import VLLMEngine, native_late_chunking_available
+            from latechunk_dagster.core.engines.vllm_local import VLLMEngine
 
-            supports_native = native_late_chunking_available()
-            no_native = "engine_path='native' needs vLLM >= 0.33 (LateChunkingParams)"
-        else:
-            supports_native = engine.supports_native
-            no_native = f"engine_path='native' but {engine.describe()} has no native late chunking"
-        if engine_path == "native" and not supports_native:
-            raise ModelNotSupportedError(no_native)
-        native_ok = supports_native and engine_path != "token_states" and not self.document_prompt_tokens
-        self.path: str = "native" if native_ok else "token_states"
-        self._check_head_path(self.path)  # before the default engine starts
-        if engine is None:
             engine = VLLMEngine(
                 self.card.path,
                 max_model_len=self.max_model_len,
@@ -326,20 +315,47 @@ class LateChunker:
             )
         self.engine: Engine | None = engine
 
-    def _no_native_reason(self) -> str:
-        return (
-            f"{self.card.path}: Pooling include_prompt=false leaves the document prompt {self.prefix!r} "
-            f"({self.document_prompt_tokens} tokens) out of the means; vLLM's native late chunking "
-            "averages them in, so only the token-state path honours it"
-        )
+    def _engine_path(self, requested: str, engine: Engine | None, strategy: ChunkingStrategy | None = None) -> str:
+        """The one rule of which engine path serves a call: ``"native"`` or ``"token_states"``.
 
-    def _check_head_path(self, path: str) -> None:
-        if not self.head.linear_projection and path == "token_states":
+        ``engine`` is the chunker's engine, or ``None`` before the default in-process engine starts
+        (then the installed vLLM decides).
+
+        ``"auto"`` is native when the engine has native late chunking and the model's Pooling does
+        not leave the prompt out of the means (``include_prompt=false``: vLLM's native chunks
+        average it in). A non-linear projection can only be applied after the mean by the native
+        path, and only to its FixedTokens chunks (``strategy``, when known).
+
+        Raises:
+            ModelNotSupportedError: ``"native"`` requested and the engine or the model's Pooling cannot serve it.
+            HeadNotSupportedError: a non-linear head on a path or strategy that cannot apply it after the mean.
+        """
+        if engine is None:
+            from latechunk_dagster.core.engines.vllm_local import native_late_chunking_available
+
+            supports_native = native_late_chunking_available()
+        else:
+            supports_native = engine.supports_native
+        if requested == "native":
+            if self.document_prompt_tokens:
+                raise ModelNotSupportedError(
+                    f"{self.card.path}: Pooling include_prompt=false leaves the document prompt {self.prefix!r} "
+                    f"({self.document_prompt_tokens} tokens) out of the means; vLLM's native late chunking "
+                    "averages them in, so only the token-state path honours it"
+                )
+            if not supports_native:
+                what = engine.describe() if engine is not None else "the installed vLLM"
+                raise ModelNotSupportedError(
+                    f"engine_path='native' but {what} has no native late chunking "
+                    "(it needs vLLM >= 0.33, LateChunkingParams)"
+                )
+        native = requested == "native" or (requested == "auto" and supports_native and not self.document_prompt_tokens)
+        if not self.head.linear_projection and not (native and (strategy is None or isinstance(strategy, FixedTokens))):
             raise HeadNotSupportedError(
-                f"{self.card.path}: the head's projection {self.head.describe()} is non-linear, so it "
-                "does not commute with the mean; the token-state path cannot apply it after the mean. "
-                "Use vLLM >= 0.33 (native path) with FixedTokens."
+                f"{self.card.path}: the head's projection {self.head.describe()} is non-linear, so it does not "
+                "commute with the mean; only vLLM >= 0.33's native path with FixedTokens applies it after the mean"
             )
+        return "native" if native else "token_states"
 
     # -- engine lifecycle -------------------------------------------------------------
     @property
@@ -486,16 +502,7 @@ class LateChunker:
                 results[i] = exc
                 continue
             jobs.append((i, tokens, spans, plan))
-        path = engine_path or self.path
-        if path == "native" and self.document_prompt_tokens:
-            raise ModelNotSupportedError(self._no_native_reason())
-        if path == "native" and not self._engine().supports_native:
-            raise ModelNotSupportedError("engine_path='native' needs vLLM >= 0.33 (LateChunkingParams)")
-        if not self.head.linear_projection and not (path == "native" and isinstance(strategy, FixedTokens)):
-            raise HeadNotSupportedError(
-                f"{self.card.path}: the head {self.head.describe()} is non-linear; only native FixedTokens "
-                "chunking applies it after the mean"
-            )
+        path = self._engine_path(engine_path or self.path, self._engine(), strategy)
         native = path == "native" and isinstance(strategy, FixedTokens)
         # Native reduction only for single-window documents: a windowed document's states
         # come from several windows, so its spans are pooled here (SPEC section 5).
@@ -522,7 +529,7 @@ class LateChunker:
         if prepared.native_jobs:
             texts = prepared.texts
             native = self._engine().native_chunks(
-                [self.prefix + texts[i][bom_length(texts[i]) :] for i, *_ in prepared.native_jobs],  # a BOM is not text
+                [encoder_text(self.prefix, texts[i]) for i, *_ in prepared.native_jobs],
                 prepared.strategy.chunk_size,  # type: ignore[attr-defined]
                 dimensions=self.head.dimensions,
                 normalize=self.head.normalize,
@@ -585,7 +592,7 @@ class LateChunker:
         """
         prompts = []
         for q in queries:
-            enc = self.tokenizer(self.query_prefix + q[bom_length(q) :], add_special_tokens=True, truncation=False)
+            enc = self.tokenizer(encoder_text(self.query_prefix, q), add_special_tokens=True, truncation=False)
             if len(enc["input_ids"]) > self.max_model_len:
                 raise ValueError(f"query of {len(enc['input_ids'])} tokens exceeds {self.max_model_len}")
             if len(enc["input_ids"]) <= self.query_prompt_tokens:

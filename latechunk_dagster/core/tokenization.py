@@ -43,6 +43,17 @@ def bom_length(text: str) -> int:
     return 1 if text.startswith(BOM) else 0
 
 
+def encoder_text(prefix: str, text: str) -> str:
+    """What the tokenizer (ours, or vLLM's on the native path) is given: ``prefix`` + the text without
+    a leading byte order mark.
+
+    Example:
+        >>> encoder_text("passage: ", "\ufeffBerlin")
+        'passage: Berlin'
+    """
+    return prefix + text[bom_length(text) :]
+
+
 @dataclass(frozen=True)
 class Tokenization:
     """Token ids and per-token source ranges of one document.
@@ -133,7 +144,7 @@ def tokenize_document(
             prefix and the text is a text token, its range clamped to start at the text.)
         NoContentTokensError: no token has a source range.
     """
-    enc = tokenizer(prefix + text[bom_length(text) :], **_ENCODE_KW)
+    enc = tokenizer(encoder_text(prefix, text), **_ENCODE_KW)
     return _from_encoding(
         enc["input_ids"], enc["offset_mapping"], enc["special_tokens_mask"], text, prefix, index, doc_id
     )
@@ -156,7 +167,7 @@ def tokenize_documents(
     """
     if not texts:
         return []
-    enc = tokenizer([prefix + t[bom_length(t) :] for t in texts], **_ENCODE_KW)
+    enc = tokenizer([encoder_text(prefix, t) for t in texts], **_ENCODE_KW)
     out: list[Tokenization | DocumentError] = []
     for k, text in enumerate(texts):
         try:

@@ -2,8 +2,11 @@
 
 from pydantic import Field
 
-from latechunk_dagster.core.engines.vllm_server import RemoteLateChunker
+from latechunk_dagster.core.engines.vllm_server import ServerSettings
+from latechunk_dagster.core.remote import RemoteLateChunker
 from latechunk_dagster.integration.resources import ChunkerResource
+
+_D = ServerSettings()  # the defaults
 
 
 class VLLMServerEngineResource(ChunkerResource):
@@ -32,27 +35,28 @@ class VLLMServerEngineResource(ChunkerResource):
         )
     """
 
+    # The fields of ServerSettings (names and defaults live there; Dagster's config schema needs them spelled out).
     base_url: str = Field(description="Root URL of the vLLM server (http://host:port).")
-    served_model: str | None = Field(default=None, description="Model name on the server (default: its first).")
-    max_in_flight: int = Field(default=4, description="Requests in flight at once from one step.")
-    timeout_s: float = Field(default=120.0, description="Timeout of one request, seconds.")
-    retries: int = Field(default=4, description="Extra attempts on connection errors, timeouts, 429/5xx.")
-    backoff_s: float = Field(default=0.5, description="First wait between attempts (doubles each time), seconds.")
-    max_inputs_per_request: int = Field(default=32, description="Most encoder inputs in one request.")
-    max_tokens_per_request: int = Field(default=8192, description="Most tokens in one request.")
-    api_key: str | None = Field(default=None, description="Bearer token of a server started with --api-key.")
+    served_model: str | None = Field(
+        default=_D.served_model, description="Model name on the server (default: its first)."
+    )
+    max_in_flight: int = Field(default=_D.max_in_flight, description="Requests in flight at once from one step.")
+    timeout_s: float = Field(default=_D.timeout_s, description="Timeout of one request, seconds.")
+    retries: int = Field(default=_D.retries, description="Extra attempts on connection errors, timeouts, 429/5xx.")
+    backoff_s: float = Field(
+        default=_D.backoff_s, description="First wait between attempts (doubles each time), seconds."
+    )
+    max_inputs_per_request: int = Field(
+        default=_D.max_inputs_per_request, description="Most encoder inputs in one request."
+    )
+    max_tokens_per_request: int = Field(default=_D.max_tokens_per_request, description="Most tokens in one request.")
+    api_key: str | None = Field(default=_D.api_key, description="Bearer token of a server started with --api-key.")
+
+    def server_settings(self) -> ServerSettings:
+        """This resource's :class:`ServerSettings`."""
+        return ServerSettings(**{name: getattr(self, name) for name in ServerSettings.field_names()})
 
     def _start(self) -> RemoteLateChunker:
         return RemoteLateChunker(
-            self.base_url,
-            self.model_path(),
-            served_model=self.served_model,
-            max_in_flight=self.max_in_flight,
-            timeout_s=self.timeout_s,
-            retries=self.retries,
-            backoff_s=self.backoff_s,
-            max_inputs_per_request=self.max_inputs_per_request,
-            max_tokens_per_request=self.max_tokens_per_request,
-            api_key=self.api_key,
-            **self.chunker_kwargs(),
+            self.base_url, self.model_path(), settings=self.server_settings(), **self.chunker_kwargs()
         )

