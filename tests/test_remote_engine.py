@@ -14,6 +14,7 @@ import os
 import re
 import shutil
 import threading
+import time
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -31,6 +32,7 @@ from latechunk_dagster import (
     TokenizationMismatchError,
 )
 from latechunk_dagster.core.engines.vllm_server import (
+    ServerError,
     ServerRejectedDocumentError,
     ServerUnavailableError,
     VLLMServerEngine,
@@ -72,11 +74,14 @@ class Proxy:
     response. ``rewrite``: applied to each request body before forwarding (same length).
     """
 
-    def __init__(self, upstream: str) -> None:
+    def __init__(self, upstream: str, port: int | None = None) -> None:
         self.upstream = urlsplit(upstream)
         self.drop = 0
         self.dropped = 0
+        self.forwarded = 0
         self.rewrite: Callable[[bytes], bytes] | None = None
+        #: applied to (path, response body) before it is sent back
+        self.rewrite_response: Callable[[str, bytes], bytes] | None = None
         self.lock = threading.Lock()
         proxy = self
 
@@ -101,6 +106,10 @@ class Proxy:
                 conn.request(self.command, self.path, body=body or None, headers=headers)
                 resp = conn.getresponse()
                 data = resp.read()
+                if proxy.rewrite_response is not None:
+                    data = proxy.rewrite_response(self.path, data)
+                with proxy.lock:
+                    proxy.forwarded += 1
                 self.send_response(resp.status)
                 for k, v in resp.getheaders():
                     if k.lower() not in ("content-length", "connection", "transfer-encoding", "date", "server"):
@@ -114,7 +123,8 @@ class Proxy:
             do_POST = _forward
 
         Handler.protocol_version = "HTTP/1.1"  # keep-alive, as the client expects
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", free_port()), Handler)
+        ThreadingHTTPServer.allow_reuse_address = True
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", port or free_port()), Handler)
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
         self.thread.start()
@@ -239,3 +249,49 @@ def test_dagster_resource_hands_out_a_remote_chunker(server: ServerProcess, mini
     assert doc.vectors.shape == (len(doc.chunks), 384)
     res.teardown_after_execution(ctx)
     assert c.engine is None
+
+
+def test_two_servers_share_the_requests_and_survive_one_dying(
+    server: ServerProcess, minilm_dir: Path, chunker: LateChunker
+) -> None:
+    """Two endpoints (loopback proxies in front of the real server): requests go to both; one that
+    stops answering is left out and its requests go to the other; it is back once it answers."""
+    a, b = Proxy(server.url), Proxy(server.url)
+    want = chunker.chunk(DOCS, FixedTokens(16), engine_path="token_states")
+    try:
+        with RemoteLateChunker([a.url, b.url], minilm_dir, max_inputs_per_request=1, backoff_s=0.05) as c:
+            engine = c.engine
+            assert engine.base_urls == [a.url, b.url] and a.url in engine.describe() and b.url in engine.describe()
+            _assert_same(c.chunk(DOCS, FixedTokens(16)), want)
+            first = engine.requests_by_server()
+            assert first[a.url] > 2 and first[b.url] > 2  # both took turns
+            engine.retry_after_s = 0.5
+            port = int(a.url.rsplit(":", 1)[1])
+            a.drop = 10**9  # the server dies: open connections are dropped, and then nothing listens
+            a.close()
+            _assert_same(c.chunk(DOCS, FixedTokens(16)), want)
+            after = engine.requests_by_server()
+            assert after[a.url] == first[a.url] and after[b.url] > first[b.url]
+            assert engine.retried >= 1
+            a = Proxy(server.url, port=port)  # the server answers again on the same address
+            time.sleep(0.6)
+            _assert_same(c.chunk(DOCS, FixedTokens(16)), want)
+            assert engine.requests_by_server()[a.url] > after[a.url]
+    finally:
+        a.close()
+        b.close()
+
+
+def test_servers_that_differ_or_do_not_answer_are_refused_at_start(server: ServerProcess, minilm_dir: Path) -> None:
+    dead = f"http://127.0.0.1:{free_port()}"
+    with pytest.raises(ServerUnavailableError, match=dead):
+        RemoteLateChunker([server.url, dead], minilm_dir, retries=1, backoff_s=0.01)
+    other = Proxy(server.url)
+    other.rewrite_response = lambda path, body: body.replace(b'"max_model_len":256', b'"max_model_len":128')
+    try:
+        with pytest.raises(ServerError, match="must run the same model"):
+            RemoteLateChunker([server.url, other.url], minilm_dir)
+    finally:
+        other.close()
+    with pytest.raises(ValueError, match="distinct URLs"):
+        RemoteLateChunker([server.url, server.url], minilm_dir)

@@ -45,7 +45,8 @@ class RemoteLateChunker(LateChunker):
             chunker.engine.describe()  # 'vllm-server 0.32.0 at http://127.0.0.1:8000 (...)'
 
     Args:
-        base_url: the server's root URL.
+        base_url: the server's root URL, or a list of servers of the same model (requests are spread
+            over them, a failing one is left out until it answers again; see :class:`VLLMServerEngine`).
         model: the local directory of the model the server serves (same tokenizer and head).
         settings: how requests are sent (:class:`~latechunk_dagster.core.engines.vllm_server.ServerSettings`);
             its fields may also be given one by one (``max_in_flight=8``, ``api_key=...``).
@@ -64,7 +65,7 @@ class RemoteLateChunker(LateChunker):
 
     def __init__(
         self,
-        base_url: str,
+        base_url: str | Sequence[str],
         model: str | os.PathLike[str],
         *,
         settings: ServerSettings | None = None,

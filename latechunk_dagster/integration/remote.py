@@ -37,6 +37,11 @@ class VLLMServerEngineResource(ChunkerResource):
 
     # The fields of ServerSettings (names and defaults live there; Dagster's config schema needs them spelled out).
     base_url: str = Field(description="Root URL of the vLLM server (http://host:port).")
+    other_base_urls: list[str] = Field(
+        default_factory=list,
+        description="More servers of the same model: requests are spread over base_url and these, and a "
+        "server that stops answering is left out until it answers again.",
+    )
     served_model: str | None = Field(
         default=_D.served_model, description="Model name on the server (default: its first)."
     )
@@ -58,5 +63,8 @@ class VLLMServerEngineResource(ChunkerResource):
 
     def _start(self) -> RemoteLateChunker:
         return RemoteLateChunker(
-            self.base_url, self.model_path(), settings=self.server_settings(), **self.chunker_kwargs()
+            [self.base_url, *self.other_base_urls] if self.other_base_urls else self.base_url,
+            self.model_path(),
+            settings=self.server_settings(),
+            **self.chunker_kwargs(),
         )

@@ -138,6 +138,17 @@ class ServerInfo:
     native: bool
 
 
+@dataclass
+class _Server:
+    """One server of the engine's rotation: its client, requests in flight, when it may be tried again."""
+
+    url: str
+    client: httpx.Client
+    in_flight: int = 0
+    down_until: float = 0.0  #: time.monotonic() before which it is out of the rotation
+    requests: int = 0  #: requests answered (any status), for logs and tests
+
+
 class _Rejected(Exception):
     def __init__(self, status: int, message: str) -> None:
         self.status = status
@@ -169,22 +180,32 @@ class VLLMServerEngine(Engine):
         engine.describe()                                     # 'vllm-server 0.32.0 at http://127.0.0.1:8000 ...'
         engine.close()
 
+    Several servers of one model: pass a list of root URLs. Each request goes to the server with
+    the fewest requests in flight (ties: the one that answered fewest, so equal servers take turns).
+    A server that drops a connection, times out or answers 429/5xx is taken out of the rotation for
+    :attr:`retry_after_s` seconds and the request is retried at once on another one; when its time
+    is up it is tried again and is back once it answers. Every server is probed at start and must
+    serve the same model, version, maximum length, state width, native support and tokenizer.
+
     Args:
-        base_url: the server's root URL (``http://host:port``; no ``/v1``).
-        settings: request settings (:class:`ServerSettings`); ``**overrides`` replace single ones
-            (``max_in_flight=8``).
+        base_url: the server's root URL (``http://host:port``; no ``/v1``), or a list of them.
+        settings: request settings (:class:`ServerSettings`; ``max_in_flight`` is per server);
+            ``**overrides`` replace single ones (``max_in_flight=8``).
         native: ``None`` probes for ``late_chunking_params``; ``False`` skips the probe.
 
     Raises:
-        ServerUnavailableError: the server does not answer the probe within the retries.
-        ServerError: the server answers but is not a ``token_embed`` pooling server.
+        ServerUnavailableError: a server does not answer the probe within the retries.
+        ServerError: a server answers but is not a ``token_embed`` pooling server, or the servers differ.
+        ValueError: no URL, a repeated URL, or ``max_in_flight < 1``.
     """
 
     name = "vllm-server"
+    #: seconds a failing server stays out of the rotation before it is tried again
+    retry_after_s = 10.0
 
     def __init__(
         self,
-        base_url: str,
+        base_url: str | Sequence[str],
         *,
         settings: ServerSettings | None = None,
         native: bool | None = None,
@@ -196,7 +217,11 @@ class VLLMServerEngine(Engine):
         max_inputs_per_request, max_tokens_per_request = cfg.max_inputs_per_request, cfg.max_tokens_per_request
         if max_in_flight < 1:
             raise ValueError(f"max_in_flight must be >= 1, got {max_in_flight}")
-        self.base_url = base_url.rstrip("/")
+        urls = [u.rstrip("/") for u in ([base_url] if isinstance(base_url, str) else base_url)]
+        if not urls or len(set(urls)) != len(urls):
+            raise ValueError(f"base_url must be one URL or a list of distinct URLs, got {base_url!r}")
+        self.base_urls = urls
+        self.base_url = urls[0]
         self.max_in_flight = max_in_flight
         self.timeout_s = timeout_s
         self.retries = retries
@@ -206,16 +231,26 @@ class VLLMServerEngine(Engine):
         self.retried = 0  #: attempts repeated after a connection error, timeout or 5xx (for logs and tests)
         self._retried_lock = threading.Lock()
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self._client: httpx.Client | None = httpx.Client(
-            base_url=self.base_url,
-            timeout=httpx.Timeout(timeout_s),
-            headers=headers,
-            limits=httpx.Limits(max_connections=max_in_flight, max_keepalive_connections=max_in_flight),
+        limits = httpx.Limits(max_connections=max_in_flight, max_keepalive_connections=max_in_flight)
+        self._servers: list[_Server] = [
+            _Server(u, httpx.Client(base_url=u, timeout=httpx.Timeout(timeout_s), headers=headers, limits=limits))
+            for u in urls
+        ]
+        self._client: httpx.Client | None = self._servers[0].client  # open while the engine is
+        self._lock = threading.Lock()
+        self._pool: ThreadPoolExecutor | None = ThreadPoolExecutor(
+            max_in_flight * len(urls), thread_name_prefix="vllm-server"
         )
-        self._pool: ThreadPoolExecutor | None = ThreadPoolExecutor(max_in_flight, thread_name_prefix="vllm-server")
         t0 = time.perf_counter()
         try:
-            self.info = self._probe(served_model, native)
+            infos = [self._probe(srv, served_model, native) for srv in self._servers]
+            for srv, info in zip(self._servers[1:], infos[1:]):
+                if info != infos[0]:
+                    raise ServerError(
+                        f"{srv.url} serves {info}, but {self.base_url} serves {infos[0]}: every server of one engine "
+                        "must run the same model, vLLM version, max_model_len and pooling"
+                    )
+            self.info = infos[0]
         except BaseException:
             self.close()
             raise
@@ -226,22 +261,22 @@ class VLLMServerEngine(Engine):
         log.info("%s", self.describe())
 
     # -- probing ----------------------------------------------------------------------
-    def _probe(self, served_model: str | None, native: bool | None) -> ServerInfo:
-        version = str(self._call("GET", "/version").get("version", "unknown"))
-        models = self._call("GET", "/v1/models").get("data") or []
+    def _probe(self, srv: _Server, served_model: str | None, native: bool | None) -> ServerInfo:
+        version = str(self._call("GET", "/version", server=srv).get("version", "unknown"))
+        models = self._call("GET", "/v1/models", server=srv).get("data") or []
         if not models:
-            raise ServerError(f"{self.base_url}/v1/models lists no model")
+            raise ServerError(f"{srv.url}/v1/models lists no model")
         card = next((m for m in models if m.get("id") == served_model), None) if served_model else models[0]
         if card is None:
-            raise ServerError(f"{self.base_url} serves {[m.get('id') for m in models]}, not {served_model!r}")
+            raise ServerError(f"{srv.url} serves {[m.get('id') for m in models]}, not {served_model!r}")
         model = str(card["id"])
         max_len = int(card.get("max_model_len") or 0)
         self._model = model
         try:
-            [probe] = self._pooling_request([[0, 0]])
+            [probe] = self._pooling_request([[0, 0]], server=srv)
         except _Rejected as exc:
             raise ServerError(
-                f"{self.base_url} ({model}) refuses per-token pooling (HTTP {exc.status}: {exc.message}); start it "
+                f"{srv.url} ({model}) refuses per-token pooling (HTTP {exc.status}: {exc.message}); start it "
                 'with --runner pooling --pooler-config \'{"task": "token_embed"}\''
             ) from None
         has_native = False
@@ -251,89 +286,118 @@ class VLLMServerEngine(Engine):
                     "POST",
                     "/v1/embeddings",
                     {"model": model, "input": ["probe"], "late_chunking_params": {"chunk_size": 1}},
+                    server=srv,
                 )
                 has_native = bool(body.get("data")) and "late_chunking" in body["data"][0]
             except _Rejected:
                 has_native = False
             if native and not has_native:
-                raise ServerError(f"{self.base_url} (vLLM {version}) has no late_chunking_params on /v1/embeddings")
+                raise ServerError(f"{srv.url} (vLLM {version}) has no late_chunking_params on /v1/embeddings")
         return ServerInfo(version, model, max_len, int(probe.shape[1]), has_native)
 
     def describe(self) -> str:
         path = "native + token_states" if self.supports_native else "token_states"
-        return f"{self.name} {self.version} at {self.base_url} (model {self.info.model}, {path})"
+        return f"{self.name} {self.version} at {', '.join(self.base_urls)} (model {self.info.model}, {path})"
+
+    def requests_by_server(self) -> dict[str, int]:
+        """Requests each server has answered (any status), by URL."""
+        with self._lock:
+            return {srv.url: srv.requests for srv in self._servers}
 
     def check_tokenization(self, tokenizer: Any, prefix: str = "", probes: Sequence[str] = PROBE_TEXTS) -> None:
         """Refuse a server whose tokenizer differs from ours (SPEC section 1).
 
-        Each probe (with ``prefix``) goes to ``POST /tokenize`` (special tokens on) and through
-        ``tokenizer`` locally; the ids must be equal.
+        Each probe (with ``prefix``) goes to ``POST /tokenize`` (special tokens on) of every server
+        and through ``tokenizer`` locally; the ids must be equal.
 
         Raises:
             TokenizationMismatchError: the first probe whose ids differ, with the first differing position.
         """
+        for srv in self._servers:
+            self._check_tokenization(srv, tokenizer, prefix, probes)
+
+    def _check_tokenization(self, srv: _Server, tokenizer: Any, prefix: str, probes: Sequence[str]) -> None:
         for text in probes:
             ours = list(tokenizer(prefix + text, add_special_tokens=True)["input_ids"])
-            theirs = [
-                int(t)
-                for t in self._call("POST", "/tokenize", {"model": self._model, "prompt": prefix + text})["tokens"]
-            ]
+            payload = {"model": self._model, "prompt": prefix + text}
+            theirs = [int(t) for t in self._call("POST", "/tokenize", payload, server=srv)["tokens"]]
             if ours != theirs:
                 at = next((k for k, (a, b) in enumerate(zip(ours, theirs)) if a != b), min(len(ours), len(theirs)))
                 raise TokenizationMismatchError(
-                    f"{self.base_url} ({self._model}) tokenizes {text[:40]!r} into {len(theirs)} ids, we into "
+                    f"{srv.url} ({self._model}) tokenizes {text[:40]!r} into {len(theirs)} ids, we into "
                     f"{len(ours)}; first difference at position {at} (server {theirs[at : at + 3]}, ours "
                     f"{ours[at : at + 3]}): the server runs another tokenizer than the local model; refusing "
                     "(SPEC section 1)"
                 )
 
     # -- HTTP -------------------------------------------------------------------------
-    def _http(self) -> httpx.Client:
-        if self._client is None:
-            raise RuntimeError("VLLMServerEngine is closed")
-        return self._client
+    def _pick(self) -> _Server:
+        """The server for the next request: in the rotation, fewest in flight, then fewest answered;
+        when every server is out, the one that comes back first."""
+        now = time.monotonic()
+        with self._lock:
+            up = [srv for srv in self._servers if srv.down_until <= now]
+            if not up:
+                return min(self._servers, key=lambda srv: srv.down_until)
+            return min(up, key=lambda srv: (srv.in_flight, srv.requests))
 
-    def _call(self, method: str, path: str, payload: dict | None = None) -> dict:
-        """One request with retries on connection errors, timeouts and 5xx; JSON body.
+    def _call(self, method: str, path: str, payload: dict | None = None, *, server: _Server | None = None) -> dict:
+        """One request with retries on connection errors, timeouts and 429/5xx; JSON body.
+
+        ``server=None`` spreads requests over the rotation (:meth:`_pick`): a failing server leaves it
+        and the retry goes to another one at once; the backoff wait is taken only when no other
+        server is left (always with a single server, or with ``server`` given, as the probes do).
 
         Raises:
             _Rejected: a 4xx answer (not retried).
             ServerUnavailableError: still failing after ``retries`` extra attempts.
         """
+        if self._client is None:
+            raise RuntimeError("VLLMServerEngine is closed")
         last = ""
+        tried: list[str] = []
         for attempt in range(self.retries + 1):
+            srv = server or self._pick()
             if attempt:
                 with self._retried_lock:
                     self.retried += 1
-                time.sleep(self.backoff_s * 2 ** (attempt - 1) * random.uniform(0.5, 1.5))
+                if server is not None or srv.down_until > time.monotonic():
+                    time.sleep(self.backoff_s * 2 ** (attempt - 1) * random.uniform(0.5, 1.5))
+            tried.append(srv.url)
+            with self._lock:
+                srv.in_flight += 1
             try:
-                resp = self._http().request(method, path, json=payload)
+                resp = srv.client.request(method, path, json=payload)
             except httpx.TransportError as exc:  # connect/read/write errors, dropped connections, timeouts
-                last = f"{type(exc).__name__}: {exc}"
-                log.warning(
-                    "%s %s%s failed (%s); attempt %d of %d",
-                    method,
-                    self.base_url,
-                    path,
-                    last,
-                    attempt + 1,
-                    self.retries + 1,
-                )
+                last = f"{srv.url}: {type(exc).__name__}: {exc}"
+                self._failed(srv, method, path, last, attempt)
                 continue
+            finally:
+                with self._lock:
+                    srv.in_flight -= 1
+            with self._lock:
+                srv.requests += 1
             if resp.status_code in RETRY_STATUS:
-                last = f"HTTP {resp.status_code}: {_message(resp)}"
-                log.warning(
-                    "%s %s%s: %s; attempt %d of %d", method, self.base_url, path, last, attempt + 1, self.retries + 1
-                )
+                last = f"{srv.url}: HTTP {resp.status_code}: {_message(resp)}"
+                self._failed(srv, method, path, last, attempt)
                 continue
+            with self._lock:
+                srv.down_until = 0.0  # it answered: back in the rotation
             if resp.status_code >= 400:  # 4xx, and 501 ("the model does not support this API")
                 raise _Rejected(resp.status_code, _message(resp))
             return resp.json()
+        where = ", ".join(dict.fromkeys(tried))
         raise ServerUnavailableError(
-            f"{method} {self.base_url}{path} failed {self.retries + 1} times (timeout {self.timeout_s} s); last: {last}"
+            f"{method} {path} failed {self.retries + 1} times on {where} (timeout {self.timeout_s} s); last: {last}"
         )
 
-    def _pooling_request(self, prompts: list[list[int]]) -> list[np.ndarray]:
+    def _failed(self, srv: _Server, method: str, path: str, why: str, attempt: int) -> None:
+        """Log a failed attempt and take the server out of the rotation for :attr:`retry_after_s`."""
+        with self._lock:
+            srv.down_until = time.monotonic() + self.retry_after_s
+        log.warning("%s %s%s failed (%s); attempt %d of %d", method, srv.url, path, why, attempt + 1, self.retries + 1)
+
+    def _pooling_request(self, prompts: list[list[int]], server: _Server | None = None) -> list[np.ndarray]:
         body = self._call(
             "POST",
             "/pooling",
@@ -345,6 +409,7 @@ class VLLMServerEngine(Engine):
                 "embed_dtype": "float32",
                 "endianness": "little",
             },
+            server=server,
         )
         rows = sorted(body["data"], key=lambda d: d["index"])
         if len(rows) != len(prompts):
@@ -458,8 +523,8 @@ class VLLMServerEngine(Engine):
 
     def close(self) -> None:
         pool, self._pool = getattr(self, "_pool", None), None
-        client, self._client = getattr(self, "_client", None), None
+        self._client = None
         if pool is not None:
             pool.shutdown(wait=True, cancel_futures=True)
-        if client is not None:
-            client.close()
+        for srv in getattr(self, "_servers", []):
+            srv.client.close()
