@@ -311,11 +311,6 @@ class VLLMServerEngine(Engine):
             f"{method} {self.base_url}{path} failed {self.retries + 1} times (timeout {self.timeout_s} s); last: {last}"
         )
 
-    def _tokenize(self, text: str) -> list[int]:
-        """The server's token ids of ``text`` with special tokens (``POST /tokenize``)."""
-        body = self._call("POST", "/tokenize", {"model": self._model, "prompt": text, "add_special_tokens": True})
-        return [int(t) for t in body["tokens"]]
-
     def _pooling_request(self, prompts: list[list[int]]) -> list[np.ndarray]:
         body = self._call(
             "POST",
@@ -563,7 +558,7 @@ class RemoteLateChunker(LateChunker):
         """The server's message for a rejected input of this document (a window or its text), else None."""
         i, _tokens, _spans, plan = job
         for (_k, msg), inp in zip(exc.rejected.items(), exc.inputs):
-            text = self.prefix + texts[i][bom_length(texts[i]) :]  # the native input, as _encode_native sends it
+            text = self.prefix + texts[i][bom_length(texts[i]) :]  # the native input, as LateChunker.encode sends it
             if (inp == text) if isinstance(inp, str) else any(w == inp for w in plan.windows):
                 return f"HTTP {exc.status}: {msg}"
         return None
