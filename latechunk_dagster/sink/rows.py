@@ -4,7 +4,7 @@
 are one ``float32`` numpy block wrapped as a ``fixed_size_list`` column without a copy per value
 (no Python lists of floats), the lineage columns are constants repeated by Arrow.
 :func:`rejection_row` / :func:`rejected_row` build the rows of the rejected-documents table
-(SPEC section 6). The sink only writes: the engine runs and the counts are kept in
+(contract section 6). The sink only writes: the engine runs and the counts are kept in
 :mod:`latechunk_dagster.pipeline`.
 """
 
