@@ -25,6 +25,7 @@ from latechunk_dagster.core.errors import (
     OffsetsError,
     SpanError,
     StrategyFailedError,
+    StrategyTimeoutError,
     TokenizationMismatchError,
 )
 from latechunk_dagster.core.results import Chunk, ChunkedDocument
@@ -82,6 +83,7 @@ __all__ = [
     "Span",
     "SpanError",
     "StrategyFailedError",
+    "StrategyTimeoutError",
     "TokenizationMismatchError",
     "VLLMEngineResource",
     "__version__",
