@@ -109,7 +109,12 @@ def build_documents_asset(w: TableWiring, spec: dg.AssetSpec) -> dg.AssetsDefini
 def _observable_with_spec(source: dg.SourceAsset, spec: dg.AssetSpec) -> dg.AssetsDefinition:
     """``source`` as the asset definition Dagster makes of an observable source asset, with ``spec``
     as its spec: every attribute a translator set, including those a ``SourceAsset`` cannot hold
-    (owners, freshness policy, code version)."""
+    (owners, freshness policy, code version).
+
+    The conversion is the one ``dg.Definitions`` applies to every ``SourceAsset`` (a private module
+    of Dagster 1.13); ``dg.multi_observable_source_asset``, which takes specs, cannot report one data
+    version per partition (``DataVersionsByPartition``), which the documents asset needs.
+    """
     from dagster._core.definitions.external_asset import create_external_asset_from_source_asset
 
     built = create_external_asset_from_source_asset(source)
