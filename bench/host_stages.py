@@ -11,7 +11,7 @@ Stages (document tokens per second, demo corpus, all-MiniLM-L6-v2 tokenizer):
   windows        ``plan_windows`` for every document
   mean+head      gather the window rows, span means, head
   chunk()        ``LateChunker.chunk`` end to end (all of the above)
-  arrow rows     ``latechunk_dagster.sink.rows.chunk_partition`` minus its ``chunk()`` time
+  arrow rows     ``latechunk_dagster.pipeline.oneshot.chunk_partition`` minus its ``chunk()`` time
   lancedb commit ``replace_partition`` of those rows into a fresh local table
   overall        chunk() + arrow rows + lancedb commit
 
@@ -72,7 +72,7 @@ def run(strategy_name: str, strategy: object, chunker: object, docs: list, reps:
     from latechunk_dagster.core.pooling import mean_pool_spans
     from latechunk_dagster.core.tokenization import tokenize_document, tokenize_documents
     from latechunk_dagster.core.windows import plan_windows
-    from latechunk_dagster.sink.rows import chunk_partition
+    from latechunk_dagster.pipeline.oneshot import chunk_partition
     from latechunk_dagster.sink.schema import chunk_schema
     from latechunk_dagster.sink.writes import replace_partition
 
@@ -106,7 +106,7 @@ def run(strategy_name: str, strategy: object, chunker: object, docs: list, reps:
     for _ in range(reps):
         t0 = time.perf_counter()
         out = chunk_partition(chunker, docs, "p", strategy, "bench")
-        best_rows = min(best_rows, time.perf_counter() - t0 - out.seconds)
+        best_rows = min(best_rows, time.perf_counter() - t0 - out.report.engine_seconds)
     rows.append(("arrow rows", best_rows, n_tokens))
     with tempfile.TemporaryDirectory() as d:
         table = lancedb.connect(d).create_table("chunks", schema=chunk_schema(chunker.embedding_dim))

@@ -9,7 +9,7 @@ the wall time (time inside ``chunker.encode`` / partition wall time: near 1 when
 
 Rows:
   stream     latechunk_dagster.pipeline.materialize_partition (batch_tokens as given)
-  one-shot   sink.rows.chunk_partition: every document in one chunker.chunk call, rows built
+  one-shot   pipeline.oneshot.chunk_partition: every document in one chunker.chunk call, rows built
              at once, one replace_partition (what chunk_vectors did before streaming)
 
 Model: by default a tiny random BERT (2 layers, 64 dims, MiniLM's tokenizer, as in
@@ -61,7 +61,7 @@ def child(n: int, mode: str, model: str, batch_tokens: int) -> None:
     from latechunk_dagster import LateChunker, sink
     from latechunk_dagster.core.chunking import FixedTokens
     from latechunk_dagster.pipeline import materialize_partition
-    from latechunk_dagster.sink.rows import chunk_partition
+    from latechunk_dagster.pipeline.oneshot import chunk_partition
     from latechunk_dagster.sources.files import DocumentStore
 
     tmp = Path(tempfile.mkdtemp())
@@ -89,7 +89,7 @@ def child(n: int, mode: str, model: str, batch_tokens: int) -> None:
         else:
             out = chunk_partition(chunker, store.read_shard("shard"), "shard", FixedTokens(64), "bench")
             sink.replace_partition(table, "chunk_id", "shard", out.chunks)
-            tokens, engine = out.tokens, out.seconds
+            tokens, engine = out.report.tokens_encoded, out.report.engine_seconds
         seconds = time.perf_counter() - t0
         print(
             json.dumps(

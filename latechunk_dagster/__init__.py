@@ -24,6 +24,7 @@ from latechunk_dagster.core.errors import (
     OffsetsError,
     SpanError,
     StrategyFailedError,
+    StrategyTimeoutError,
     TokenizationMismatchError,
 )
 from latechunk_dagster.core.remote import RemoteLateChunker
@@ -82,6 +83,7 @@ __all__ = [
     "Span",
     "SpanError",
     "StrategyFailedError",
+    "StrategyTimeoutError",
     "TokenizationMismatchError",
     "VLLMEngineResource",
     "__version__",

@@ -16,7 +16,7 @@ import pyarrow as pa
 import pytest
 
 from latechunk_dagster import FixedTokens, LateChunker, sink
-from latechunk_dagster.sink.rows import chunk_partition
+from latechunk_dagster.pipeline.oneshot import chunk_partition
 from latechunk_dagster.sink.search import search
 from latechunk_dagster.sources.files import Document, text_sha256
 from tests.servers import ServerProcess, start_moto_server

@@ -70,11 +70,20 @@ TABLE = late_chunk_assets(
 nightly_index = dg.ScheduleDefinition(
     job=TABLE.jobs[1], cron_schedule="0 3 * * *", default_status=dg.DefaultScheduleStatus.STOPPED
 )
+#: ``retrieval_eval`` and its check ``late_not_below_naive`` (none without a query file).
+EVAL_JOBS = (
+    [dg.define_asset_job("evaluate_retrieval", selection=dg.AssetSelection.assets(*TABLE.extra_assets))]
+    if TABLE.extra_assets
+    else []
+)
 
-defs = TABLE.to_definitions(
-    resources=RESOURCES,
-    schedules=[nightly_index],
-    # One process per run: the chunking step and the parity check share one engine load
-    # (the multiprocess executor would start the model once per step process).
-    executor=dg.in_process_executor,
+defs = dg.Definitions.merge(
+    TABLE.to_definitions(
+        resources=RESOURCES,
+        schedules=[nightly_index],
+        # One process per run: the chunking step and the parity check share one engine load
+        # (the multiprocess executor would start the model once per step process).
+        executor=dg.in_process_executor,
+    ),
+    dg.Definitions(jobs=EVAL_JOBS),
 )

@@ -1,9 +1,12 @@
-"""``make demo``: the main job on the embedded default, then a search.
+"""``make demo``: the main job on the embedded default, then a search and late-vs-naive scores.
 
 Builds the demo store (unless ``LATECHUNK_DOCUMENT_STORE`` is set), syncs partitions,
 materializes every shard in **one** run (a single-run backfill: one engine load) with the
-asset checks, refreshes the indexes, and prints the numbers and search results. Runs land
-in the persistent ``DAGSTER_HOME`` (``$LATECHUNK_HOME/dagster``), so ``make dev`` shows them.
+asset checks, refreshes the indexes, prints the numbers and search results, scores the
+generated context-dependent query set, and materializes the ``retrieval_eval`` asset (the
+standard-library queries on the demo table) with its check. Runs land in the persistent
+``DAGSTER_HOME`` (``$LATECHUNK_HOME/dagster``), so ``make dev`` shows them: the partitions, the
+checks, and ``retrieval_eval``'s table, plot and check.
 """
 
 from __future__ import annotations
@@ -12,9 +15,18 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import dagster as dg
+
+    from latechunk_dagster.core.chunker import LateChunker
+    from latechunk_dagster.sources.files import DocumentStore
 
 #: Dagster's console logger at WARNING: the run's events are in the UI (`make dev`), not on the terminal.
 QUIET = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
+#: Run tag of a ``retrieval_eval`` run: what it evaluated (:func:`_evaluated`).
+EVALUATED_TAG = "latechunk/evaluated"
 QUERIES = ["parse command-line options and arguments", "compress data with gzip", "make a temporary directory"]
 
 
@@ -41,7 +53,7 @@ def main() -> int:
     partitions_def = TABLE.partitions_def
     added, removed = sync_partitions(instance, store, partitions_def, resources["lancedb"], TABLE.wiring.table_names)
     keys = instance.get_dynamic_partitions(partitions_def.name)
-    print(f"store {store.uri} ({store.kind}): {len(keys)} shards (+{len(added)} -{len(removed)})", flush=True)
+    print(f"store {_shown(store.uri)} ({store.kind}): {len(keys)} shards (+{len(added)} -{len(removed)})", flush=True)
 
     t0 = time.perf_counter()
     result = defs.resolve_job_def("chunk_documents").execute_in_process(
@@ -59,8 +71,8 @@ def main() -> int:
     docs = sum(m["documents_in"].value for m in md)
     chunks = sum(m["chunks_out"].value for m in md)
     rejected = sum(m["rejected"].value for m in md)
-    tokens = sum(m["tokens"].value for m in md)
-    encoded = sum(m["encoded_tokens"].value for m in md)
+    tokens = sum(m["tokens_encoded"].value for m in md)
+    encoded = sum(m["window_tokens"].value for m in md)
     windows = sum(m["encoder_windows"].value for m in md)
     long_docs = sum(m["documents_over_model_length"].value for m in md)
     seconds = sum(m["engine_seconds"].value for m in md)
@@ -82,6 +94,7 @@ def main() -> int:
     defs.resolve_job_def("index_chunks").execute_in_process(instance=instance, run_config=QUIET)
 
     engine = resources["engine"]
+    queries_dir = settings.home() / "queries"
     with LateChunker(engine.model_path()) as chunker:
         for q in QUERIES:
             print(f"\nsearch: {q!r}   (cosine distance, doc_id, char range, text)")
@@ -90,38 +103,91 @@ def main() -> int:
             ):
                 snippet = " ".join((hit.text or "").split())[:110]
                 print(f"  {hit.distance:.3f}  {hit.doc_id} {hit.char_range}: {snippet}")
-        print("\n" + _evaluation(chunker, resources, store, settings.home() / "queries"))
+        print("\n" + _context_set(chunker, queries_dir))
+        model = chunker.card.fingerprint
+    if TABLE.extra_assets:  # the retrieval_eval asset runs its own engine: after this one is closed
+        print("\n" + _retrieval_eval(defs, instance, resources, store, model))
     return 1 if failed else 0
 
 
-def _evaluation(chunker: object, resources: dict, store: object, queries_dir: Path) -> str:
-    """The demo's late-vs-naive tables, recomputed only when the chunk rows changed.
+def _context_set(chunker: LateChunker, queries_dir: Path) -> str:
+    """The generated context-dependent set's late-vs-naive tables, kept in ``queries_dir/context.txt``
+    while the model and the package version stay (the set is generated, not read from the table)."""
+    from latechunk_dagster import __version__
+    from latechunk_dagster.app.demo_queries import run_demo_evaluation
 
-    The naive side re-embeds every chunk text, which costs about as much as encoding the corpus
-    again; the tables are kept in ``queries_dir/report.txt`` under a fingerprint of the chunk rows
-    (chunk ids and the runs that wrote them: the index job's compaction changes the table version,
-    not the rows), the model and the package version, and printed from there while those stay.
-    """
+    key = f"model {chunker.card.fingerprint[:16]} package {__version__}"
+    cache = queries_dir / "context.txt"
+    if cache.exists() and cache.read_text().split("\n", 1)[0] == key:
+        return cache.read_text().split("\n", 1)[1] + "\n(the model is unchanged: tables from the last evaluation)"
+    text = run_demo_evaluation(chunker, write_to=queries_dir)
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    cache.write_text(key + "\n" + text)
+    return text
+
+
+def _retrieval_eval(
+    defs: dg.Definitions, instance: dg.DagsterInstance, resources: dict, store: DocumentStore, model: str
+) -> str:
+    """Materialize ``retrieval_eval`` (the demo table's labeled queries, late vs naive) and its check,
+    and return its table; its run is skipped while the chunk rows, the model and the query file are
+    those of its latest materialization (the naive side re-embeds every chunk, about as costly as
+    encoding the corpus again)."""
+    from latechunk_dagster.app import settings
+    from latechunk_dagster.app.definitions import TABLE
+    from latechunk_dagster.app.demo_queries import write_stdlib_queries
+    from latechunk_dagster.integration.evaluation import late_vs_naive_result
+
+    queries = Path(settings.queries_path() or "")
+    if resources["store"].build_demo and "LATECHUNK_QUERIES" not in os.environ:
+        write_stdlib_queries(store, queries)  # the demo corpus's hand-written queries
+    [asset] = TABLE.extra_assets
+    evaluated = _evaluated(resources, model, queries)
+    latest = instance.get_latest_materialization_event(asset.key)
+    run = instance.get_run_by_id(latest.run_id) if latest is not None else None
+    reused = run is not None and run.tags.get(EVALUATED_TAG) == evaluated
+    if not reused:
+        result = defs.resolve_job_def("evaluate_retrieval").execute_in_process(
+            instance=instance, run_config=QUIET, tags={EVALUATED_TAG: evaluated}, raise_on_error=False
+        )
+        if not result.success:
+            return "the evaluate_retrieval run failed; see `make dev` for its logs"
+        latest = instance.get_latest_materialization_event(asset.key)
+    md = latest.asset_materialization.metadata  # type: ignore[union-attr]
+    verdict = late_vs_naive_result(md)
+    lines = [
+        f"retrieval, late vs naive: {queries.name} on the demo table (asset {asset.key.to_user_string()})",
+        md["table"].value,
+        f"check late_not_below_naive: {'passed' if verdict.passed else 'failed'} ({verdict.description})",
+    ]
+    if reused:
+        lines.append("(the chunk rows are unchanged: the latest materialization, not run again)")
+    lines.append(f"query files in {_shown(str(queries.parent))} (try: latechunk eval {_shown(str(queries))})")
+    return "\n".join(lines)
+
+
+def _evaluated(resources: dict, model: str, queries: Path) -> str:
+    """What a ``retrieval_eval`` materialization evaluated: the chunk rows (chunk ids and the runs that
+    wrote them: the index job's compaction changes the table version, not the rows), the model, the
+    package version and the query file."""
     import hashlib
 
     from latechunk_dagster import __version__, sink
     from latechunk_dagster.app.definitions import TABLE
-    from latechunk_dagster.app.demo_queries import run_demo_evaluation
 
-    uri = resources["lancedb"].uri
-    table = sink.connect(uri).open_table(TABLE.wiring.table_name)
+    table = sink.connect(resources["lancedb"].uri).open_table(TABLE.wiring.table_name)
     ids = table.search().select(["chunk_id", "run_id"]).limit(None).to_arrow()
     pairs = sorted(zip(ids.column("chunk_id").to_pylist(), ids.column("run_id").to_pylist()))
-    digest = hashlib.sha256(repr(pairs).encode()).hexdigest()[:16]
-    key = f"rows {digest} model {chunker.card.fingerprint[:16]} package {__version__}"  # type: ignore[attr-defined]
-    cache = queries_dir / "report.txt"
-    if cache.exists() and cache.read_text().split("\n", 1)[0] == key:
-        return cache.read_text().split("\n", 1)[1] + "\n(the chunk rows are unchanged: tables from the last evaluation)"
-    demo_store = store if resources["store"].build_demo else None  # stdlib queries fit the demo corpus only
-    text = run_demo_evaluation(chunker, uri=uri, store=demo_store, write_to=queries_dir)
-    cache.parent.mkdir(parents=True, exist_ok=True)
-    cache.write_text(key + "\n" + text)
-    return text
+    parts = [repr(pairs), model, __version__, queries.read_text() if queries.exists() else ""]
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:32]
+
+
+def _shown(path: str) -> str:
+    """``path`` relative to the working directory when it lies inside it (the output names no machine path)."""
+    try:
+        return str(Path(path).relative_to(Path.cwd()))
+    except ValueError:
+        return path
 
 
 if __name__ == "__main__":

@@ -11,7 +11,9 @@
    docstring before the first header). Char ranges are found in the built documents at run time;
    a section that is not there raises (a Python whose docstrings differ).
 
-:func:`run_demo_evaluation` evaluates both and returns the printed text.
+:func:`run_demo_evaluation` evaluates the first and returns the printed text;
+:func:`write_stdlib_queries` writes the second as the query file of the demo table's
+``retrieval_eval`` asset, which ``make demo`` materializes.
 """
 
 from __future__ import annotations
@@ -352,49 +354,42 @@ def stdlib_queries(documents: Mapping[str, str]) -> list[LabeledQuery]:
 # ----------------------------------------------------------------------------- the demo
 
 
-def run_demo_evaluation(
-    chunker: Any,
-    *,
-    uri: str | None = None,
-    table_name: str = "chunks",
-    store: DocumentStore | None = None,
-    k: int = 10,
-    write_to: Path | None = None,
-) -> str:
-    """Evaluate late vs naive on the demo's two query sets and return the text to print.
+def run_demo_evaluation(chunker: Any, *, k: int = 10, write_to: Path | None = None) -> str:
+    """Late vs naive on the generated context-dependent set; the text to print.
 
-    1. The generated context-dependent set, chunked with ``Sentences(max_tokens=24)`` into a
-       temporary table (:func:`~latechunk_dagster.evaluation.sweep.evaluate_settings`).
-    2. The standard-library set on the chunk table ``table_name`` at ``uri`` (the demo's), when
-       ``uri`` and ``store`` (the demo corpus, to locate the sections in) are given.
+    The set is chunked with ``Sentences(max_tokens=24)`` into a temporary table
+    (:func:`~latechunk_dagster.evaluation.sweep.evaluate_settings`). The standard-library queries
+    are evaluated on the demo table by its ``retrieval_eval`` asset, from the file
+    :func:`write_stdlib_queries` writes.
 
     Args:
-        chunker: the :class:`~latechunk_dagster.LateChunker` of the model that wrote the table.
-        write_to: directory for the query files (``context.jsonl``, ``stdlib.jsonl``), so users can
-            run ``latechunk eval`` on them; ``None``: not written.
-
-    Raises:
-        ValueError: a standard-library section is not in the store (another Python's docstrings).
+        chunker: the :class:`~latechunk_dagster.LateChunker` of the shipped model.
+        write_to: directory for the query file ``context.jsonl``, so users can run
+            ``latechunk eval`` on it; ``None``: not written.
     """
-    from latechunk_dagster import sink
     from latechunk_dagster.core.chunking import Sentences
-    from latechunk_dagster.evaluation import evaluate_settings, evaluate_table, write_queries
+    from latechunk_dagster.evaluation import evaluate_settings, write_queries
 
     docs, queries = context_set()
     [point] = evaluate_settings(chunker, {"context": docs}, [Sentences(max_tokens=24)], queries, k=k)
-    parts = [
-        f"retrieval, late vs naive: generated context-dependent set ({len(docs)} documents, Sentences(max_tokens=24))",
-        point.report.markdown(),
-        point.report.caption(),
-    ]
     if write_to is not None:
         write_queries(write_to / "context.jsonl", queries)
-    if uri is not None and store is not None:
-        stdlib = stdlib_queries({d.doc_id: d.text for shard in store.shards() for d in store.read_shard(shard)})
-        report = evaluate_table(chunker, sink.connect(uri).open_table(table_name), stdlib, k=k)
-        parts += ["", "retrieval, late vs naive: standard-library queries on the demo table", report.markdown()]
-        parts.append(report.caption())
-        if write_to is not None:
-            path = write_queries(write_to / "stdlib.jsonl", stdlib)
-            parts.append(f"query files in {path.parent} (try: latechunk eval {path})")
-    return "\n".join(parts)
+    return "\n".join(
+        [
+            f"retrieval, late vs naive: generated context-dependent set ({len(docs)} documents, "
+            "Sentences(max_tokens=24))",
+            point.report.markdown(),
+            point.report.caption(),
+        ]
+    )
+
+
+def write_stdlib_queries(store: DocumentStore, path: Path) -> Path:
+    """Write the standard-library queries, located in the demo corpus ``store``, as a query file at ``path``.
+
+    Raises:
+        ValueError: a section is not in the store (another Python's docstrings).
+    """
+    from latechunk_dagster.evaluation import write_queries
+
+    return write_queries(path, stdlib_queries({d.doc_id: d.text for s in store.shards() for d in store.read_shard(s)}))

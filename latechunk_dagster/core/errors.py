@@ -2,7 +2,7 @@
 
 Every document error names the document (its index in the call and its id)
 and the reason, so a rejected row in the pipeline says what went wrong.
-Source of the rules: ``SPEC.md`` sections 4 and 6.
+Source of the rules: ``docs/contract.md`` sections 4 and 6.
 """
 
 from __future__ import annotations
@@ -89,11 +89,11 @@ class StrategyTimeoutError(DocumentError):
 
 
 class TokenizationMismatchError(LateChunkError):
-    """vLLM tokenized a document differently from our one tokenization pass (SPEC section 1)."""
+    """vLLM tokenized a document differently from our one tokenization pass (contract section 1)."""
 
 
 class ModelNotSupportedError(LateChunkError):
-    """The model is refused for late chunking (SPEC section 4) unless the caller opts in."""
+    """The model is refused for late chunking (contract section 4) unless the caller opts in."""
 
 
 class HeadNotSupportedError(LateChunkError):

@@ -18,7 +18,7 @@ from latechunk_dagster.core.chunking import ChunkingStrategy, strategy_from_conf
 from latechunk_dagster.evaluation.queries import LabeledQuery
 from latechunk_dagster.evaluation.report import EvalReport
 from latechunk_dagster.evaluation.retrieval import evaluate_rows, read_chunk_rows
-from latechunk_dagster.sink.rows import chunk_partition
+from latechunk_dagster.pipeline.oneshot import chunk_partition
 from latechunk_dagster.sources.files import Document
 
 

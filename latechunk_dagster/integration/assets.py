@@ -93,49 +93,49 @@ class ChunkingConfig(dg.Config):
         return strategy_from_config(name, params)
 
 
-def build_documents_asset(w: TableWiring, spec: dg.AssetSpec) -> dg.SourceAsset:
-    """The observable source asset over the document-store resource ``w.store_key``."""
+def build_documents_asset(w: TableWiring, spec: dg.AssetSpec) -> dg.AssetsDefinition:
+    """The observable source asset over the document-store resource ``w.store_key``, carrying ``spec`` whole."""
 
-    @dg.observable_source_asset(
-        key=spec.key,
-        partitions_def=w.partitions_def,
-        description=spec.description,
-        group_name=spec.group_name,
-        required_resource_keys={w.store_key},
-        tags=spec.tags,
-    )
+    @dg.observable_source_asset(key=spec.key, partitions_def=w.partitions_def, required_resource_keys={w.store_key})
     def _documents(context: dg.AssetExecutionContext) -> dg.DataVersionsByPartition:
         st = w.resource(context, w.store_key).get_store()
         known = set(st.shards())
         keys = w.all_partition_keys(context.instance)
         return dg.DataVersionsByPartition({k: st.shard_fingerprint(k) for k in keys if k in known})
 
-    return _documents
+    return _observable_with_spec(_documents, spec)
+
+
+def _observable_with_spec(source: dg.SourceAsset, spec: dg.AssetSpec) -> dg.AssetsDefinition:
+    """``source`` as the asset definition Dagster makes of an observable source asset, with ``spec``
+    as its spec: every attribute a translator set, including those a ``SourceAsset`` cannot hold
+    (owners, freshness policy, code version).
+
+    The conversion is the one ``dg.Definitions`` applies to every ``SourceAsset`` (a private module
+    of Dagster 1.13); ``dg.multi_observable_source_asset``, which takes specs, cannot report one data
+    version per partition (``DataVersionsByPartition``), which the documents asset needs.
+    """
+    from dagster._core.definitions.external_asset import create_external_asset_from_source_asset
+
+    built = create_external_asset_from_source_asset(source)
+    return built.map_asset_specs(lambda s: spec.replace_attributes(partitions_def=s.partitions_def))
 
 
 def build_chunk_asset(
     w: TableWiring, spec: dg.AssetSpec, backfill_policy: dg.BackfillPolicy | None
 ) -> dg.AssetsDefinition:
-    """The partitioned chunk asset (see the module docstring)."""
+    """The partitioned chunk asset (see the module docstring), carrying ``spec`` whole."""
     keys = {w.engine_key, w.lancedb_key} | (set() if w.documents_from_asset else {w.store_key})
     ins = {"documents": dg.AssetIn(key=w.documents_key)} if w.documents_from_asset else {}
-    deps = [] if w.documents_from_asset else list(spec.deps)
 
     def decorate(fn: Any) -> dg.AssetsDefinition:
-        return dg.asset(
-            key=spec.key,
+        return dg.multi_asset(
+            specs=[spec],
+            name=spec.key.to_python_identifier(),
             ins=ins,
-            deps=deps,
             partitions_def=w.partitions_def,
             backfill_policy=backfill_policy,
             pool=w.pool,
-            code_version=spec.code_version,
-            kinds=spec.kinds,
-            group_name=spec.group_name,
-            description=spec.description,
-            metadata=spec.metadata,
-            tags=spec.tags,
-            owners=spec.owners,
             required_resource_keys=keys,
         )(fn)
 
@@ -276,10 +276,9 @@ def _partition_metadata(out: PartitionReport, table: Any) -> dict[str, Any]:
         "chunks_out": dg.MetadataValue.int(out.chunks_written),
         "rejected": dg.MetadataValue.int(out.rejected),
         "rejected_reasons": dg.MetadataValue.json(out.rejected_reasons),
-        "tokens": dg.MetadataValue.int(out.tokens_encoded),
         "encoder_windows": dg.MetadataValue.int(out.windows),
         "documents_over_model_length": dg.MetadataValue.int(out.windowed_documents),
-        "encoded_tokens": dg.MetadataValue.int(out.encoded_tokens),
+        "window_tokens": dg.MetadataValue.int(out.window_tokens),
         "tokens_per_second": dg.MetadataValue.float(out.tokens_encoded / max(out.engine_seconds, 1e-9)),
         "engine_seconds": dg.MetadataValue.float(out.engine_seconds),
         "engine_paths": dg.MetadataValue.json(out.paths),
@@ -303,18 +302,9 @@ def _column_schema(schema: Any) -> dg.TableSchemaMetadataValue:
 
 
 def build_index_asset(w: TableWiring, spec: dg.AssetSpec) -> dg.AssetsDefinition:
-    """The index asset over the whole chunk table."""
+    """The index asset over the whole chunk table, carrying ``spec`` whole."""
 
-    @dg.asset(
-        key=spec.key,
-        deps=list(spec.deps),
-        kinds=spec.kinds,
-        group_name=spec.group_name,
-        description=spec.description,
-        tags=spec.tags,
-        owners=spec.owners,
-        required_resource_keys={w.lancedb_key},
-    )
+    @dg.multi_asset(specs=[spec], name=spec.key.to_python_identifier(), required_resource_keys={w.lancedb_key})
     def _index(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
         lancedb = w.resource(context, w.lancedb_key)
         table = lancedb.open_table(w.table_name)

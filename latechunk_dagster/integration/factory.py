@@ -48,7 +48,7 @@ class LateChunkDefinitions:
     """
 
     chunk_asset: dg.AssetsDefinition
-    documents_asset: dg.SourceAsset | None
+    documents_asset: dg.AssetsDefinition | None
     index_asset: dg.AssetsDefinition | None
     asset_checks: list[dg.AssetChecksDefinition]
     sensors: list[dg.SensorDefinition]
@@ -98,6 +98,7 @@ def late_chunk_assets(
     strategy: ChunkingStrategy = DEFAULT_STRATEGY,
     model: str | None = None,
     translator: LateChunkTranslator | None = None,
+    automation_condition: dg.AutomationCondition | None = None,
     index: bool = True,
     sensor: bool = True,
     parity_check: bool = True,
@@ -130,7 +131,13 @@ def late_chunk_assets(
         strategy: default chunking strategy (run config may choose another per run).
         model: model directory whose fingerprint enters the code version (so a model change marks
             every partition stale); default: not part of the code version.
-        translator: maps the table to asset specs (keys, descriptions, code version).
+        translator: maps the table to asset specs (keys, descriptions, code version, owners, tags,
+            automation...); each spec reaches Dagster whole.
+        automation_condition: Dagster declarative automation of the chunk asset, e.g.
+            ``dg.AutomationCondition.eager()`` (new shards and shards whose data version changed are
+            requested) or ``dg.AutomationCondition.on_cron("0 3 * * *")``; evaluated by the
+            automation sensor (``dagster dev`` / the daemon). Default ``None``: runs come from the
+            store sensor, a job or the UI.
         index: add the index asset; sensor: add the store sensor (dynamic partitions over a store);
         parity_check: add the ``parity_sample`` check (re-embeds two documents per partition).
         job_name, index_job_name, sensor_name: names of the two jobs and the sensor (default
@@ -194,6 +201,7 @@ def late_chunk_assets(
         strategy=strategy,
         model_version=model_version(model) if model else None,
         documents_key=documents_key,
+        automation_condition=automation_condition,
     )
     chunk_spec = translator.get_chunk_spec(props)
     index_spec = translator.get_index_spec(props) if index else None

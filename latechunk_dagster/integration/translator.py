@@ -2,7 +2,9 @@
 
 Subclass :class:`LateChunkTranslator` and override one method to change how the assets of
 :func:`~latechunk_dagster.late_chunk_assets` look in Dagster (the dagster-sling / dagster-dbt
-translator pattern); the factory never hard-codes a key, group or version.
+translator pattern); the factory never hard-codes a key, group or version. Each spec reaches
+Dagster whole: every attribute it sets (owners, tags, kinds, metadata, automation condition,
+freshness policy, description, group, code version) is on the built asset.
 """
 
 from __future__ import annotations
@@ -30,6 +32,9 @@ class LateChunkTableProps:
         model_version: fingerprint of the model directory (config files and weight sizes,
             :func:`latechunk_dagster.core.model_card.model_version`), ``None`` when unknown.
         documents_key: key of the documents asset the chunk asset reads.
+        tags: tags of every asset of the table.
+        automation_condition: when Dagster's automation requests chunk partitions
+            (``late_chunk_assets(automation_condition=...)``); ``None``: never on its own.
     """
 
     name: str
@@ -41,6 +46,7 @@ class LateChunkTableProps:
     model_version: str | None
     documents_key: dg.AssetKey
     tags: dict[str, str] = field(default_factory=dict)
+    automation_condition: dg.AutomationCondition | None = None
 
 
 class LateChunkTranslator:
@@ -53,10 +59,13 @@ class LateChunkTranslator:
 
         class MyTranslator(LateChunkTranslator):
             def get_chunk_spec(self, props):
-                return super().get_chunk_spec(props).replace_attributes(owners=["team:search"])
+                return super().get_chunk_spec(props).replace_attributes(
+                    owners=["team:search"], automation_condition=dg.AutomationCondition.eager()
+                )
 
         table = late_chunk_assets(name="e5_chunks", translator=MyTranslator())
         assert table.chunk_asset.key == dg.AssetKey("e5_chunks")
+        assert table.chunk_asset.owners_by_key[table.chunk_asset.key] == ["team:search"]
     """
 
     def key(self, props: LateChunkTableProps, name: str) -> dg.AssetKey:
@@ -87,6 +96,7 @@ class LateChunkTranslator:
             kinds={"lancedb", "vllm"},
             metadata={"table_name": props.table_name, "rejected_table_name": props.rejected_table_name},
             tags=props.tags,
+            automation_condition=props.automation_condition,
         )
 
     def get_documents_spec(self, props: LateChunkTableProps) -> dg.AssetSpec:

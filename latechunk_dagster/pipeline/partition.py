@@ -6,9 +6,13 @@ Flow of :func:`materialize_partition` (three threads, bounded queues between the
                     ``batch_tokens`` estimated document tokens -> chunker.prepare(batch)
                     (check, tokenize, spans, window plans)
     engine thread   chunker.encode(prepared)                    (the engine; one call at a time)
-    writer thread   chunker.finish(encoded) (means, head) -> Arrow rows (sink.rows.chunk_batch)
-                    -> staged to a local Arrow IPC file
+    writer thread   chunker.finish(encoded) (means, head) -> counted (pipeline.accounting)
+                    -> Arrow rows (sink.rows.chunk_batch) -> staged to a local Arrow IPC file
     then            systemic-failure check -> ONE LanceDB commit streamed from the staged file
+
+In the code, one step each: ``_begin`` (budget, vector configuration, stored documents),
+``_Stream`` (the three threads), ``_count_reader_rejections``, ``_check_systemic``, ``_commit``,
+``_final_report``.
 
 **Overlap.** While the engine encodes batch k, the calling thread prepares batch k+1 and the
 writer pools and writes batch k-1. The heavy parts of each step release the GIL (vLLM's model
@@ -74,7 +78,7 @@ import tempfile
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -84,14 +88,15 @@ import pyarrow as pa
 
 from latechunk_dagster.core.chunker import LateChunker
 from latechunk_dagster.core.chunking import ChunkingStrategy
-from latechunk_dagster.core.errors import DocumentError, LateChunkError
+from latechunk_dagster.core.errors import LateChunkError
 from latechunk_dagster.core.results import ChunkedDocument
+from latechunk_dagster.pipeline.accounting import PartitionReport, account_results
 from latechunk_dagster.pipeline.config import default_batch_tokens, vector_config
 from latechunk_dagster.pipeline.memory import release_freed_memory
 from latechunk_dagster.pipeline.progress import Progress, ProgressMeter
-from latechunk_dagster.sink.rows import chunk_batch, encoded_tokens, lineage, rejected_row, rejection_row
+from latechunk_dagster.sink.rows import chunk_batch, lineage, rejected_row, rejection_row
 from latechunk_dagster.sink.schema import REJECTED_SCHEMA, chunk_schema, sql_string
-from latechunk_dagster.sink.writes import WriteResult, commit_documents, replace_partition
+from latechunk_dagster.sink.writes import commit_documents, replace_partition
 from latechunk_dagster.sources.documents import Document, RejectedRow, fingerprint_of
 
 #: Most batches of documents between the document iterator and the staging file at any time.
@@ -129,56 +134,6 @@ class SystemicFailureError(LateChunkError):
         )
 
 
-@dataclass
-class PartitionReport:
-    """What one :func:`materialize_partition` call did.
-
-    Attributes:
-        documents: documents of the partition (good ones, skipped included) plus rejected rows.
-        documents_skipped / documents_reencoded / documents_deleted: unchanged (rows kept) /
-            encoded this run (new or changed, rejected ones included) / removed from the store.
-        documents_new: encoded documents that had no rows before.
-        rejected: rejection rows written; rejected_reasons: {reason: count}.
-        tokens_encoded: document tokens pooled this run; encoded_tokens: tokens the encoder read
-            (> tokens_encoded when windows overlap); windows, windowed_documents: encoder inputs,
-            documents longer than the model.
-        chunks_written: chunk rows staged and committed this run; partition_rows: rows of the
-            partition in the table afterwards.
-        engine_seconds: time inside ``chunker.encode`` (the engine thread); prepare_seconds: time
-            inside ``chunker.prepare`` (the calling thread); finish_seconds: ``chunker.finish`` and
-            the Arrow rows (the writer thread); seconds: wall time of the whole call. With the
-            overlap, ``seconds`` approaches the largest of the three, not their sum.
-        batches: engine calls; paths: documents per engine path.
-        write: the chunk table commit (``None``: nothing changed, no commit).
-        fingerprint: :func:`~latechunk_dagster.sources.documents.fingerprint_of` the items read.
-        chunked_doc_ids: sorted doc_ids that have rows after the call.
-    """
-
-    partition: str
-    documents: int = 0
-    documents_skipped: int = 0
-    documents_reencoded: int = 0
-    documents_deleted: int = 0
-    documents_new: int = 0
-    rejected: int = 0
-    rejected_reasons: dict[str, int] = field(default_factory=dict)
-    tokens_encoded: int = 0
-    encoded_tokens: int = 0
-    windows: int = 0
-    windowed_documents: int = 0
-    chunks_written: int = 0
-    partition_rows: int = 0
-    engine_seconds: float = 0.0
-    prepare_seconds: float = 0.0
-    finish_seconds: float = 0.0
-    seconds: float = 0.0
-    batches: int = 0
-    paths: dict[str, int] = field(default_factory=dict)
-    write: WriteResult | None = None
-    fingerprint: str = ""
-    chunked_doc_ids: list[str] = field(default_factory=list)
-
-
 def materialize_partition(
     chunker: LateChunker,
     documents: Iterable[Document | RejectedRow],
@@ -201,7 +156,8 @@ def materialize_partition(
     """Late-chunk one partition as a stream of bounded batches and commit it once (module docstring).
 
     Args:
-        chunker: the engine; ``chunker.chunk`` is called once per batch.
+        chunker: the engine; each batch goes through ``chunker.prepare`` (calling thread),
+            ``chunker.encode`` (engine thread) and ``chunker.finish`` (writer thread).
         documents: the partition's documents in any order, with a ``RejectedRow`` for each row that
             made none (:meth:`DocumentStore.iter_shard`); read once, lazily.
         partition: the partition key; strategy: how documents are cut into spans.
@@ -219,12 +175,109 @@ def materialize_partition(
         staging_dir: where the staged rows go (default: the system's temp directory).
 
     Returns:
-        A :class:`PartitionReport`.
+        A :class:`~latechunk_dagster.pipeline.accounting.PartitionReport`.
 
     Raises:
         SystemicFailureError: the partition's documents failed for one reason; nothing written.
         Exception: anything the iterator or the engine raises; nothing written.
     """
+    if progress is None and log is not None:
+        progress = lambda p: log.info(p.describe())  # noqa: E731
+    meter = ProgressMeter(partition, expected_documents, progress, progress_interval)
+    run = _begin(chunker, partition, strategy, chunk_table, run_id, batch_tokens, force, meter)
+    remove_stale_staging(staging_dir)
+    with (
+        tempfile.TemporaryDirectory(prefix=f"{STAGE_PREFIX}{os.getpid()}-", dir=staging_dir) as tmp,
+        contextlib.ExitStack() as opened,
+    ):
+        staged = Path(tmp) / "rows.arrows"
+        _Stream(run, staged).stream(documents)  # read, skip unchanged, encode, pool, stage
+        _count_reader_rejections(run)
+        _check_systemic(run, max_rejected_share, systemic_min_documents)
+        removed = _commit(run, staged, opened, chunk_table, rejected_table)
+    return _final_report(run, removed, chunk_table)
+
+
+# -- the steps of one call, in order -------------------------------------------------------------
+
+
+@dataclass
+class _State:
+    """Bookkeeping of the documents of one call (ids and hashes only, never texts)."""
+
+    items_read: int = 0
+    present: set[str] = field(default_factory=set)
+    skipped: set[str] = field(default_factory=set)
+    attempted: set[str] = field(default_factory=set)
+    chunked: set[str] = field(default_factory=set)
+    reader_rejections: list[RejectedRow] = field(default_factory=list)
+    rejections: list[dict] = field(default_factory=list)
+    fingerprint_pairs: list[Document | RejectedRow] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        # fingerprint_of needs only (doc_id, sha256): keep light records, not the texts
+        self.fingerprint_pairs = _LightList()  # type: ignore[assignment]
+
+
+@dataclass
+class _Run:
+    """One call: its settings, the partition's stored documents, the report and the bookkeeping."""
+
+    chunker: LateChunker
+    partition: str
+    strategy: ChunkingStrategy
+    run_id: str
+    force: bool
+    budget: int
+    config: str
+    existing: dict[str, tuple[str, str | None]]
+    now: datetime
+    row_lineage: dict[str, Any]
+    meter: ProgressMeter
+    estimator: _TokenEstimate
+    t_start: float
+    report: PartitionReport
+    state: _State = field(default_factory=_State)
+
+    def admit(self, item: Document | RejectedRow) -> Document | None:
+        """Record one item read; the document to encode, or ``None`` (a reader's rejection, or a
+        document whose text and vector configuration equal its stored rows')."""
+        st = self.state
+        st.items_read += 1
+        st.fingerprint_pairs.append(item)
+        if isinstance(item, RejectedRow):
+            st.reader_rejections.append(item)
+            return None
+        st.present.add(item.doc_id)
+        if not self.force and self.existing.get(item.doc_id) == (item.sha256, self.config):
+            st.skipped.add(item.doc_id)
+            self.meter.add(1, 0)
+            return None
+        return item
+
+    def account(self, batch: list[Document], results: list) -> list[tuple[Document, ChunkedDocument]]:
+        """Count a finished batch into the report and the bookkeeping; its chunked (document, result) pairs."""
+        good, failed = account_results(self.report, batch, results, self.chunker.window_length)
+        self.state.attempted.update(doc.doc_id for doc in batch)
+        self.state.chunked.update(doc.doc_id for doc, _ in good)
+        self.state.rejections.extend(
+            rejection_row(doc.doc_id, doc.sha256, self.partition, err.reason, err.detail, self.run_id, self.now)
+            for doc, err in failed
+        )
+        return good
+
+
+def _begin(
+    chunker: LateChunker,
+    partition: str,
+    strategy: ChunkingStrategy,
+    chunk_table: Any,
+    run_id: str,
+    batch_tokens: int | None,
+    force: bool,
+    meter: ProgressMeter,
+) -> _Run:
+    """Step 1: the batch budget (checked), the vector configuration and the partition's stored documents."""
     t_start = time.perf_counter()
     budget = int(batch_tokens or default_batch_tokens(chunker))
     if budget <= 0:
@@ -232,169 +285,211 @@ def materialize_partition(
     config = vector_config(chunker, strategy)
     existing = _stored_documents(chunk_table, partition)
     now = datetime.now(UTC)
-    dim = chunker.embedding_dim
-    row_lineage = lineage(chunker, strategy, run_id, now, config)
-    if progress is None and log is not None:
-        progress = lambda p: log.info(p.describe())  # noqa: E731
-    meter = ProgressMeter(partition, expected_documents, progress, progress_interval)
-    report = PartitionReport(partition)
-    state = _State()
-    estimator = _TokenEstimate(_special_tokens(chunker))
+    return _Run(
+        chunker=chunker,
+        partition=partition,
+        strategy=strategy,
+        run_id=run_id,
+        force=force,
+        budget=budget,
+        config=config,
+        existing=existing,
+        now=now,
+        row_lineage=lineage(chunker, strategy, run_id, now, config),
+        meter=meter,
+        estimator=_TokenEstimate(_special_tokens(chunker)),
+        t_start=t_start,
+        report=PartitionReport(partition),
+    )
 
-    remove_stale_staging(staging_dir)
-    with (
-        tempfile.TemporaryDirectory(prefix=f"{STAGE_PREFIX}{os.getpid()}-", dir=staging_dir) as tmp,
-        contextlib.ExitStack() as opened,
-    ):
-        staged = Path(tmp) / "rows.arrows"
-        schema = chunk_schema(dim)
-        to_engine: queue.Queue = queue.Queue(maxsize=1)
-        to_writer: queue.Queue = queue.Queue(maxsize=1)
-        stop = threading.Event()
 
-        def fail(exc: BaseException) -> None:
-            if state.thread_error is None:
-                state.thread_error = exc
-            stop.set()
+class _Stream:
+    """Step 2: the three threads of the module docstring, with bounded queues between them.
 
-        def encode() -> None:
-            try:
-                while (item := _get(to_engine, stop)) is not _END:
-                    batch, prepared = item
-                    _test_kill_point("before_engine")
-                    t0 = time.perf_counter()
-                    encoded = chunker.encode(prepared)
-                    report.engine_seconds += time.perf_counter() - t0
-                    report.batches += 1
-                    _put(to_writer, (batch, encoded), stop)
-                    del item, prepared, encoded
-                    _test_kill_point("during_encode")
-                _put(to_writer, _END, stop)
-            except _Stopped:
-                return  # another thread failed and raises its own error
-            except BaseException as exc:
-                fail(exc)
+    calling thread: read, skip unchanged, form batches, ``chunker.prepare``; engine thread:
+    ``chunker.encode``; writer thread: ``chunker.finish``, accounting, Arrow rows to the staging file.
+    """
 
-        def write() -> None:
-            try:
-                with pa.OSFile(str(staged), "wb") as sink, pa.ipc.new_stream(sink, schema) as stream:
-                    while (item := _get(to_writer, stop)) is not _END:
-                        batch, encoded = item
-                        t0 = time.perf_counter()
-                        results = chunker.finish(encoded, errors="return")
-                        del item, encoded
-                        good = _account(batch, results, chunker, report, state, partition, run_id, now)
-                        if good:
-                            rows = chunk_batch(good, partition, row_lineage, dim)
-                            stream.write_batch(rows)
-                            report.chunks_written += rows.num_rows
-                            estimator.observe(good)
-                        report.finish_seconds += time.perf_counter() - t0
-                        meter.add(len(batch), sum(len(r.token_ids) for _, r in good))
-                        del results, good
-                        release_freed_memory()  # the batch's token states are freed: hand the pages back
-            except _Stopped:
-                return
-            except BaseException as exc:
-                fail(exc)
+    def __init__(self, run: _Run, staged: Path) -> None:
+        self.run, self.staged = run, staged
+        self.to_engine: queue.Queue = queue.Queue(maxsize=1)
+        self.to_writer: queue.Queue = queue.Queue(maxsize=1)
+        self.stop = threading.Event()
+        self.error: BaseException | None = None
 
-        def submit(batch: list[Document]) -> None:
-            t0 = time.perf_counter()
-            prepared = chunker.prepare([d.text for d in batch], strategy, doc_ids=[d.doc_id for d in batch])
-            report.prepare_seconds += time.perf_counter() - t0
-            _put(to_engine, (batch, prepared), stop)
-
-        engine = threading.Thread(target=encode, name=f"latechunk-engine-{partition}", daemon=True)
-        writer = threading.Thread(target=write, name=f"latechunk-write-{partition}", daemon=True)
+    def stream(self, documents: Iterable[Document | RejectedRow]) -> None:
+        """Stream every document to the staging file; raises the first error of any thread."""
+        name = self.run.partition
+        engine = threading.Thread(target=self._guarded, args=(self._encode,), name=f"latechunk-engine-{name}")
+        writer = threading.Thread(target=self._guarded, args=(self._write,), name=f"latechunk-write-{name}")
+        engine.daemon = writer.daemon = True
         engine.start()
         writer.start()
         try:
-            batch: list[Document] = []
-            tokens = 0
-            for item in documents:
-                if stop.is_set():
-                    break
-                state.items_read += 1
-                state.fingerprint_pairs.append(item)
-                if isinstance(item, RejectedRow):
-                    state.reader_rejections.append(item)
-                    continue
-                state.present.add(item.doc_id)
-                if not force and existing.get(item.doc_id) == (item.sha256, config):
-                    state.skipped.add(item.doc_id)
-                    meter.add(1, 0)
-                    continue
-                cost = estimator.estimate(item.text)
-                if batch and tokens + cost > budget:
-                    submit(batch)
-                    batch, tokens = [], 0
-                batch.append(item)
-                tokens += cost
-            if batch and not stop.is_set():
-                submit(batch)
-            del batch
-            _put(to_engine, _END, stop)
+            self._submit_all(documents)
             while engine.is_alive() or writer.is_alive():
                 engine.join(timeout=0.1)
                 writer.join(timeout=0.1)
         except BaseException:
-            stop.set()
+            self.stop.set()
             raise
         finally:
             engine.join(timeout=5)
             writer.join(timeout=5)
-        if state.thread_error is not None:
-            raise state.thread_error
+        if self.error is not None:
+            raise self.error
 
-        for row in state.reader_rejections:
-            state.rejections.append(rejected_row(row, partition, run_id, now))
-            report.rejected_reasons[row.reason] = report.rejected_reasons.get(row.reason, 0) + 1
-        report.documents = state.items_read
-        report.rejected = len(state.rejections)
-        _check_systemic(partition, state, report, max_rejected_share, systemic_min_documents)
-        if state.items_read == 0 and existing:
-            # a shard that reads empty while its partition holds documents is far more often a
-            # truncated file than a deliberate deletion (which removes the shard: the sensor and
-            # `sync-partitions` then drop the partition and its rows)
-            raise SystemicFailureError(
-                partition,
-                "empty_shard",
-                0,
-                0,
-                "",
-                why=f"the shard read 0 documents but the partition holds {len(existing)} (a truncated file?); "
-                "to drop them, remove the shard from the store",
-            )
+    def _guarded(self, loop: Callable[[], None]) -> None:
+        """Runs a thread's loop; its error stops the other threads and is raised by :meth:`stream`."""
+        try:
+            loop()
+        except _Stopped:
+            return  # another thread failed and raises its own error
+        except BaseException as exc:
+            if self.error is None:
+                self.error = exc
+            self.stop.set()
 
-        removed = set(existing) - state.present
-        replaced = (state.attempted & set(existing)) | removed
-        kept = state.skipped
+    def _batches(self, documents: Iterable[Document | RejectedRow]) -> Iterator[list[Document]]:
+        """The documents to encode, in batches of at most ``budget`` estimated tokens (calling thread)."""
+        run = self.run
+        batch: list[Document] = []
+        tokens = 0
+        for item in documents:
+            if self.stop.is_set():
+                return
+            doc = run.admit(item)
+            if doc is None:
+                continue
+            cost = run.estimator.estimate(doc.text)
+            if batch and tokens + cost > run.budget:
+                yield batch
+                batch, tokens = [], 0
+            batch.append(doc)
+            tokens += cost
+        if batch and not self.stop.is_set():
+            yield batch
 
-        def staged_rows() -> pa.RecordBatchReader:  # opened afresh for each commit attempt
-            reader = pa.ipc.open_stream(opened.enter_context(pa.OSFile(str(staged), "rb")))
-            if os.environ.get(TEST_KILL_ENV) == "during_commit":
-                return pa.RecordBatchReader.from_batches(reader.schema, _killing_after_first(reader))
-            return reader
+    def _submit_all(self, documents: Iterable[Document | RejectedRow]) -> None:
+        """Prepare each batch and queue it for the engine, then the end mark (calling thread)."""
+        run = self.run
+        for batch in self._batches(documents):
+            t0 = time.perf_counter()
+            prepared = run.chunker.prepare([d.text for d in batch], run.strategy, doc_ids=[d.doc_id for d in batch])
+            run.report.prepare_seconds += time.perf_counter() - t0
+            _put(self.to_engine, (batch, prepared), self.stop)
+            del batch, prepared
+        _put(self.to_engine, _END, self.stop)
 
-        rows = staged_rows if report.chunks_written else None
-        report.write = commit_documents(chunk_table, partition, rows, replaced=replaced, kept=kept)
-        replace_partition(
-            rejected_table,
-            "rejection_id",
+    def _encode(self) -> None:
+        """The engine thread: one ``chunker.encode`` call at a time."""
+        run = self.run
+        while (item := _get(self.to_engine, self.stop)) is not _END:
+            batch, prepared = item
+            _test_kill_point("before_engine")
+            t0 = time.perf_counter()
+            encoded = run.chunker.encode(prepared)
+            run.report.engine_seconds += time.perf_counter() - t0
+            run.report.batches += 1
+            _put(self.to_writer, (batch, encoded), self.stop)
+            del item, prepared, encoded
+            _test_kill_point("during_encode")
+        _put(self.to_writer, _END, self.stop)
+
+    def _write(self) -> None:
+        """The writer thread: means and head, accounting, Arrow rows appended to the staging file."""
+        run = self.run
+        dim = run.chunker.embedding_dim
+        with pa.OSFile(str(self.staged), "wb") as sink, pa.ipc.new_stream(sink, chunk_schema(dim)) as stream:
+            while (item := _get(self.to_writer, self.stop)) is not _END:
+                batch, encoded = item
+                t0 = time.perf_counter()
+                results = run.chunker.finish(encoded, errors="return")
+                del item, encoded
+                good = run.account(batch, results)
+                if good:
+                    rows = chunk_batch(good, run.partition, run.row_lineage, dim)
+                    stream.write_batch(rows)
+                    run.report.chunks_written += rows.num_rows
+                    run.estimator.observe(good)
+                run.report.finish_seconds += time.perf_counter() - t0
+                run.meter.add(len(batch), sum(len(r.token_ids) for _, r in good))
+                del results, good
+                release_freed_memory()  # the batch's token states are freed: hand the pages back
+
+
+def _count_reader_rejections(run: _Run) -> None:
+    """Step 3: the rows the reader could not make into documents join the rejections; the totals."""
+    state, report = run.state, run.report
+    for row in state.reader_rejections:
+        state.rejections.append(rejected_row(row, run.partition, run.run_id, run.now))
+        report.count_rejection(row.reason)
+    report.documents = state.items_read
+    report.rejected = len(state.rejections)
+
+
+def _check_systemic(run: _Run, max_share: float, min_documents: int) -> None:
+    """Step 4: the systemic-failure rule (module docstring); raises before anything is written."""
+    state, partition, total = run.state, run.partition, run.report.documents
+    for row in state.reader_rejections:
+        if row.reason == "unreadable_file":
+            raise SystemicFailureError(partition, row.reason, 1, total, row.detail)
+    if state.rejections:
+        reason, count = Counter(r["reason"] for r in state.rejections).most_common(1)[0]
+        if (count == total and total >= 2) or (total >= min_documents and count / total >= max_share):
+            example = next(r for r in state.rejections if r["reason"] == reason)
+            raise SystemicFailureError(partition, reason, count, total, f"{example['doc_id']!r}: {example['detail']}")
+    if state.items_read == 0 and run.existing:
+        # a shard that reads empty while its partition holds documents is far more often a
+        # truncated file than a deliberate deletion (which removes the shard: the sensor and
+        # `sync-partitions` then drop the partition and its rows)
+        raise SystemicFailureError(
             partition,
-            pa.Table.from_pylist(state.rejections, schema=REJECTED_SCHEMA),
+            "empty_shard",
+            0,
+            0,
+            "",
+            why=f"the shard read 0 documents but the partition holds {len(run.existing)} (a truncated file?); "
+            "to drop them, remove the shard from the store",
         )
 
+
+def _commit(run: _Run, staged: Path, opened: contextlib.ExitStack, chunk_table: Any, rejected_table: Any) -> set[str]:
+    """Step 5: ONE chunk-table commit streamed from the staging file, then the rejections; the removed doc_ids."""
+    state, report = run.state, run.report
+    removed = set(run.existing) - state.present
+    replaced = (state.attempted & set(run.existing)) | removed
+
+    def staged_rows() -> pa.RecordBatchReader:  # opened afresh for each commit attempt
+        reader = pa.ipc.open_stream(opened.enter_context(pa.OSFile(str(staged), "rb")))
+        if os.environ.get(TEST_KILL_ENV) == "during_commit":
+            return pa.RecordBatchReader.from_batches(reader.schema, _killing_after_first(reader))
+        return reader
+
+    rows = staged_rows if report.chunks_written else None
+    report.write = commit_documents(chunk_table, run.partition, rows, replaced=replaced, kept=state.skipped)
+    replace_partition(
+        rejected_table, "rejection_id", run.partition, pa.Table.from_pylist(state.rejections, schema=REJECTED_SCHEMA)
+    )
+    return removed
+
+
+def _final_report(run: _Run, removed: set[str], chunk_table: Any) -> PartitionReport:
+    """Step 6: the document counts, the partition's rows afterwards, the wall time; the last progress line."""
+    state, report = run.state, run.report
     report.documents_skipped = len(state.skipped)
     report.documents_reencoded = len(state.attempted)
-    report.documents_new = len(state.attempted - set(existing))
+    report.documents_new = len(state.attempted - set(run.existing))
     report.documents_deleted = len(removed)
     report.fingerprint = fingerprint_of(state.fingerprint_pairs)
     report.chunked_doc_ids = sorted(state.skipped | state.chunked)
-    report.partition_rows = chunk_table.count_rows(f"partition = {sql_string(partition)}")
-    report.seconds = time.perf_counter() - t_start
-    meter.finish()
+    report.partition_rows = chunk_table.count_rows(f"partition = {sql_string(run.partition)}")
+    report.seconds = time.perf_counter() - run.t_start
+    run.meter.finish()
     return report
+
+
+# -- helpers -------------------------------------------------------------------------------------
 
 
 def remove_stale_staging(staging_dir: str | Path | None = None) -> list[Path]:
@@ -434,33 +529,11 @@ def _killing_after_first(reader: pa.RecordBatchReader):  # noqa: ANN202
     os.kill(os.getpid(), signal.SIGKILL)
 
 
-@dataclass
-class _State:
-    items_read: int = 0
-    present: set[str] = field(default_factory=set)
-    skipped: set[str] = field(default_factory=set)
-    attempted: set[str] = field(default_factory=set)
-    chunked: set[str] = field(default_factory=set)
-    reader_rejections: list[RejectedRow] = field(default_factory=list)
-    rejections: list[dict] = field(default_factory=list)
-    fingerprint_pairs: list[Document | RejectedRow] = field(default_factory=list)
-    thread_error: BaseException | None = None
-
-    def __post_init__(self) -> None:
-        # fingerprint_of needs only (doc_id, sha256): keep light records, not the texts
-        self.fingerprint_pairs = _LightList()  # type: ignore[assignment]
-
-
 class _LightList(list):
     """Keeps (doc_id, sha256) stand-ins instead of whole documents (memory stays per document, not per text)."""
 
     def append(self, item: Document | RejectedRow) -> None:  # type: ignore[override]
         super().append(Document(item.doc_id, "", item.sha256) if isinstance(item, Document) else item)
-
-
-@dataclass
-class _Failure:
-    exc: BaseException
 
 
 class _TokenEstimate:
@@ -498,50 +571,6 @@ def _stored_documents(table: Any, partition: str) -> dict[str, tuple[str, str | 
             zip(rows.column("doc_sha256").to_pylist(), rows.column("vector_config").to_pylist()),
         )
     )
-
-
-def _account(
-    batch: list[Document],
-    results: list,
-    chunker: LateChunker,
-    report: PartitionReport,
-    state: _State,
-    partition: str,
-    run_id: str,
-    now: datetime,
-) -> list[tuple[Document, ChunkedDocument]]:
-    good: list[tuple[Document, ChunkedDocument]] = []
-    for doc, res in zip(batch, results):
-        state.attempted.add(doc.doc_id)
-        if isinstance(res, DocumentError):
-            state.rejections.append(
-                rejection_row(doc.doc_id, doc.sha256, partition, res.reason, res.detail, run_id, now)
-            )
-            report.rejected_reasons[res.reason] = report.rejected_reasons.get(res.reason, 0) + 1
-            continue
-        state.chunked.add(doc.doc_id)
-        report.tokens_encoded += len(res.token_ids)
-        report.encoded_tokens += encoded_tokens(chunker, res)
-        report.windows += res.windows
-        report.windowed_documents += res.windows > 1
-        report.paths[res.path] = report.paths.get(res.path, 0) + 1
-        good.append((doc, res))
-    return good
-
-
-def _check_systemic(
-    partition: str, state: _State, report: PartitionReport, max_share: float, min_documents: int
-) -> None:
-    for row in state.reader_rejections:
-        if row.reason == "unreadable_file":
-            raise SystemicFailureError(partition, row.reason, 1, report.documents, row.detail)
-    if not state.rejections:
-        return
-    reason, count = Counter(r["reason"] for r in state.rejections).most_common(1)[0]
-    total = report.documents
-    if (count == total and total >= 2) or (total >= min_documents and count / total >= max_share):
-        example = next(r for r in state.rejections if r["reason"] == reason)
-        raise SystemicFailureError(partition, reason, count, total, f"{example['doc_id']!r}: {example['detail']}")
 
 
 def _put(q: queue.Queue, item: object, stop: threading.Event) -> None:

@@ -4,18 +4,15 @@
 are one ``float32`` numpy block wrapped as a ``fixed_size_list`` column without a copy per value
 (no Python lists of floats), the lineage columns are constants repeated by Arrow.
 :func:`rejection_row` / :func:`rejected_row` build the rows of the rejected-documents table
-(SPEC section 6). :func:`chunk_partition` is the one-shot form (all documents in one engine call)
-kept for small callers; partitions are materialized as a bounded stream by
-:func:`latechunk_dagster.pipeline.materialize_partition`.
+(contract section 6). The sink only writes: the engine runs and the counts are kept in
+:mod:`latechunk_dagster.pipeline`.
 """
 
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 import numpy as np
@@ -24,9 +21,8 @@ import pyarrow as pa
 from latechunk_dagster import __version__
 from latechunk_dagster.core.chunker import LateChunker
 from latechunk_dagster.core.chunking import ChunkingStrategy
-from latechunk_dagster.core.errors import DocumentError
 from latechunk_dagster.core.results import ChunkedDocument
-from latechunk_dagster.sink.schema import REJECTED_SCHEMA, chunk_id, chunk_schema
+from latechunk_dagster.sink.schema import chunk_id, chunk_schema
 from latechunk_dagster.sources.documents import Document, RejectedRow
 
 _TS = pa.timestamp("us", tz="UTC")
@@ -118,67 +114,3 @@ def rejected_row(row: RejectedRow, partition: str, run_id: str, now: datetime) -
     out = rejection_row(row.doc_id, "", partition, row.reason, row.detail, run_id, now)
     out["rejection_id"] = chunk_id(partition, f"{row.doc_id}\x1f{row.where}", -1)
     return out
-
-
-# -- one-shot form -------------------------------------------------------------------------------
-
-
-@dataclass
-class PartitionOutput:
-    """Rows and counts of one partition chunked in one engine call (:func:`chunk_partition`).
-
-    Attributes:
-        chunks: chunk rows; rejected: rejection rows; documents, tokens, windows, encoded_tokens:
-            documents read, document tokens pooled, encoder inputs, tokens sent to the encoder;
-        seconds: wall time of the engine call; paths: documents per engine path.
-    """
-
-    chunks: pa.Table
-    rejected: pa.Table
-    documents: int
-    tokens: int
-    windows: int
-    encoded_tokens: int
-    seconds: float
-    windowed_documents: int = 0
-    paths: dict[str, int] = field(default_factory=dict)
-    rejected_reasons: dict[str, int] = field(default_factory=dict)
-
-
-def chunk_partition(
-    chunker: LateChunker,
-    docs: list[Document],
-    partition: str,
-    strategy: ChunkingStrategy,
-    run_id: str,
-    vector_config: str | None = None,
-) -> PartitionOutput:
-    """Late-chunk the documents of one partition in one ``chunker.chunk`` call, into rows."""
-    t0 = time.perf_counter()
-    results = chunker.chunk([d.text for d in docs], strategy, doc_ids=[d.doc_id for d in docs], errors="return")
-    seconds = time.perf_counter() - t0
-    now = datetime.now(UTC)
-    out = PartitionOutput(pa.table({}), pa.table({}), len(docs), 0, 0, 0, seconds)
-    good: list[tuple[Document, ChunkedDocument]] = []
-    rejected: list[dict] = []
-    for doc, res in zip(docs, results):
-        if isinstance(res, DocumentError):
-            rejected.append(rejection_row(doc.doc_id, doc.sha256, partition, res.reason, res.detail, run_id, now))
-            out.rejected_reasons[res.reason] = out.rejected_reasons.get(res.reason, 0) + 1
-            continue
-        out.tokens += len(res.token_ids)
-        out.windows += res.windows
-        out.windowed_documents += res.windows > 1
-        out.paths[res.path] = out.paths.get(res.path, 0) + 1
-        out.encoded_tokens += encoded_tokens(chunker, res)
-        good.append((doc, res))
-    batch = chunk_batch(good, partition, lineage(chunker, strategy, run_id, now, vector_config), chunker.embedding_dim)
-    out.chunks = pa.Table.from_batches([batch])
-    out.rejected = pa.Table.from_pylist(rejected, schema=REJECTED_SCHEMA)
-    return out
-
-
-def encoded_tokens(chunker: LateChunker, res: ChunkedDocument) -> int:
-    """Tokens the encoder read for one document (> its tokens when windows overlap)."""
-    n = len(res.token_ids)
-    return n if res.windows == 1 else min(n, chunker.window_length) * res.windows

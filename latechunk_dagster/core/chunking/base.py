@@ -1,9 +1,9 @@
-"""The strategy interface and the SPEC section 2 rules shared by every strategy.
+"""The strategy interface and the contract section 2 rules shared by every strategy.
 
 A strategy turns a document's text and its one :class:`Tokenization` into token
 spans that tile ``[0, n_tokens)``. Boundary strategies choose *character*
 boundaries on the text and call :func:`spans_from_char_boundaries`, which maps
-them to tokens by the SPEC rule (a token belongs to the chunk that contains its
+them to tokens by the contract's rule (a token belongs to the chunk that contains its
 first character; tokens without a source range go with their neighbours).
 
 A leading byte order mark (U+FEFF) is not part of a document's text (like Python's
@@ -44,7 +44,7 @@ class Span:
 
 
 class ChunkingStrategy(ABC):
-    """Turns one document into token spans that tile its tokens (SPEC section 2).
+    """Turns one document into token spans that tile its tokens (contract section 2).
 
     Subclasses are small frozen dataclasses: their fields are the strategy's
     parameters (recorded in lineage via :meth:`params`) and they implement
@@ -104,10 +104,10 @@ class TokenBudgetStrategy(ChunkingStrategy):
 
 
 def attach_unsourced(spans: Sequence[Span], tokens: Tokenization) -> list[Span]:
-    """Merge a span of only unsourced tokens (specials, prefix) into its neighbour (SPEC section 2).
+    """Merge a span of only unsourced tokens (specials, prefix) into its neighbour (contract section 2).
 
     A token budget cut at token boundaries can leave e.g. ``[SEP]`` alone in the last chunk;
-    the SPEC sends leading unsourced tokens to the first text chunk and trailing ones to the
+    the contract sends leading unsourced tokens to the first text chunk and trailing ones to the
     last, so such a span joins the next span (at the start) or the previous one (elsewhere),
     even if that chunk then exceeds ``max_tokens`` by those tokens.
     """
@@ -137,7 +137,7 @@ def split_fixed(start: int, end: int, size: int, headings: tuple[str, ...] = ())
 
 
 def chunk_of_each_token(tokens: Tokenization, boundaries: Sequence[int]) -> list[int]:
-    """Assign each token to a segment between character boundaries (SPEC section 2).
+    """Assign each token to a segment between character boundaries (contract section 2).
 
     Args:
         boundaries: sorted character offsets where a new segment starts (0 may be omitted).

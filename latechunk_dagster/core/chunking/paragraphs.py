@@ -2,7 +2,7 @@
 
 A paragraph longer than the budget is cut at its sentence starts (the sentence segmenter) and its
 sentences are packed; a sentence still too long is cut at token boundaries. Every
-character boundary is mapped to tokens by the SPEC section 2 rule through the
+character boundary is mapped to tokens by the contract section 2 rule through the
 helpers of :mod:`latechunk_dagster.core.chunking.base`.
 """
 
@@ -81,12 +81,12 @@ def _slice(tokens: Tokenization, lo: int, hi: int) -> Tokenization:
 def cut_at_chars(
     tokens: Tokenization, lo: int, hi: int, boundaries: Sequence[int], headings: tuple[str, ...]
 ) -> list[tuple[Span, int]]:
-    """Cut tokens ``[lo, hi)`` at character ``boundaries`` by the SPEC rule; each span with its segment index.
+    """Cut tokens ``[lo, hi)`` at character ``boundaries`` by the contract's rule; each span with its segment index.
 
     Segment ``j`` is the text from ``boundaries[j - 1]`` (or the region start) up to
     ``boundaries[j]`` (or the region end). Tokens ``[lo, hi)`` must hold a sourced token
     and, taken alone, map the same way as in the whole document: true for any span
-    produced by the SPEC rule (its unsourced tokens follow a sourced one in it, or lead
+    produced by the contract's rule (its unsourced tokens follow a sourced one in it, or lead
     the document).
     """
     seg = chunk_of_each_token(_slice(tokens, lo, hi), boundaries)
@@ -117,7 +117,7 @@ def pack_paragraphs(
     ``max_tokens``-token pieces. Every returned span carries ``span.headings``.
 
     Args:
-        span: tokens to chunk; they must hold a sourced token (any span made by the SPEC rule does).
+        span: tokens to chunk; they must hold a sourced token (any span made by the contract's rule does).
         region: ``(start, end)`` characters of ``text`` whose tokens are ``span`` (by first character).
         max_tokens: token budget of a chunk (>= 1).
         extra_starts: more paragraph starts (character offsets), e.g. the line after a heading.
@@ -159,7 +159,7 @@ class Paragraphs(TokenBudgetStrategy):
     ``language``) and its sentences are packed into chunks of its own; a sentence
     still too long is cut at token boundaries. Blank lines between paragraphs go with
     the paragraph before them; leading special tokens join the first chunk, trailing
-    ones the last (SPEC section 2).
+    ones the last (contract section 2).
 
     Args:
         max_tokens: the token budget of a chunk (>= 1).

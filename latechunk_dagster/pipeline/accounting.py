@@ -1,0 +1,106 @@
+"""What a partition's materialization did: :class:`PartitionReport`, and the one rule that counts results into it.
+
+Both ways of chunking a partition, the bounded stream
+(:func:`~latechunk_dagster.pipeline.materialize_partition`) and the one-shot call
+(:func:`~latechunk_dagster.pipeline.oneshot.chunk_partition`), count their results with
+:func:`account_results`; the sink only turns the good results into rows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from latechunk_dagster.core.errors import DocumentError
+from latechunk_dagster.core.results import ChunkedDocument
+from latechunk_dagster.sink.writes import WriteResult
+from latechunk_dagster.sources.documents import Document
+
+
+@dataclass
+class PartitionReport:
+    """What one partition's materialization did.
+
+    Attributes:
+        documents: documents of the partition (good ones, skipped included) plus rejected rows.
+        documents_skipped / documents_reencoded / documents_deleted: unchanged (rows kept) /
+            encoded this run (new or changed, rejected ones included) / removed from the store.
+        documents_new: encoded documents that had no rows before.
+        rejected: rejection rows written; rejected_reasons: {reason: count}.
+        tokens_encoded: document tokens pooled this run (each document token once);
+            window_tokens: tokens in the encoder windows, i.e. what the encoder read (more than
+            ``tokens_encoded`` when windows overlap); windows, windowed_documents: encoder inputs,
+            documents longer than the model.
+        chunks_written: chunk rows made (and, by the stream, committed) this run; partition_rows:
+            rows of the partition in the table afterwards.
+        engine_seconds: time inside ``chunker.encode`` (the engine thread); prepare_seconds: time
+            inside ``chunker.prepare`` (the calling thread); finish_seconds: ``chunker.finish`` and
+            the Arrow rows (the writer thread); seconds: wall time of the whole call. With the
+            overlap, ``seconds`` approaches the largest of the three, not their sum.
+        batches: engine calls; paths: documents per engine path.
+        write: the chunk table commit (``None``: nothing changed, no commit).
+        fingerprint: :func:`~latechunk_dagster.sources.documents.fingerprint_of` the items read.
+        chunked_doc_ids: sorted doc_ids that have rows after the call.
+    """
+
+    partition: str
+    documents: int = 0
+    documents_skipped: int = 0
+    documents_reencoded: int = 0
+    documents_deleted: int = 0
+    documents_new: int = 0
+    rejected: int = 0
+    rejected_reasons: dict[str, int] = field(default_factory=dict)
+    tokens_encoded: int = 0
+    window_tokens: int = 0
+    windows: int = 0
+    windowed_documents: int = 0
+    chunks_written: int = 0
+    partition_rows: int = 0
+    engine_seconds: float = 0.0
+    prepare_seconds: float = 0.0
+    finish_seconds: float = 0.0
+    seconds: float = 0.0
+    batches: int = 0
+    paths: dict[str, int] = field(default_factory=dict)
+    write: WriteResult | None = None
+    fingerprint: str = ""
+    chunked_doc_ids: list[str] = field(default_factory=list)
+
+    def count_rejection(self, reason: str) -> None:
+        """One more document rejected for ``reason``."""
+        self.rejected_reasons[reason] = self.rejected_reasons.get(reason, 0) + 1
+
+
+def account_results(
+    report: PartitionReport, batch: list[Document], results: list, window_length: int
+) -> tuple[list[tuple[Document, ChunkedDocument]], list[tuple[Document, DocumentError]]]:
+    """Count one batch's results (``chunker.finish`` / ``chunker.chunk`` with ``errors="return"``) into ``report``.
+
+    Args:
+        batch: the documents, in the order of ``results``.
+        window_length: the chunker's encoder window (for :func:`window_tokens`).
+
+    Returns:
+        ``(good, failed)``: (document, result) of the chunked documents and (document, error) of
+        the rejected ones, each in batch order.
+    """
+    good: list[tuple[Document, ChunkedDocument]] = []
+    failed: list[tuple[Document, DocumentError]] = []
+    for doc, res in zip(batch, results):
+        if isinstance(res, DocumentError):
+            report.count_rejection(res.reason)
+            failed.append((doc, res))
+            continue
+        report.tokens_encoded += len(res.token_ids)
+        report.window_tokens += window_tokens(res, window_length)
+        report.windows += res.windows
+        report.windowed_documents += res.windows > 1
+        report.paths[res.path] = report.paths.get(res.path, 0) + 1
+        good.append((doc, res))
+    return good, failed
+
+
+def window_tokens(res: ChunkedDocument, window_length: int) -> int:
+    """Tokens the encoder read for one document: its tokens, or ``windows x window`` when windowed."""
+    n = len(res.token_ids)
+    return n if res.windows == 1 else min(n, window_length) * res.windows
