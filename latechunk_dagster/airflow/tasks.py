@@ -50,7 +50,8 @@ def resolve_strategy(strategy: str | ChunkingStrategy | None = None, params: Map
             ``markdown_sections``) or ``None`` (the default, sentences of at most 128 tokens, as
             Dagster's factory).
         params: the named strategy's parameters (``{"chunk_size": 64}``); for the default strategy's
-            name they update its parameters. Not allowed with a strategy object.
+            name they update its parameters. Not allowed with a strategy object. A value that is
+            the text of an integer (``"64"``, what a Jinja template renders) is that integer.
 
     Raises:
         ValueError: an unknown name or parameter, ``char_spans`` (needs spans per document), or params
@@ -63,11 +64,17 @@ def resolve_strategy(strategy: str | ChunkingStrategy | None = None, params: Map
     else:
         name = strategy or DEFAULT_STRATEGY.name
         merged = dict(DEFAULT_STRATEGY.params()) if name == DEFAULT_STRATEGY.name else {}
-        merged.update(params or {})
+        merged.update({k: _int_text(v) for k, v in (params or {}).items()})
         chosen = strategy_from_config(name, merged)
     if chosen.name == "char_spans":
         raise ValueError("char_spans needs per-document spans; call LateChunker.chunk directly")
     return chosen
+
+
+def _int_text(value: Any) -> Any:
+    if isinstance(value, str) and value.strip().lstrip("+-").isdigit():
+        return int(value)
+    return value
 
 
 def list_shards(store_path: str) -> list[str]:

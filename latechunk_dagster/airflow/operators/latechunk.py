@@ -184,6 +184,22 @@ class LateChunkShardOperator(BaseOperator):
         self.max_rejected_share = max_rejected_share
         self.systemic_min_documents = systemic_min_documents
 
+    @classmethod
+    def partial(cls, **kwargs: Any) -> Any:
+        """``BaseOperator.partial`` with the default outlet (:func:`table_asset`) set at parse time:
+        a mapped task's ``__init__`` runs only when it executes, too late for the DAG's assets."""
+        from airflow.sdk.bases.operator import partial
+
+        kwargs.setdefault(
+            "outlets",
+            [
+                table_asset(
+                    kwargs.get("table_name", CHUNK_TABLE), kwargs.get("lancedb_conn_id", LanceDBHook.default_conn_name)
+                )
+            ],
+        )
+        return partial(cls, **kwargs)
+
     def engine_spec(self) -> EngineSpec:
         """The engine this task encodes with."""
         return EngineSpec(
