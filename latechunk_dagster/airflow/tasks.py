@@ -42,7 +42,9 @@ def lineage_run_id(run_id: str, map_index: int | None = None) -> str:
     return f"{run_id}#{map_index}" if map_index is not None and map_index >= 0 else run_id
 
 
-def resolve_strategy(strategy: str | ChunkingStrategy | None = None, params: Mapping[str, Any] | None = None):
+def resolve_strategy(
+    strategy: str | ChunkingStrategy | None = None, params: Mapping[str, Any] | None = None
+) -> ChunkingStrategy:
     """The chunking strategy of a task (-> :class:`~latechunk_dagster.core.chunking.ChunkingStrategy`).
 
     Args:
