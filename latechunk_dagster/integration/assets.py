@@ -13,23 +13,18 @@
 
 import hashlib
 import json
-from datetime import UTC, datetime
 from typing import Any
 
 import dagster as dg
-import pyarrow as pa
 from pydantic import Field
 
-from latechunk_dagster import sink
 from latechunk_dagster.core.chunking import ChunkingStrategy, strategy_from_config
 from latechunk_dagster.integration.wiring import TableWiring
 from latechunk_dagster.pipeline import PartitionReport, SystemicFailureError, materialize_partition
+from latechunk_dagster.pipeline.partition import UNREADABLE_SHARD as UNREADABLE_SHARD  # re-exported
+from latechunk_dagster.pipeline.partition import record_shard_failure
 from latechunk_dagster.sink.indexing import refresh_indexes
-from latechunk_dagster.sink.rows import rejection_row
 from latechunk_dagster.sources.frames import iter_table_documents, partition_tables
-
-#: ``doc_id`` of the rejection row that stands for a whole shard that could not be read.
-UNREADABLE_SHARD = "*"
 
 
 class ChunkingConfig(dg.Config):
@@ -258,10 +253,7 @@ def _record_unreadable_shard(
     context: dg.AssetExecutionContext, rejected_table: Any, partition: str, exc: Exception, reason: str
 ) -> None:
     context.log.error(f"partition {partition}: {reason}, its old rows are kept: {exc}")
-    row = rejection_row(UNREADABLE_SHARD, "", partition, reason, str(exc), context.run.run_id, datetime.now(UTC))
-    sink.replace_partition(
-        rejected_table, "rejection_id", partition, pa.Table.from_pylist([row], schema=sink.REJECTED_SCHEMA)
-    )
+    record_shard_failure(rejected_table, partition, reason, str(exc), context.run.run_id)
     context.add_asset_metadata(
         {"shard_error": dg.MetadataValue.text(str(exc)), "partition_row_count": dg.MetadataValue.int(-1)},
         partition_key=partition,

@@ -19,16 +19,9 @@ from pydantic import Field
 
 from latechunk_dagster.core.chunking import strategy_from_config
 from latechunk_dagster.integration.wiring import TableWiring
-from latechunk_dagster.sink import sql_in, validation
-from latechunk_dagster.sources.files import Document, DocumentStore
+from latechunk_dagster.sink import validation
 
-CHECKS = {
-    "vectors_valid": "vectors finite, of the table's dimension, unit norm when the head normalizes",
-    "spans_tile": "per document, token ranges tile the tokens; char ranges in order, inside the text, text matches",
-    "unique_chunk_ids": "no duplicate chunk_id",
-    "documents_accounted": "every document of the shard has chunks or a rejection record",
-    "row_count_matches": "rows in the table = rows the last materialization reported",
-}
+CHECKS = validation.CHECKS
 
 
 class CheckConfig(dg.Config):
@@ -54,9 +47,7 @@ def run_partitions(
 
 def read_partition(table: Any, partitions: list[str]) -> pa.Table:
     """Rows of ``partitions`` (all columns)."""
-    if not partitions:
-        return table.search().limit(0).to_arrow()
-    return table.search().where(sql_in("partition", partitions)).limit(None).to_arrow()
+    return validation.read_partitions(table, partitions)
 
 
 def last_reported(w: TableWiring, instance: dg.DagsterInstance, partition: str, key: str) -> int | None:
@@ -71,30 +62,8 @@ def last_reported(w: TableWiring, instance: dg.DagsterInstance, partition: str, 
     return int(value.value) if value is not None else None
 
 
-def _of_partition(rows: pa.Table, partition: str) -> pa.Table:
-    return rows.filter(pa.compute.equal(rows.column("partition"), partition))
-
-
-def _shard_docs(st: DocumentStore, partition: str, known: set[str]) -> dict[str, Document] | str:
-    """The shard's documents by id ({} for a shard gone from the store), or the read error as text."""
-    if partition not in known:
-        return {}
-    try:
-        docs, bad_rows = st.read_shard_with_rejections(partition)
-        by_id = {d.doc_id: d for d in docs}
-        # a row that made no document is accounted by its rejection record, like a document
-        by_id.update({r.doc_id: Document(r.doc_id, "", "") for r in bad_rows if r.doc_id not in by_id})
-        return by_id
-    except (ValueError, KeyError, OSError) as exc:
-        return f"shard cannot be read: {exc}"
-
-
-def _unreadable(docs: dict[str, Document] | str) -> validation.Outcome | None:
-    return (False, {"reason": docs}) if isinstance(docs, str) else None
-
-
-def _merge(outcomes: list[validation.Outcome], partitions: list[str]) -> validation.Outcome:
-    return all(o[0] for o in outcomes), {p: o[1] for p, o in zip(partitions, outcomes)}
+_of_partition = validation.of_partition
+_shard_docs = validation.shard_documents
 
 
 def _reported_outcome(w: TableWiring, instance: dg.DagsterInstance, p: str, rows: pa.Table, rejected: pa.Table):
@@ -146,37 +115,30 @@ def build_checks(w: TableWiring, *, with_parity: bool = True) -> list[dg.AssetCh
             else pa.table({"doc_id": pa.array([], pa.string()), "partition": pa.array([], pa.string())})
         )
         dim = table.schema.field("vector").type.list_size
-        heads = set(rows.column("head").to_pylist()) if rows.num_rows else set()
         reported = {last_reported(w, context.instance, p, "embedding_dim") for p in partitions} - {None}
         expected_dim = reported.pop() if len(reported) == 1 else dim
-        normalized = all(h.endswith("l2") for h in heads)
-        yield result("vectors_valid", validation.vectors_valid(rows, expected_dim, normalized), partitions)
-        rows_of = {p: _of_partition(rows, p) for p in partitions}
+        docs_by_part = None
+        accounted = None
         if w.documents_from_asset:
-            spans = [validation.spans_tile(rows_of[p], None) for p in partitions]
             accounted = [
-                _reported_outcome(w, context.instance, p, rows_of[p], _of_partition(rejected, p)) for p in partitions
+                _reported_outcome(w, context.instance, p, _of_partition(rows, p), _of_partition(rejected, p))
+                for p in partitions
             ]
         else:
             st = w.resource(context, w.store_key).get_store()
             known = set(st.shards())
             docs_by_part = {p: _shard_docs(st, p, known) for p in partitions}
-            spans = [
-                _unreadable(docs_by_part[p]) or validation.spans_tile(rows_of[p], docs_by_part[p]) for p in partitions
-            ]
-            accounted = [
-                _unreadable(docs_by_part[p])
-                or validation.documents_accounted(rows_of[p], _of_partition(rejected, p), docs_by_part[p])
-                for p in partitions
-            ]
-        yield result("spans_tile", _merge(spans, partitions), partitions)
-        yield result("unique_chunk_ids", validation.unique_chunk_ids(rows), partitions)
-        yield result("documents_accounted", _merge(accounted, partitions), partitions)
-        counts = [
-            validation.row_count_matches(rows_of[p], last_reported(w, context.instance, p, "partition_row_count"))
-            for p in partitions
-        ]
-        yield result("row_count_matches", _merge(counts, partitions), partitions)
+        outcomes = validation.check_partitions(
+            rows,
+            rejected,
+            partitions,
+            dim=expected_dim,
+            expected_rows={p: last_reported(w, context.instance, p, "partition_row_count") for p in partitions},
+            docs=docs_by_part,
+            accounted=accounted,
+        )
+        for name in CHECKS:
+            yield result(name, outcomes[name], partitions)
 
     checks = [chunk_table_checks]
     if with_parity and not w.documents_from_asset:

@@ -15,20 +15,18 @@ from typing import Any
 
 import dagster as dg
 
-from latechunk_dagster.core.chunking import ChunkingStrategy, Sentences
+from latechunk_dagster.core.chunking import ChunkingStrategy
 from latechunk_dagster.integration.assets import build_chunk_asset, build_documents_asset, build_index_asset
 from latechunk_dagster.integration.checks import build_checks
 from latechunk_dagster.integration.sensors import build_store_sensor
 from latechunk_dagster.integration.translator import LateChunkTableProps, LateChunkTranslator, as_key_prefix
 from latechunk_dagster.integration.wiring import TableWiring, dynamic_name
+from latechunk_dagster.pipeline.config import DEFAULT_STRATEGY
 from latechunk_dagster.sink import CHUNK_TABLE, REJECTED_TABLE
 
 #: Default Dagster concurrency pool of the encoder: set its limit to the number of GPUs
 #: (``dagster instance concurrency set latechunk_engine 1``).
 ENGINE_POOL = "latechunk_engine"
-
-#: The default strategy: sentences packed into chunks of at most 128 tokens.
-DEFAULT_STRATEGY = Sentences(max_tokens=128)
 
 _UNSET: Any = object()
 

@@ -8,7 +8,6 @@ The resources know no defaults of the embedded app (model, ``./data``): those ar
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import timedelta
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
@@ -16,8 +15,8 @@ from typing import Any
 from dagster import ConfigurableResource, InitResourceContext
 from pydantic import Field, PrivateAttr
 
-from latechunk_dagster import sink
 from latechunk_dagster.core.chunker import LateChunker
+from latechunk_dagster.sink.database import LanceDBSettings
 from latechunk_dagster.sources.files import DocumentStore
 
 # Fields with a fixed set of values are str Enums: Dagster 1.13's config system validates Enums
@@ -201,25 +200,26 @@ class LanceDBResource(ConfigurableResource):
         description="Seconds after which reads check for other writers' commits (0: every read; None: never).",
     )
 
+    def settings(self) -> LanceDBSettings:
+        """These fields as the orchestrator-free :class:`~latechunk_dagster.sink.database.LanceDBSettings`."""
+        return LanceDBSettings(
+            uri=self.uri,
+            storage_options=dict(self.storage_options),
+            api_key=self.api_key,
+            region=self.region,
+            host_override=self.host_override,
+            read_consistency_interval_s=self.read_consistency_interval_s,
+            owner="LanceDBResource",
+        )
+
     def connect_kwargs(self) -> dict[str, Any]:
         """Keyword arguments for ``lancedb.connect`` (only the options that are set)."""
-        kwargs: dict[str, Any] = {}
-        if self.storage_options:
-            kwargs["storage_options"] = dict(self.storage_options)
-        if self.api_key is not None:
-            kwargs["api_key"] = self.api_key
-        if self.region is not None:
-            kwargs["region"] = self.region
-        if self.host_override is not None:
-            kwargs["host_override"] = self.host_override
-        if self.read_consistency_interval_s is not None:
-            kwargs["read_consistency_interval"] = timedelta(seconds=self.read_consistency_interval_s)
-        return kwargs
+        return self.settings().connect_kwargs()
 
     @contextmanager
     def get_connection(self) -> Iterator[Any]:
         """A LanceDB connection (``lancedb.DBConnection``)."""
-        yield sink.connect(self.uri, **self.connect_kwargs())
+        yield self.settings().connect()
 
     def chunk_table(self, name: str, dim: int) -> Any:
         """The chunk table ``name`` for vectors of ``dim`` floats, created empty if missing.
@@ -227,28 +227,19 @@ class LanceDBResource(ConfigurableResource):
         Raises:
             ValueError: the table exists with another schema (another model: use another name).
         """
-        return self._open_or_create(name, sink.chunk_schema(dim))
+        return self.settings().chunk_table(name, dim)
 
     def rejected_table(self, name: str) -> Any:
         """The rejected-documents table ``name``, created empty if missing."""
-        return self._open_or_create(name, sink.REJECTED_SCHEMA)
-
-    def _open_or_create(self, name: str, schema: Any) -> Any:
-        try:
-            with self.get_connection() as db:
-                return sink.open_or_create(db, name, schema)
-        except OSError as exc:  # a path that is a file, no permission, an unreachable bucket...
-            raise ValueError(f"LanceDBResource(uri={self.uri!r}) cannot open or create table {name!r}: {exc}") from exc
+        return self.settings().rejected_table(name)
 
     def open_table(self, name: str) -> Any | None:
         """Table ``name`` if it exists, else ``None``."""
-        with self.get_connection() as db:
-            return db.open_table(name) if name in db.list_tables().tables else None
+        return self.settings().open_table(name)
 
     def drop_partitions(self, table_names: list[str], partitions: list[str]) -> int:
         """Delete the rows of ``partitions`` (shards gone from the store) from the tables; rows deleted."""
-        with self.get_connection() as db:
-            return sink.delete_partitions(db, table_names, partitions)
+        return self.settings().drop_partitions(table_names, partitions)
 
 
 class DocumentStoreResource(ConfigurableResource):

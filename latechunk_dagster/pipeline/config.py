@@ -6,13 +6,17 @@ import hashlib
 import json
 
 from latechunk_dagster.core.chunker import LateChunker
-from latechunk_dagster.core.chunking import ChunkingStrategy
+from latechunk_dagster.core.chunking import ChunkingStrategy, Sentences
 from latechunk_dagster.core.windows import default_overlap
 
 #: Version of the package's chunking semantics (token -> span assignment, char ranges, mean,
 #: head order, window stitching). Raise it with any change that can alter a stored vector or
 #: range: every stored row then no longer matches and is re-encoded on its next materialization.
 CHUNKING_VERSION = 1
+
+#: The default strategy of a table (Dagster's factory, Airflow's operator): sentences packed into
+#: chunks of at most 128 tokens.
+DEFAULT_STRATEGY = Sentences(max_tokens=128)
 
 #: Document tokens per engine call on the CPU: ~12 MB of 384-d float32 states; larger batches
 #: measured no faster on 2 cores (the encoder is compute-bound there).

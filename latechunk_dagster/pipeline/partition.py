@@ -114,6 +114,9 @@ TEST_KILL_ENV = "LATECHUNK_TEST_KILL_AT"
 #: Prefix of a staging directory; the writing process's pid follows it.
 STAGE_PREFIX = "latechunk-stage-"
 
+#: ``doc_id`` of the rejection row that stands for a whole shard that could not be read or failed systemically.
+UNREADABLE_SHARD = "*"
+
 _END = object()
 
 
@@ -487,6 +490,18 @@ def _final_report(run: _Run, removed: set[str], chunk_table: Any) -> PartitionRe
     report.seconds = time.perf_counter() - run.t_start
     run.meter.finish()
     return report
+
+
+def record_shard_failure(rejected_table: Any, partition: str, reason: str, detail: str, run_id: str) -> None:
+    """Replace the partition's rejection rows with one :data:`UNREADABLE_SHARD` row (``reason``, ``detail``).
+
+    What an orchestrator records when :func:`materialize_partition` raised for a whole shard (it
+    could not be read, or :class:`SystemicFailureError`): the chunk rows stay as they were, and the
+    ``documents_accounted`` check fails for the partition until a run succeeds (that run replaces
+    the partition's rejection rows again).
+    """
+    row = rejection_row(UNREADABLE_SHARD, "", partition, reason, detail, run_id, datetime.now(UTC))
+    replace_partition(rejected_table, "rejection_id", partition, pa.Table.from_pylist([row], schema=REJECTED_SCHEMA))
 
 
 # -- helpers -------------------------------------------------------------------------------------

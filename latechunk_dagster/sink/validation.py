@@ -12,10 +12,104 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from latechunk_dagster.sources.files import Document
+from latechunk_dagster.sink.schema import sql_in
+from latechunk_dagster.sources.files import Document, DocumentStore
 
 Outcome = tuple[bool, dict[str, Any]]
 MAX_LISTED = 10
+
+#: The table checks, in the order :func:`check_partitions` runs them: name -> what it asserts.
+CHECKS = {
+    "vectors_valid": "vectors finite, of the table's dimension, unit norm when the head normalizes",
+    "spans_tile": "per document, token ranges tile the tokens; char ranges in order, inside the text, text matches",
+    "unique_chunk_ids": "no duplicate chunk_id",
+    "documents_accounted": "every document of the shard has chunks or a rejection record",
+    "row_count_matches": "rows in the table = rows the last materialization reported",
+}
+
+
+def read_partitions(table: Any, partitions: list[str]) -> pa.Table:
+    """Rows of ``partitions`` (all columns) of a LanceDB table; none for an empty list."""
+    if not partitions:
+        return table.search().limit(0).to_arrow()
+    return table.search().where(sql_in("partition", partitions)).limit(None).to_arrow()
+
+
+def of_partition(rows: pa.Table, partition: str) -> pa.Table:
+    """The rows of ``rows`` whose ``partition`` is ``partition``."""
+    return rows.filter(pa.compute.equal(rows.column("partition"), partition))
+
+
+def shard_documents(store: DocumentStore, partition: str, known: set[str]) -> dict[str, Document] | str:
+    """The shard's documents by id (``{}`` for a shard not in ``known``, i.e. gone from the store),
+    or the read error as text. A row that made no document counts as a document (its rejection
+    record accounts for it)."""
+    if partition not in known:
+        return {}
+    try:
+        docs, bad_rows = store.read_shard_with_rejections(partition)
+        by_id = {d.doc_id: d for d in docs}
+        by_id.update({r.doc_id: Document(r.doc_id, "", "") for r in bad_rows if r.doc_id not in by_id})
+        return by_id
+    except (ValueError, KeyError, OSError) as exc:
+        return f"shard cannot be read: {exc}"
+
+
+def merge(outcomes: list[Outcome], partitions: list[str]) -> Outcome:
+    """Per-partition outcomes as one: passed when all passed, details by partition."""
+    return all(o[0] for o in outcomes), {p: o[1] for p, o in zip(partitions, outcomes)}
+
+
+def _unreadable(docs: dict[str, Document] | str) -> Outcome | None:
+    return (False, {"reason": docs}) if isinstance(docs, str) else None
+
+
+def check_partitions(
+    rows: pa.Table,
+    rejected: pa.Table,
+    partitions: list[str],
+    *,
+    dim: int,
+    expected_rows: dict[str, int | None],
+    docs: dict[str, dict[str, Document] | str] | None = None,
+    accounted: list[Outcome] | None = None,
+) -> dict[str, Outcome]:
+    """Every check of :data:`CHECKS` over the rows of ``partitions``, in that order.
+
+    Args:
+        rows / rejected: the chunk / rejected-document rows of ``partitions``
+            (:func:`read_partitions`; ``rejected`` needs ``doc_id`` and ``partition``).
+        dim: the vector width the rows must have.
+        expected_rows: per partition, the rows its last materialization reported (``None``: unknown, fails).
+        docs: per partition, :func:`shard_documents` (the store's current documents), or ``None``
+            when documents are not at hand (then ``spans_tile`` skips the text comparison and
+            ``accounted`` must be given).
+        accounted: per partition, a ready ``documents_accounted`` outcome (used when ``docs`` is ``None``).
+
+    Returns:
+        ``{check name: (passed, details)}``; details of the per-partition checks are by partition.
+    """
+    heads = set(rows.column("head").to_pylist()) if rows.num_rows else set()
+    normalized = all(h.endswith("l2") for h in heads)
+    rows_of = {p: of_partition(rows, p) for p in partitions}
+    if docs is None:
+        spans = [spans_tile(rows_of[p], None) for p in partitions]
+        accounted = list(accounted or [])
+    else:
+        spans = [_unreadable(docs[p]) or spans_tile(rows_of[p], docs[p]) for p in partitions]  # type: ignore[arg-type]
+        accounted = [
+            _unreadable(docs[p]) or documents_accounted(rows_of[p], of_partition(rejected, p), docs[p])  # type: ignore[arg-type]
+            for p in partitions
+        ]
+    return {
+        "vectors_valid": vectors_valid(rows, dim, normalized),
+        "spans_tile": merge(spans, partitions),
+        "unique_chunk_ids": unique_chunk_ids(rows),
+        "documents_accounted": merge(accounted, partitions),
+        "row_count_matches": merge(
+            [row_count_matches(rows_of[p], expected_rows.get(p)) for p in partitions], partitions
+        ),
+    }
 
 
 def vectors_valid(rows: pa.Table, dim: int, normalized: bool, atol: float = 1e-3) -> Outcome:

@@ -1,0 +1,140 @@
+"""Airflow hook of a running vLLM server (connection type ``vllm_server``) -> ``RemoteLateChunker``.
+
+The connection's fields map onto ``RemoteLateChunker`` (the same as Dagster's
+``VLLMServerEngineResource``):
+
+=================================  ============================================================
+connection field                   argument
+=================================  ============================================================
+host (+ port, schema = scheme)     ``base_url``: ``http://vllm-0:8000`` (a host with a scheme is
+                                   taken as it is; else ``schema`` or ``http`` and ``port``)
+password                           ``api_key`` (a server started with ``--api-key``)
+extra ``model``                    the local directory of the served model (tokenizer, head)
+extra ``served_model``             the model's name on the server (default: its first)
+extra ``max_in_flight``,           request limits (defaults 4, 120, 4, 0.5, 32, 8192)
+``timeout_s``, ``retries``,
+``backoff_s``,
+``max_inputs_per_request``,
+``max_tokens_per_request``
+=================================  ============================================================
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from airflow.sdk import BaseHook
+
+from latechunk_dagster.airflow.hooks.lancedb import connection_extras
+from latechunk_dagster.core.engines.vllm_server import RemoteLateChunker
+
+#: Request-limit extras and their types.
+REQUEST_LIMITS: dict[str, type] = {
+    "max_in_flight": int,
+    "timeout_s": float,
+    "retries": int,
+    "backoff_s": float,
+    "max_inputs_per_request": int,
+    "max_tokens_per_request": int,
+}
+VLLM_EXTRAS = ("model", "served_model", *REQUEST_LIMITS)
+
+
+def base_url_of(conn: Any) -> str:
+    """The server's root URL from a connection's host, schema (scheme) and port.
+
+    Raises:
+        ValueError: no host.
+    """
+    host = (conn.host or "").strip().rstrip("/")
+    if not host:
+        raise ValueError(f"connection {conn.conn_id!r} has no host: set it to the vLLM server (http://host:port)")
+    if "://" in host:
+        return host
+    scheme = (conn.schema or "http").strip() or "http"
+    return f"{scheme}://{host}" + (f":{conn.port}" if conn.port else "")
+
+
+def server_kwargs(conn: Any) -> dict[str, Any]:
+    """``RemoteLateChunker`` keyword arguments of a ``vllm_server`` connection (module docstring),
+    ``base_url`` and ``model`` included (``model`` ``None`` when the connection has none).
+
+    Raises:
+        ValueError: no host, an unknown extra, or a limit that is not a number.
+    """
+    extra = connection_extras(conn, "vllm_server", VLLM_EXTRAS)
+    kwargs: dict[str, Any] = {
+        "base_url": base_url_of(conn),
+        "model": extra.get("model") or None,
+        "served_model": extra.get("served_model") or None,
+        "api_key": conn.password or None,
+    }
+    for name, kind in REQUEST_LIMITS.items():
+        if name in extra:
+            kwargs[name] = kind(extra[name])
+    return kwargs
+
+
+class VLLMServerHook(BaseHook):
+    """A vLLM server (``--runner pooling --pooler-config '{"task": "token_embed"}'``) as a chunker.
+
+    Example::
+
+        from latechunk_dagster.airflow.hooks.vllm import VLLMServerHook
+
+        with VLLMServerHook("vllm_default").get_chunker(prefix=None) as chunker:
+            chunker.engine.describe()   # 'vllm-server 0.32.0 at http://vllm-0:8000 (...)'
+
+    Args:
+        vllm_conn_id: the connection id (default ``vllm_default``).
+    """
+
+    conn_name_attr = "vllm_conn_id"
+    default_conn_name = "vllm_default"
+    conn_type = "vllm_server"
+    hook_name = "vLLM server (late chunking)"
+
+    def __init__(self, vllm_conn_id: str = default_conn_name, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.vllm_conn_id = vllm_conn_id
+
+    def get_server_kwargs(self) -> dict[str, Any]:
+        """:func:`server_kwargs` of the connection."""
+        return server_kwargs(self.get_connection(self.vllm_conn_id))
+
+    def get_conn(self) -> dict[str, Any]:
+        """The connection's ``RemoteLateChunker`` arguments (a chunker is built by :meth:`get_chunker`)."""
+        return self.get_server_kwargs()
+
+    def get_chunker(self, model: str | None = None, **chunker_kwargs: Any) -> RemoteLateChunker:
+        """A :class:`~latechunk_dagster.RemoteLateChunker` on the server (close it, or use ``with``).
+
+        Args:
+            model: the local model directory; default: the connection's extra ``model``.
+            **chunker_kwargs: ``LateChunker`` options (``prefix``, ``dimensions``, ``trust_remote_code``...).
+
+        Raises:
+            ValueError: no model directory. ServerUnavailableError / TokenizationMismatchError: see
+                ``RemoteLateChunker``.
+        """
+        kwargs = self.get_server_kwargs()
+        base_url, model = kwargs.pop("base_url"), model or kwargs.pop("model")
+        kwargs.pop("model", None)
+        if not model:
+            raise ValueError(
+                f"connection {self.vllm_conn_id!r}: no model directory (the extra 'model' or the operator's model)"
+            )
+        return RemoteLateChunker(base_url, model, **kwargs, **chunker_kwargs)
+
+    def test_connection(self) -> tuple[bool, str]:
+        """The UI's "Test" button: ask the server for its models."""
+        import httpx
+
+        try:
+            kwargs = self.get_server_kwargs()
+            headers = {"Authorization": f"Bearer {kwargs['api_key']}"} if kwargs["api_key"] else {}
+            resp = httpx.get(f"{kwargs['base_url']}/v1/models", headers=headers, timeout=10)
+            resp.raise_for_status()
+        except Exception as exc:
+            return False, str(exc)
+        return True, f"models: {[m.get('id') for m in resp.json().get('data', [])]}"

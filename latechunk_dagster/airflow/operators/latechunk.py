@@ -1,0 +1,340 @@
+"""Airflow operators: list a store's shards, late-chunk one shard, check the table, refresh its indexes.
+
+Thin operators (Apache provider style): each reads its connection through a hook, opens the
+engine (:mod:`latechunk_dagster.airflow.engine`) and calls one function of
+:mod:`latechunk_dagster.airflow.tasks`, which calls the same core as the Dagster assets.
+
+A DAG (see :mod:`latechunk_dagster.airflow.example_dags.example_late_chunk`)::
+
+    shards = ListShardsOperator(task_id="shards", store_path=STORE)
+    chunk = LateChunkShardOperator.partial(task_id="chunk", store_path=STORE, model=MODEL,
+                                           pool=ENGINE_POOL).expand(shard=shards.output)
+    checks = LateChunkChecksOperator(task_id="checks", store_path=STORE, results=chunk.output)
+    index = LateChunkIndexOperator(task_id="index")
+    shards >> chunk >> checks >> index
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from airflow.sdk import Asset, BaseOperator, Context
+from airflow.sdk.exceptions import AirflowException, AirflowFailException
+
+from latechunk_dagster.airflow.engine import EngineSpec, open_chunker
+from latechunk_dagster.airflow.hooks.lancedb import LanceDBHook
+from latechunk_dagster.airflow.tasks import (
+    ChecksFailedError,
+    check_shards,
+    chunk_shard,
+    lineage_run_id,
+    list_shards,
+    refresh_table_indexes,
+    resolve_strategy,
+)
+from latechunk_dagster.core.chunking import ChunkingStrategy
+from latechunk_dagster.pipeline import SystemicFailureError
+from latechunk_dagster.sink import CHUNK_TABLE, REJECTED_TABLE
+
+#: Airflow pool of the tasks that hold an engine: create it with as many slots as GPUs
+#: (``airflow pools set latechunk_engine 1 "late-chunking engines"``).
+ENGINE_POOL = "latechunk_engine"
+
+
+def table_asset(table_name: str, lancedb_conn_id: str = LanceDBHook.default_conn_name) -> Asset:
+    """The Airflow asset of a chunk table: ``lancedb://<conn id>/<table>`` (name ``latechunk/<conn id>/<table>``).
+
+    The URI names the connection, not the database location, so it is known when the DAG is
+    parsed; the event's ``extra`` carries the resolved ``table_uri`` and ``version``.
+    """
+    return Asset(uri=f"lancedb://{lancedb_conn_id}/{table_name}", name=f"latechunk/{lancedb_conn_id}/{table_name}")
+
+
+class ListShardsOperator(BaseOperator):
+    """Return the shard names of a document store (XCom: ``list[str]``), to ``.expand(shard=...)`` over.
+
+    Args:
+        store_path: the store (a directory of ``.txt``/``.md``, a ``.jsonl``/``.parquet`` file or a
+            directory of them; :class:`~latechunk_dagster.sources.files.DocumentStore`). Templated.
+    """
+
+    template_fields: Sequence[str] = ("store_path",)
+
+    def __init__(self, *, store_path: str, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.store_path = store_path
+
+    def execute(self, context: Context) -> list[str]:
+        shards = list_shards(self.store_path)
+        self.log.info("%d shards in %s: %s", len(shards), self.store_path, shards[:20])
+        return shards
+
+
+class LateChunkShardOperator(BaseOperator):
+    """Late-chunk one shard of a document store into a LanceDB table (one atomic commit).
+
+    What Dagster's chunk asset does for one partition, with the same function
+    (:func:`~latechunk_dagster.pipeline.materialize_partition`): streaming batches, only new or
+    changed documents encoded, removed ones deleted, bad documents recorded in the rejected table,
+    progress in the task log. A shard that fails systemically (or cannot be read) fails the task
+    and keeps its old rows; a systemic failure fails without retries (the data, not the
+    machine, is wrong).
+
+    Returns (XCom) the small JSON summary of :func:`~latechunk_dagster.airflow.tasks.shard_summary`:
+    table URI and version, partition, documents in / re-encoded / skipped / rejected / deleted,
+    chunks, tokens. Never vectors. Emits an asset event on :func:`table_asset` (``extra``: table URI,
+    version, partition, counts; ``partition_key``: the shard where the Airflow version supports it).
+
+    Rows' lineage ``run_id`` is the Airflow run id, plus ``#<map index>`` in a mapped task.
+
+    Args:
+        store_path: the document store (templated). shard: the shard (= partition key) (templated).
+        table_name, rejected_table_name: LanceDB tables (templated; defaults ``chunks`` and
+            ``rejected_documents``, as Dagster's factory).
+        strategy: a strategy object or name (templated); strategy_params: the name's parameters
+            (templated; use ``render_template_as_native_obj=True`` for numbers from templates).
+            Default: sentences of at most 128 tokens.
+        lancedb_conn_id: a ``lancedb`` connection (:class:`~latechunk_dagster.airflow.hooks.lancedb.LanceDBHook`).
+        vllm_conn_id: a ``vllm_server`` connection to encode on that server; ``None`` (default):
+            an in-process vLLM engine on ``model``, started for the task and shut down after it.
+        model: the model directory (templated); for a server, its local copy (default: the
+            connection's extra ``model``).
+        dtype, gpu_memory_utilization, tensor_parallel_size, enforce_eager, engine_args: the
+            in-process ``vllm.LLM``.
+        max_model_len, engine_path, prefix, query_prefix, dimensions, window_overlap: ``LateChunker`` options.
+        allow_causal, allow_non_mean_pooling, trust_remote_code: the opt-ins (recorded in lineage).
+        batch_tokens, force, max_rejected_share, systemic_min_documents: as ``materialize_partition``.
+        pool: give :data:`ENGINE_POOL` (or another pool) to bound how many tasks hold an engine at once.
+    """
+
+    template_fields: Sequence[str] = (
+        "store_path",
+        "shard",
+        "table_name",
+        "rejected_table_name",
+        "strategy",
+        "strategy_params",
+        "model",
+    )
+    template_fields_renderers = {"strategy_params": "json"}
+    ui_color = "#d9ecff"
+
+    def __init__(
+        self,
+        *,
+        store_path: str,
+        shard: str,
+        table_name: str = CHUNK_TABLE,
+        rejected_table_name: str = REJECTED_TABLE,
+        strategy: str | ChunkingStrategy | None = None,
+        strategy_params: dict[str, Any] | None = None,
+        lancedb_conn_id: str = LanceDBHook.default_conn_name,
+        vllm_conn_id: str | None = None,
+        model: str | None = None,
+        dtype: str | None = None,
+        gpu_memory_utilization: float | None = None,
+        tensor_parallel_size: int = 1,
+        enforce_eager: bool | None = None,
+        engine_args: dict[str, Any] | None = None,
+        max_model_len: int | None = None,
+        engine_path: str = "auto",
+        prefix: str | None = None,
+        query_prefix: str | None = None,
+        dimensions: int | None = None,
+        window_overlap: int | None = None,
+        allow_causal: bool = False,
+        allow_non_mean_pooling: bool = False,
+        trust_remote_code: bool = False,
+        batch_tokens: int | None = None,
+        force: bool = False,
+        max_rejected_share: float = 0.5,
+        systemic_min_documents: int = 10,
+        **kwargs: Any,
+    ) -> None:
+        kwargs.setdefault("outlets", [table_asset(table_name, lancedb_conn_id)])
+        super().__init__(**kwargs)
+        self.store_path = store_path
+        self.shard = shard
+        self.table_name = table_name
+        self.rejected_table_name = rejected_table_name
+        self.strategy = strategy
+        self.strategy_params = strategy_params
+        self.lancedb_conn_id = lancedb_conn_id
+        self.vllm_conn_id = vllm_conn_id
+        self.model = model
+        self.dtype = dtype
+        self.gpu_memory_utilization = gpu_memory_utilization
+        self.tensor_parallel_size = tensor_parallel_size
+        self.enforce_eager = enforce_eager
+        self.engine_args = dict(engine_args or {})
+        self.chunker_options = {
+            "max_model_len": max_model_len,
+            "engine_path": engine_path,
+            "prefix": prefix,
+            "query_prefix": query_prefix,
+            "dimensions": dimensions,
+            "window_overlap": window_overlap,
+            "allow_causal": allow_causal,
+            "allow_non_mean_pooling": allow_non_mean_pooling,
+            "trust_remote_code": trust_remote_code,
+        }
+        self.batch_tokens = batch_tokens
+        self.force = force
+        self.max_rejected_share = max_rejected_share
+        self.systemic_min_documents = systemic_min_documents
+
+    @classmethod
+    def partial(cls, **kwargs: Any) -> Any:
+        """``BaseOperator.partial`` with the default outlet (:func:`table_asset`) set at parse time:
+        a mapped task's ``__init__`` runs only when it executes, too late for the DAG's assets."""
+        from airflow.sdk.bases.operator import partial
+
+        kwargs.setdefault(
+            "outlets",
+            [
+                table_asset(
+                    kwargs.get("table_name", CHUNK_TABLE), kwargs.get("lancedb_conn_id", LanceDBHook.default_conn_name)
+                )
+            ],
+        )
+        return partial(cls, **kwargs)
+
+    def engine_spec(self) -> EngineSpec:
+        """The engine this task encodes with."""
+        return EngineSpec(
+            model=self.model,
+            vllm_conn_id=self.vllm_conn_id,
+            dtype=self.dtype,
+            gpu_memory_utilization=self.gpu_memory_utilization,
+            tensor_parallel_size=self.tensor_parallel_size,
+            enforce_eager=self.enforce_eager,
+            engine_args=self.engine_args,
+            chunker_options=self.chunker_options,
+        )
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        strategy = resolve_strategy(self.strategy, self.strategy_params)  # a bad strategy fails before the engine
+        db = LanceDBHook(self.lancedb_conn_id).get_settings()
+        run_id = lineage_run_id(context["run_id"], context["ti"].map_index)
+        self.log.info(
+            "late-chunking shard %r of %s into %s (%s)",
+            self.shard,
+            self.store_path,
+            db.table_uri(self.table_name),
+            strategy.describe(),
+        )
+        with open_chunker(self.engine_spec(), self.log) as chunker:
+            try:
+                result = chunk_shard(
+                    chunker,
+                    db,
+                    self.store_path,
+                    self.shard,
+                    strategy,
+                    table_name=self.table_name,
+                    rejected_table_name=self.rejected_table_name,
+                    run_id=run_id,
+                    batch_tokens=self.batch_tokens,
+                    force=self.force,
+                    max_rejected_share=self.max_rejected_share,
+                    systemic_min_documents=self.systemic_min_documents,
+                    log=self.log,
+                )
+            except SystemicFailureError as exc:
+                raise AirflowFailException(str(exc)) from exc
+        self._emit(context, result)
+        self.log.info("shard %r: %s", self.shard, result)
+        return result
+
+    def _emit(self, context: Context, result: dict[str, Any]) -> None:
+        """The asset event of each outlet asset: what the commit left (no vectors), partitioned by the shard."""
+        keys = ("table_uri", "version", "partition", "run_id", "chunks_written", "partition_rows")
+        extra = {k: result[k] for k in (*keys, "documents_in", "documents_rejected", "tokens_encoded")}
+        for outlet in self.outlets:
+            if isinstance(outlet, Asset):
+                event = context["outlet_events"][outlet]
+                event.extra = extra
+                event.add_partitions(self.shard)
+
+
+class LateChunkChecksOperator(BaseOperator):
+    """The Dagster asset checks' assertions over shards the late-chunk tasks wrote; fails on a failed check.
+
+    ``vectors_valid``, ``spans_tile``, ``unique_chunk_ids``, ``documents_accounted``,
+    ``row_count_matches`` (:data:`latechunk_dagster.sink.validation.CHECKS`), with the same
+    functions as the Dagster checks. Returns ``{check: {"passed": bool, "details": {...}}}``.
+
+    Args:
+        store_path: the document store (templated).
+        results: the late-chunk tasks' XCom values (templated: ``chunk.output`` of the mapped task);
+            they name the shards and the rows each commit left.
+        shards: more shards to check (templated); one without a result fails ``row_count_matches``.
+        table_name, rejected_table_name, lancedb_conn_id: as :class:`LateChunkShardOperator`.
+    """
+
+    template_fields: Sequence[str] = ("store_path", "results", "shards", "table_name", "rejected_table_name")
+
+    def __init__(
+        self,
+        *,
+        store_path: str,
+        results: Any = (),
+        shards: Sequence[str] = (),
+        table_name: str = CHUNK_TABLE,
+        rejected_table_name: str = REJECTED_TABLE,
+        lancedb_conn_id: str = LanceDBHook.default_conn_name,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.store_path = store_path
+        self.results = results
+        self.shards = shards
+        self.table_name = table_name
+        self.rejected_table_name = rejected_table_name
+        self.lancedb_conn_id = lancedb_conn_id
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        outcomes = check_shards(
+            LanceDBHook(self.lancedb_conn_id).get_settings(),
+            self.store_path,
+            table_name=self.table_name,
+            rejected_table_name=self.rejected_table_name,
+            results=list(self.results or []),
+            shards=list(self.shards or []),
+        )
+        for name, (passed, details) in outcomes.items():
+            (self.log.info if passed else self.log.error)(
+                "check %s: %s %s", name, "passed" if passed else "FAILED", details
+            )
+        if not all(passed for passed, _ in outcomes.values()):
+            raise AirflowFailException(str(ChecksFailedError(outcomes)))
+        return {name: {"passed": passed, "details": details} for name, (passed, details) in outcomes.items()}
+
+
+class LateChunkIndexOperator(BaseOperator):
+    """Build or refresh the chunk table's indexes, then compact (what Dagster's index asset does).
+
+    Returns the report of :func:`~latechunk_dagster.sink.indexing.refresh_indexes` (rows, vector
+    index, measured recall, version).
+
+    Args:
+        table_name, lancedb_conn_id: as :class:`LateChunkShardOperator` (``table_name`` templated).
+    """
+
+    template_fields: Sequence[str] = ("table_name",)
+
+    def __init__(
+        self, *, table_name: str = CHUNK_TABLE, lancedb_conn_id: str = LanceDBHook.default_conn_name, **kwargs: Any
+    ) -> None:
+        super().__init__(**kwargs)
+        self.table_name = table_name
+        self.lancedb_conn_id = lancedb_conn_id
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        try:
+            report = refresh_table_indexes(LanceDBHook(self.lancedb_conn_id).get_settings(), self.table_name)
+        except LookupError as exc:
+            raise AirflowException(str(exc)) from exc
+        self.log.info("indexes of %s: %s", self.table_name, report)
+        return report

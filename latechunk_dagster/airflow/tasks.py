@@ -1,0 +1,261 @@
+"""What the Airflow operators do, as plain functions over the shared core (no Airflow import).
+
+The operators of :mod:`latechunk_dagster.airflow.operators` are thin: they read connections
+(hooks), open the engine (:mod:`latechunk_dagster.airflow.engine`) and call these. These call
+exactly what the Dagster assets call: :func:`~latechunk_dagster.pipeline.materialize_partition`
+for a shard, :func:`~latechunk_dagster.sink.validation.check_partitions` for the checks and
+:func:`~latechunk_dagster.sink.indexing.refresh_indexes` for the indexes.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from latechunk_dagster.core.chunker import LateChunker
+from latechunk_dagster.core.chunking import ChunkingStrategy, strategy_from_config
+from latechunk_dagster.pipeline import PartitionReport, SystemicFailureError, materialize_partition
+from latechunk_dagster.pipeline.config import DEFAULT_STRATEGY
+from latechunk_dagster.pipeline.partition import record_shard_failure
+from latechunk_dagster.sink import REJECTED_SCHEMA, validation
+from latechunk_dagster.sink.database import LanceDBSettings
+from latechunk_dagster.sink.indexing import refresh_indexes
+from latechunk_dagster.sources.files import DocumentStore
+
+#: Errors of one shard that leave its old rows and are recorded as the shard's rejection
+#: (the same rule as the Dagster asset: the shard cannot be read, or failed systemically).
+SHARD_ERRORS = (ValueError, KeyError, OSError, TypeError, SystemicFailureError)
+
+
+class ChecksFailedError(Exception):
+    """At least one table check failed; ``outcomes`` holds every check's ``(passed, details)``."""
+
+    def __init__(self, outcomes: Mapping[str, validation.Outcome]) -> None:
+        self.outcomes = dict(outcomes)
+        failed = {name: details for name, (passed, details) in outcomes.items() if not passed}
+        super().__init__(f"table checks failed: {sorted(failed)}: {failed}")
+
+
+def lineage_run_id(run_id: str, map_index: int | None = None) -> str:
+    """The ``run_id`` recorded on the rows: the Airflow run id, plus ``#<map index>`` for a mapped task."""
+    return f"{run_id}#{map_index}" if map_index is not None and map_index >= 0 else run_id
+
+
+def resolve_strategy(
+    strategy: str | ChunkingStrategy | None = None, params: Mapping[str, Any] | None = None
+) -> ChunkingStrategy:
+    """The chunking strategy of a task (-> :class:`~latechunk_dagster.core.chunking.ChunkingStrategy`).
+
+    Args:
+        strategy: a strategy, a strategy name (``fixed_tokens``, ``sentences``, ``paragraphs``,
+            ``markdown_sections``) or ``None`` (the default, sentences of at most 128 tokens, as
+            Dagster's factory).
+        params: the named strategy's parameters (``{"chunk_size": 64}``); for the default strategy's
+            name they update its parameters. Not allowed with a strategy object. A value that is
+            the text of an integer (``"64"``, what a Jinja template renders) is that integer.
+
+    Raises:
+        ValueError: an unknown name or parameter, ``char_spans`` (needs spans per document), or params
+            with a strategy object.
+    """
+    if isinstance(strategy, ChunkingStrategy):
+        if params:
+            raise ValueError("strategy_params apply to a strategy name, not to a strategy object")
+        chosen = strategy
+    else:
+        name = strategy or DEFAULT_STRATEGY.name
+        merged = dict(DEFAULT_STRATEGY.params()) if name == DEFAULT_STRATEGY.name else {}
+        merged.update({k: _int_text(v) for k, v in (params or {}).items()})
+        chosen = strategy_from_config(name, merged)
+    if chosen.name == "char_spans":
+        raise ValueError("char_spans needs per-document spans; call LateChunker.chunk directly")
+    return chosen
+
+
+def _int_text(value: Any) -> Any:
+    if isinstance(value, str) and value.strip().lstrip("+-").isdigit():
+        return int(value)
+    return value
+
+
+def list_shards(store_path: str) -> list[str]:
+    """The store's shard names, sorted (one mapped late-chunk task per shard).
+
+    Raises:
+        FileNotFoundError: nothing at ``store_path``. ValueError: no documents of a known kind there.
+    """
+    return sorted(DocumentStore.from_path(store_path).shards())
+
+
+def chunk_shard(
+    chunker: LateChunker,
+    db: LanceDBSettings,
+    store_path: str,
+    shard: str,
+    strategy: ChunkingStrategy,
+    *,
+    table_name: str,
+    rejected_table_name: str,
+    run_id: str,
+    batch_tokens: int | None = None,
+    force: bool = False,
+    max_rejected_share: float = 0.5,
+    systemic_min_documents: int = 10,
+    log: logging.Logger | Any | None = None,
+) -> dict[str, Any]:
+    """Late-chunk one shard of a store into ``table_name`` with :func:`materialize_partition`.
+
+    Streaming batches, incremental skip, one atomic commit, rejected rows in
+    ``rejected_table_name``, progress lines on ``log``.
+
+    Returns:
+        :func:`shard_summary` (small and JSON-able: counts, table URI and version, never vectors).
+
+    Raises:
+        SystemicFailureError: the shard's documents failed for one reason. ValueError, KeyError,
+            OSError, TypeError: the shard cannot be read. In both cases nothing was written to the
+            chunk table (its old rows are kept) and the shard's rejection rows were replaced by one
+            row naming the error (``doc_id`` ``"*"``). ValueError also: a table of another schema.
+    """
+    rejected_table = db.rejected_table(rejected_table_name)  # a bad URI fails before the shard is read
+    table = db.chunk_table(table_name, chunker.embedding_dim)
+    store = DocumentStore.from_path(store_path)
+    try:
+        report = materialize_partition(
+            chunker,
+            store.iter_shard(shard),
+            shard,
+            strategy,
+            chunk_table=table,
+            rejected_table=rejected_table,
+            run_id=run_id,
+            batch_tokens=batch_tokens or None,
+            force=force,
+            max_rejected_share=max_rejected_share,
+            systemic_min_documents=systemic_min_documents,
+            expected_documents=store.count_documents(shard),
+            log=log,
+        )
+    except SHARD_ERRORS as exc:
+        reason = "systemic_failure" if isinstance(exc, SystemicFailureError) else "unreadable_shard"
+        if log is not None:
+            log.error(f"shard {shard}: {reason}, its old rows are kept: {exc}")
+        record_shard_failure(rejected_table, shard, reason, str(exc), run_id)
+        raise
+    if report.rejected and log is not None:
+        log.warning(
+            f"shard {shard}: {report.rejected} of {report.documents} documents rejected "
+            f"{report.rejected_reasons} (see table {rejected_table_name})"
+        )
+    return shard_summary(report, chunker, strategy, db, table, table_name, run_id)
+
+
+def shard_summary(
+    report: PartitionReport,
+    chunker: LateChunker,
+    strategy: ChunkingStrategy,
+    db: LanceDBSettings,
+    table: Any,
+    table_name: str,
+    run_id: str,
+) -> dict[str, Any]:
+    """A shard's :class:`PartitionReport` as the task's XCom value (JSON-able, no vectors).
+
+    Keys: ``table_uri``, ``table``, ``version`` (the table version after the commit, or the
+    current one when nothing changed), ``partition``, ``run_id``, ``documents_in``,
+    ``documents_reencoded``, ``documents_new``, ``documents_skipped``, ``documents_rejected``,
+    ``documents_deleted``, ``rejected_reasons``, ``chunks_written``, ``partition_rows``,
+    ``tokens_encoded``, ``encoded_tokens``, ``embedding_dim``, ``engine_seconds``, ``seconds``,
+    ``model``, ``model_sha256``, ``strategy``, ``engine_path``, ``shard_fingerprint``.
+    """
+    write = report.write
+    return {
+        "table_uri": db.table_uri(table_name),
+        "table": table_name,
+        "version": int(write.version if write else table.version),
+        "partition": report.partition,
+        "run_id": run_id,
+        "documents_in": report.documents,
+        "documents_reencoded": report.documents_reencoded,
+        "documents_new": report.documents_new,
+        "documents_skipped": report.documents_skipped,
+        "documents_rejected": report.rejected,
+        "documents_deleted": report.documents_deleted,
+        "rejected_reasons": dict(report.rejected_reasons),
+        "chunks_written": report.chunks_written,
+        "partition_rows": report.partition_rows,
+        "tokens_encoded": report.tokens_encoded,
+        "encoded_tokens": report.encoded_tokens,
+        "embedding_dim": chunker.embedding_dim,
+        "engine_seconds": round(report.engine_seconds, 3),
+        "seconds": round(report.seconds, 3),
+        "model": chunker.card.name,
+        "model_sha256": chunker.card.fingerprint,
+        "strategy": strategy.describe(),
+        "engine_path": chunker.path,
+        "shard_fingerprint": report.fingerprint,
+    }
+
+
+def check_shards(
+    db: LanceDBSettings,
+    store_path: str,
+    *,
+    table_name: str,
+    rejected_table_name: str,
+    results: Iterable[Mapping[str, Any] | None] = (),
+    shards: Iterable[str] = (),
+) -> dict[str, validation.Outcome]:
+    """The Dagster asset checks' assertions (:data:`validation.CHECKS`) over the shards of ``results``.
+
+    Args:
+        results: the late-chunk tasks' XCom values (:func:`shard_summary`); each gives a shard and
+            the rows its commit left (``row_count_matches``) and the vector width. ``None`` items
+            (a task that returned nothing) are skipped.
+        shards: more shards to check; one without a result fails ``row_count_matches``.
+
+    Returns:
+        ``{check name: (passed, details)}`` in :data:`validation.CHECKS` order. A missing chunk
+        table fails every check.
+    """
+    reported = {r["partition"]: r for r in results if r}
+    partitions = sorted(set(reported) | set(shards))
+    table = db.open_table(table_name)
+    if table is None:
+        return {name: (False, {"reason": f"no table {table_name!r} at {db.uri}"}) for name in validation.CHECKS}
+    rows = validation.read_partitions(table, partitions)
+    rejected_table = db.open_table(rejected_table_name)
+    rejected = (
+        validation.read_partitions(rejected_table, partitions)
+        if rejected_table is not None
+        else REJECTED_SCHEMA.empty_table()
+    )
+    dims = {int(r["embedding_dim"]) for r in reported.values() if "embedding_dim" in r}
+    dim = dims.pop() if len(dims) == 1 else table.schema.field("vector").type.list_size
+    store = DocumentStore.from_path(store_path)
+    known = set(store.shards())
+    return validation.check_partitions(
+        rows,
+        rejected,
+        partitions,
+        dim=dim,
+        expected_rows={p: (int(reported[p]["partition_rows"]) if p in reported else None) for p in partitions},
+        docs={p: validation.shard_documents(store, p, known) for p in partitions},
+    )
+
+
+def refresh_table_indexes(db: LanceDBSettings, table_name: str) -> dict[str, Any]:
+    """:func:`~latechunk_dagster.sink.indexing.refresh_indexes` on ``table_name`` (what Dagster's index asset does).
+
+    Returns:
+        Its report with every value JSON-able (numbers, booleans and text).
+
+    Raises:
+        LookupError: no table ``table_name``.
+    """
+    table = db.open_table(table_name)
+    if table is None:
+        raise LookupError(f"no table {table_name!r} at {db.uri}: late-chunk a shard first")
+    report = refresh_indexes(table)
+    return {k: v if isinstance(v, bool | int | float | str) or v is None else str(v) for k, v in report.items()}

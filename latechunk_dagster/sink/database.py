@@ -1,0 +1,90 @@
+"""Where a chunk table lives: one LanceDB database's location and options, orchestrator-free.
+
+Dagster's ``LanceDBResource`` and Airflow's ``LanceDBHook`` both hand out a
+:class:`LanceDBSettings`; everything that opens tables goes through it, so both orchestrators
+connect, create and refuse tables the same way.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+import pyarrow as pa
+
+from latechunk_dagster.sink.schema import REJECTED_SCHEMA, chunk_schema
+from latechunk_dagster.sink.writes import connect, delete_partitions, open_or_create
+
+
+@dataclass(frozen=True)
+class LanceDBSettings:
+    """A LanceDB database: a local directory, an object store (``s3://``, ``gs://``, ``az://``) or LanceDB Cloud.
+
+    Attributes:
+        uri: local directory, object-store URI or LanceDB Cloud URI (``db://``).
+        storage_options: object-store options for ``lancedb.connect`` (keys, endpoint, region...).
+        api_key, region, host_override: LanceDB Cloud / Enterprise.
+        read_consistency_interval_s: seconds after which reads check for other writers' commits
+            (0: every read; ``None``: never).
+        owner: how errors name the object that holds these settings (``"LanceDBResource"``...).
+    """
+
+    uri: str
+    storage_options: dict[str, str] = field(default_factory=dict)
+    api_key: str | None = None
+    region: str | None = None
+    host_override: str | None = None
+    read_consistency_interval_s: float | None = None
+    owner: str = "LanceDB"
+
+    def connect_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments for ``lancedb.connect`` (only the options that are set)."""
+        kwargs: dict[str, Any] = {}
+        if self.storage_options:
+            kwargs["storage_options"] = dict(self.storage_options)
+        if self.api_key is not None:
+            kwargs["api_key"] = self.api_key
+        if self.region is not None:
+            kwargs["region"] = self.region
+        if self.host_override is not None:
+            kwargs["host_override"] = self.host_override
+        if self.read_consistency_interval_s is not None:
+            kwargs["read_consistency_interval"] = timedelta(seconds=self.read_consistency_interval_s)
+        return kwargs
+
+    def connect(self) -> Any:
+        """A LanceDB connection (``lancedb.DBConnection``)."""
+        return connect(self.uri, **self.connect_kwargs())
+
+    def table_uri(self, name: str) -> str:
+        """``uri/name``: where table ``name`` lives (for lineage and logs)."""
+        return f"{self.uri.rstrip('/')}/{name}"
+
+    def chunk_table(self, name: str, dim: int) -> Any:
+        """The chunk table ``name`` for vectors of ``dim`` floats, created empty if missing.
+
+        Raises:
+            ValueError: the table exists with another schema (another model: use another name), or
+                the database cannot be opened (a path that is a file, no permission, a bucket out of reach).
+        """
+        return self._open_or_create(name, chunk_schema(dim))
+
+    def rejected_table(self, name: str) -> Any:
+        """The rejected-documents table ``name``, created empty if missing (errors as :meth:`chunk_table`)."""
+        return self._open_or_create(name, REJECTED_SCHEMA)
+
+    def _open_or_create(self, name: str, schema: pa.Schema) -> Any:
+        try:
+            return open_or_create(self.connect(), name, schema)
+        except OSError as exc:  # a path that is a file, no permission, an unreachable bucket...
+            raise ValueError(f"{self.owner}(uri={self.uri!r}) cannot open or create table {name!r}: {exc}") from exc
+
+    def open_table(self, name: str) -> Any | None:
+        """Table ``name`` if it exists, else ``None``."""
+        db = self.connect()
+        return db.open_table(name) if name in db.list_tables().tables else None
+
+    def drop_partitions(self, table_names: list[str], partitions: list[str]) -> int:
+        """Delete the rows of ``partitions`` (shards gone from the store) from the tables; rows deleted."""
+        return delete_partitions(self.connect(), table_names, partitions)

@@ -1,0 +1,310 @@
+"""Real Airflow DAG runs (``dag.test()``, in process) of the example DAG with the real vLLM engine.
+
+The operators encode with the test module's engine (``use_chunker``: one in-process vLLM engine
+per process); Airflow, its metadata database (sqlite in a temp AIRFLOW_HOME), XCom, asset events
+and LanceDB are real. The rows are compared with what the Dagster asset writes for the same store.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+import shutil
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from latechunk_dagster import LateChunker, sink
+from latechunk_dagster.airflow.engine import use_chunker
+from tests import airflow_env  # sets AIRFLOW_HOME: none of the imports above imports airflow
+from tests.conftest import SHARED_ENGINE, session_engine_resource
+from tests.test_pipeline import DOCS, write_store
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "latechunk_dagster/airflow/example_dags/example_late_chunk.py"
+#: What the Dagster asset and the Airflow task must write alike (everything but lineage of the run).
+SAME = [
+    "chunk_id",
+    "doc_id",
+    "partition",
+    "chunk_index",
+    "token_start",
+    "token_end",
+    "char_start",
+    "char_end",
+    "doc_tokens",
+    "text",
+    "doc_sha256",
+    "vector_config",
+    "strategy",
+    "strategy_params",
+    "model_sha256",
+    "head",
+]
+
+
+def load_dag_file(path: Path, name: str) -> ModuleType:
+    """Copy ``path`` into the dags folder (``dag.test()`` needs the DAG in a bundle) and import it."""
+    target = airflow_env.DAGS / path.name
+    if path != target:
+        shutil.copy(path, target)
+    spec = importlib.util.spec_from_file_location(name, target)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def set_lancedb_connection(db: Path) -> None:
+    os.environ["AIRFLOW_CONN_LANCEDB_DEFAULT"] = json.dumps({"conn_type": "lancedb", "host": str(db)})
+
+
+def run(dag: Any, chunker: LateChunker, **conf: Any) -> Any:
+    """One ``dag.test()`` run with the shared engine; the finished DagRun."""
+    with use_chunker(chunker):
+        return dag.test(run_conf=conf)
+
+
+def states(dr: Any) -> dict[tuple[str, int], str]:
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        return {(ti.task_id, ti.map_index): str(ti.state) for ti in dr.get_task_instances(session=session)}
+
+
+def try_numbers(dr: Any) -> dict[tuple[str, int], int]:
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        return {(ti.task_id, ti.map_index): ti.try_number for ti in dr.get_task_instances(session=session)}
+
+
+def xcoms(dr: Any, task_id: str) -> dict[int, Any]:
+    """The task's return values by map index."""
+    from airflow.models.xcom import XComModel
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        rows = session.scalars(
+            XComModel.get_many(run_id=dr.run_id, dag_ids=dr.dag_id, task_ids=task_id, key="return_value")
+        ).all()
+        return {r.map_index: XComModel.deserialize_value(r) for r in rows}
+
+
+def by_partition(dr: Any) -> dict[str, dict[str, Any]]:
+    return {v["partition"]: v for v in xcoms(dr, "late_chunk").values()}
+
+
+def table(db: Path, name: str = "chunks") -> pa.Table:
+    return sink.connect(str(db)).open_table(name).to_arrow().sort_by("chunk_id")
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory, chunker: LateChunker, minilm_dir: Path) -> Iterator[dict[str, Any]]:
+    airflow_env.init_db()
+    root = tmp_path_factory.mktemp("airflow")
+    store, db = write_store(root / "store", DOCS), root / "lancedb"
+    set_lancedb_connection(db)
+    module = load_dag_file(EXAMPLE, "example_late_chunk_under_test")
+    conf = {"store_path": str(store), "model": str(minilm_dir)}
+    first = run(module.dag, chunker, **conf)
+    yield {"root": root, "store": store, "db": db, "dag": module.dag, "conf": conf, "first": first}
+    os.environ.pop("AIRFLOW_CONN_LANCEDB_DEFAULT", None)
+    sys.modules.pop("example_late_chunk_under_test", None)
+
+
+def test_every_shard_materialized_and_checks_pass(env) -> None:
+    dr = env["first"]
+    assert str(dr.state) == "success", states(dr)
+    got = states(dr)
+    assert got[("list_shards", -1)] == "success"
+    assert sorted(k for k in got if k[0] == "late_chunk") == [("late_chunk", 0), ("late_chunk", 1), ("late_chunk", 2)]
+    assert set(got.values()) == {"success"}
+    results = by_partition(dr)
+    assert sorted(results) == ["alpha", "beta", "gamma"]
+    alpha = results["alpha"]
+    assert alpha["documents_in"] == 3 and alpha["documents_rejected"] == 1 and alpha["documents_skipped"] == 0
+    assert alpha["rejected_reasons"] == {"empty_text": 1}
+    assert alpha["table_uri"] == f"{env['db']}/chunks" and alpha["version"] >= 1
+    assert "vector" not in json.dumps(results)  # a small summary: no vectors through XCom
+    rows = table(env["db"])
+    assert rows.num_rows == sum(r["partition_rows"] for r in results.values())
+    assert set(rows.column("doc_id").to_pylist()) == set(DOCS) - {"alpha/empty.txt"}
+    # the bad document is recorded as rejected, the other documents of its shard are written
+    rejected = sink.connect(str(env["db"])).open_table("rejected_documents").to_arrow().to_pylist()
+    assert [(r["doc_id"], r["partition"], r["reason"]) for r in rejected] == [
+        ("alpha/empty.txt", "alpha", "empty_text")
+    ]
+    [checks] = xcoms(dr, "checks").values()
+    assert list(checks) == [
+        "vectors_valid",
+        "spans_tile",
+        "unique_chunk_ids",
+        "documents_accounted",
+        "row_count_matches",
+    ]
+    assert all(c["passed"] for c in checks.values())
+    [index] = xcoms(dr, "index").values()
+    assert index["rows"] == rows.num_rows and index["recall_ok"] is True
+
+
+def test_rows_identical_to_the_dagster_asset(env, tmp_path: Path, chunker: LateChunker) -> None:
+    import dagster as dg
+
+    from latechunk_dagster import late_chunk_assets
+    from latechunk_dagster.integration.resources import DocumentStoreResource, LanceDBResource
+    from latechunk_dagster.integration.sensors import sync_partitions
+    from latechunk_dagster.sources.files import DocumentStore
+
+    SHARED_ENGINE["chunker"] = chunker
+    tables = late_chunk_assets(index=False, parity_check=False, job_name="chunk")
+    dagster_db = tmp_path / "dagster_lancedb"
+    defs = tables.to_definitions(
+        resources={
+            "engine": session_engine_resource(chunker),
+            "lancedb": LanceDBResource(uri=str(dagster_db)),
+            "store": DocumentStoreResource(path=str(env["store"])),
+        }
+    )
+    (tmp_path / "home").mkdir()
+    with dg.instance_for_test(temp_dir=str(tmp_path / "home")) as instance:
+        sync_partitions(instance, DocumentStore.from_path(env["store"]), tables.partitions_def)
+        result = defs.resolve_job_def("chunk").execute_in_process(
+            instance=instance,
+            tags={"dagster/asset_partition_range_start": "alpha", "dagster/asset_partition_range_end": "gamma"},
+        )
+        assert result.success
+    ours, theirs = table(env["db"]), table(dagster_db)
+    assert ours.num_rows == theirs.num_rows > 0
+    for column in SAME:
+        assert ours.column(column).to_pylist() == theirs.column(column).to_pylist(), column
+    # shape: [n_rows, 384]; bit for bit the same vectors
+    a = np.stack(ours.column("vector").to_numpy(zero_copy_only=False))
+    b = np.stack(theirs.column("vector").to_numpy(zero_copy_only=False))
+    assert a.shape == b.shape and np.array_equal(a, b)
+
+
+def test_lineage_run_id_and_asset_events(env) -> None:
+    from airflow.models.asset import AssetEvent, AssetModel
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    dr = env["first"]
+    index_of = {v["partition"]: k for k, v in xcoms(dr, "late_chunk").items()}
+    rows = table(env["db"]).select(["partition", "run_id"]).to_pylist()
+    assert {(r["partition"], r["run_id"]) for r in rows} == {(p, f"{dr.run_id}#{i}") for p, i in index_of.items()}
+    with create_session() as session:
+        events = session.scalars(
+            select(AssetEvent)
+            .join(AssetModel, AssetEvent.asset_id == AssetModel.id)
+            .where(AssetModel.uri == "lancedb://lancedb_default/chunks", AssetEvent.source_run_id == dr.run_id)
+        ).all()
+        got = {(e.partition_key, e.source_map_index, e.extra["version"], e.extra["table_uri"]) for e in events}
+    results = by_partition(dr)
+    assert got == {(p, index_of[p], results[p]["version"], f"{env['db']}/chunks") for p in results}
+
+
+def test_second_run_encodes_nothing(env, chunker: LateChunker) -> None:
+    before = table(env["db"])
+    dr = run(env["dag"], chunker, **env["conf"])
+    assert str(dr.state) == "success", states(dr)
+    results = by_partition(dr)
+    assert {p: r["tokens_encoded"] for p, r in results.items()} == {"alpha": 0, "beta": 0, "gamma": 0}
+    assert {p: r["documents_reencoded"] for p, r in results.items()} == {"alpha": 1, "beta": 0, "gamma": 0}
+    # alpha's rejected empty document has no rows, so it is tried again (and rejected again)
+    assert results["alpha"]["documents_skipped"] == 2 and results["alpha"]["documents_rejected"] == 1
+    after = table(env["db"])
+    assert after.to_pylist() == before.to_pylist()  # skipped rows are not rewritten (run_id kept)
+
+
+def test_edited_removed_and_added_documents(env, chunker: LateChunker) -> None:
+    store = env["store"]
+    edited = "Acme Corp. now builds valves in Delft. Its service team answers within an hour."
+    (store / "alpha" / "acme.txt").write_text(edited)
+    (store / "beta" / "owls.txt").unlink()
+    (store / "gamma" / "coffee.txt").write_text("Coffee cherries are dried in the sun for about three weeks.")
+    dr = run(env["dag"], chunker, **env["conf"])
+    assert str(dr.state) == "success", states(dr)
+    results = by_partition(dr)
+    assert results["alpha"]["documents_reencoded"] == 2 and results["alpha"]["documents_skipped"] == 1
+    assert results["beta"]["documents_deleted"] == 1 and results["beta"]["tokens_encoded"] == 0
+    assert results["gamma"]["documents_new"] == 1 and results["gamma"]["documents_skipped"] == 1
+    rows = table(env["db"]).to_pylist()
+    docs = {r["doc_id"] for r in rows}
+    assert "beta/owls.txt" not in docs and "gamma/coffee.txt" in docs
+    acme = sorted((r for r in rows if r["doc_id"] == "alpha/acme.txt"), key=lambda r: r["chunk_index"])
+    assert "".join(r["text"] for r in acme) == edited and acme[0]["run_id"].startswith(dr.run_id)
+    [checks] = xcoms(dr, "checks").values()
+    assert all(c["passed"] for c in checks.values())
+
+
+def test_systemic_failure_fails_its_task_and_keeps_old_rows(env, tmp_path: Path, chunker: LateChunker) -> None:
+    store = write_store(
+        tmp_path / "store",
+        {
+            "good/one.txt": "The river floods every spring. Farmers plant after the water recedes.",
+            "bad/a.txt": "Glass is made from sand, soda and lime melted at high heat.",
+            "bad/b.txt": "Bronze is an alloy of copper and tin.",
+        },
+    )
+    db = tmp_path / "lancedb"
+    set_lancedb_connection(db)
+    try:
+        conf = {**env["conf"], "store_path": str(store)}
+        assert str(run(env["dag"], chunker, **conf).state) == "success"
+        old = table(db).filter(pa.compute.equal(table(db).column("partition"), "bad"))
+        assert old.num_rows >= 2
+        (store / "bad" / "a.txt").write_text("   ")
+        (store / "bad" / "b.txt").write_text("\n\n")
+        (store / "good" / "one.txt").write_text("The river floods every spring and every autumn.")
+        dr = run(env["dag"], chunker, **conf)
+        assert str(dr.state) == "failed"
+        got = states(dr)
+        index_of = {s: i for i, s in enumerate(["bad", "good"])}
+        assert got[("late_chunk", index_of["bad"])] == "failed"
+        assert got[("late_chunk", index_of["good"])] == "success"
+        assert got[("checks", -1)] == "upstream_failed" and got[("index", -1)] == "upstream_failed"
+        assert try_numbers(dr)[("late_chunk", index_of["bad"])] == 1  # a systemic failure is not retried
+        rows = table(db)
+        kept = rows.filter(pa.compute.equal(rows.column("partition"), "bad"))
+        assert kept.to_pylist() == old.to_pylist()  # the failed shard's old rows, untouched
+        good = rows.filter(pa.compute.equal(rows.column("partition"), "good")).to_pylist()
+        assert good[0]["text"].startswith("The river floods every spring and every autumn.")
+        rejected = sink.connect(str(db)).open_table("rejected_documents").to_arrow().to_pylist()
+        assert [(r["doc_id"], r["partition"], r["reason"]) for r in rejected] == [("*", "bad", "systemic_failure")]
+    finally:
+        set_lancedb_connection(env["db"])
+
+
+def test_readme_airflow_example_runs_as_written(
+    env, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, chunker: LateChunker
+) -> None:
+    from tests.test_readme import readme_block
+    from tests.test_readme import write_store as write_readme_store
+
+    project = tmp_path / "project"
+    project.mkdir()
+    write_readme_store(project)  # data/documents: shards pumps, owls
+    monkeypatch.chdir(project)
+    name, value = re.fullmatch(r"export (\w+)='(.*)'", readme_block("airflow-connection").strip()).groups()
+    monkeypatch.setenv(name, value)
+    dag_file = airflow_env.DAGS / "latechunk_dag.py"
+    dag_file.write_text(readme_block("latechunk_dag.py"))
+    try:
+        module = load_dag_file(dag_file, "readme_latechunk_dag")
+        dr = run(module.dag, chunker)
+        assert str(dr.state) == "success", states(dr)
+        assert sorted(v["partition"] for v in xcoms(dr, "late_chunk").values()) == ["owls", "pumps"]
+    finally:
+        dag_file.unlink()
+        sys.modules.pop("readme_latechunk_dag", None)
+    rows = sink.connect(str(project / "data" / "lancedb")).open_table("chunks_minilm").to_arrow()
+    assert set(rows.column("doc_id").to_pylist()) == {"pumps/acme.txt", "owls/owl.md"}

@@ -1,0 +1,102 @@
+"""The provider as Airflow sees it: discovery through the entry point, connection forms, hooks on real connections."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests import airflow_env  # sets AIRFLOW_HOME before airflow is imported
+
+LANCEDB_CONN = {
+    "conn_type": "lancedb",
+    "host": "s3://bucket/vectors",
+    "password": "cloud-key",
+    "extra": {
+        "storage_options": {"region": "eu-west-1", "endpoint": "http://127.0.0.1:9000", "allow_http": "true"},
+        "region": "us-east-1",
+        "read_consistency_interval_s": 0,
+    },
+}
+
+
+def test_providers_manager_discovers_the_provider_and_its_connection_types() -> None:
+    from airflow.providers_manager import ProvidersManager
+
+    assert airflow_env.HOME.exists()
+    pm = ProvidersManager()
+    info = pm.providers["latechunk-dagster"]
+    assert info.version == "0.1.0"
+    hooks = pm.hooks  # imports the hook classes like `airflow providers hooks`
+    assert hooks["lancedb"].hook_class_name == "latechunk_dagster.airflow.hooks.lancedb.LanceDBHook"
+    assert hooks["lancedb"].connection_id_attribute_name == "lancedb_conn_id"
+    assert hooks["vllm_server"].hook_class_name == "latechunk_dagster.airflow.hooks.vllm.VLLMServerHook"
+    assert pm.field_behaviours["lancedb"]["relabeling"] == {"host": "URI", "password": "LanceDB Cloud API key"}
+    assert "login" in pm.field_behaviours["vllm_server"]["hidden_fields"]
+    widgets = pm.connection_form_widgets
+    assert {"extra__lancedb__storage_options", "extra__vllm_server__max_in_flight"} <= set(widgets)
+
+
+def test_lancedb_connection_maps_onto_the_dagster_resource_fields(monkeypatch: pytest.MonkeyPatch) -> None:
+    from latechunk_dagster.airflow.hooks.lancedb import LanceDBHook
+    from latechunk_dagster.integration.resources import LanceDBResource
+
+    monkeypatch.setenv("AIRFLOW_CONN_VECTORS", json.dumps(LANCEDB_CONN))
+    ours = LanceDBHook("vectors").get_settings()
+    extra = LANCEDB_CONN["extra"]
+    theirs = LanceDBResource(
+        uri="s3://bucket/vectors",
+        storage_options=extra["storage_options"],
+        api_key="cloud-key",
+        region="us-east-1",
+        read_consistency_interval_s=0,
+    ).settings()
+    assert ours.connect_kwargs() == theirs.connect_kwargs() and ours.uri == theirs.uri
+    assert ours.owner == "LanceDBHook(conn_id='vectors')"
+
+
+def test_lancedb_connection_refuses_an_unknown_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    from latechunk_dagster.airflow.hooks.lancedb import LanceDBHook
+
+    monkeypatch.setenv("AIRFLOW_CONN_TYPO", json.dumps({**LANCEDB_CONN, "extra": {"storage_option": {}}}))
+    with pytest.raises(ValueError, match=r"unknown extra \['storage_option'\]"):
+        LanceDBHook("typo").get_settings()
+
+
+def test_lancedb_hook_on_a_local_database(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from latechunk_dagster.airflow.hooks.lancedb import LanceDBHook
+
+    monkeypatch.setenv("AIRFLOW_CONN_LANCEDB_DEFAULT", json.dumps({"conn_type": "lancedb", "host": str(tmp_path)}))
+    hook = LanceDBHook()
+    assert hook.open_table("chunks") is None
+    assert hook.chunk_table("chunks", 4).schema.field("vector").type.list_size == 4
+    assert hook.test_connection() == (True, f"connected to {tmp_path}: 1 tables")
+    (tmp_path / "afile").write_text("not a directory")
+    monkeypatch.setenv("AIRFLOW_CONN_BROKEN", json.dumps({"conn_type": "lancedb", "host": str(tmp_path / "afile/db")}))
+    with pytest.raises(ValueError, match=r"LanceDBHook\(conn_id='broken'\)\(uri=.*\) cannot open or create table"):
+        LanceDBHook("broken").chunk_table("chunks", 4)
+
+
+def test_vllm_server_connection(monkeypatch: pytest.MonkeyPatch) -> None:
+    from latechunk_dagster.airflow.hooks.vllm import VLLMServerHook
+
+    conn = {
+        "conn_type": "vllm_server",
+        "host": "vllm-0",
+        "port": 8000,
+        "password": "secret",
+        "extra": {"model": "/models/minilm", "max_in_flight": "8", "timeout_s": 30},
+    }
+    monkeypatch.setenv("AIRFLOW_CONN_VLLM_DEFAULT", json.dumps(conn))
+    assert VLLMServerHook().get_server_kwargs() == {
+        "base_url": "http://vllm-0:8000",
+        "model": "/models/minilm",
+        "served_model": None,
+        "api_key": "secret",
+        "max_in_flight": 8,
+        "timeout_s": 30.0,
+    }
+    monkeypatch.setenv("AIRFLOW_CONN_NOMODEL", json.dumps({"conn_type": "vllm_server", "host": "https://vllm.example"}))
+    with pytest.raises(ValueError, match="no model directory"):
+        VLLMServerHook("nomodel").get_chunker()
