@@ -109,9 +109,9 @@ def test_new_chunking_version_reencodes_every_document(
     chunker: LateChunker, tables, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     run(chunker, tables, TEXTS, "r1")
-    before = vector_config(chunker, Sentences(max_tokens=128))
+    before = vector_config(chunker.settings, Sentences(max_tokens=128))
     monkeypatch.setattr(pipeline_config, "CHUNKING_VERSION", pipeline_config.CHUNKING_VERSION + 1)
-    assert vector_config(chunker, Sentences(max_tokens=128)) != before
+    assert vector_config(chunker.settings, Sentences(max_tokens=128)) != before
     bumped = run(chunker, tables, TEXTS, "r2")
     assert (bumped.documents_reencoded, bumped.documents_skipped) == (4, 0)
 

@@ -46,7 +46,7 @@ from latechunk_dagster.core.model_card import (
     read_model_card,
 )
 from latechunk_dagster.core.pooling import mean_pool_spans
-from latechunk_dagster.core.results import Chunk, ChunkedDocument
+from latechunk_dagster.core.results import Chunk, ChunkedDocument, ChunkerSettings
 from latechunk_dagster.core.timebound import TimeLimitExceeded, WorkerCallError, call_with_time_limit
 from latechunk_dagster.core.tokenization import (
     Tokenization,
@@ -55,7 +55,7 @@ from latechunk_dagster.core.tokenization import (
     tokenize_document,
     tokenize_documents,
 )
-from latechunk_dagster.core.windows import WindowPlan, plan_windows
+from latechunk_dagster.core.windows import WindowPlan, default_overlap, plan_windows
 
 log = logging.getLogger(__name__)
 
@@ -394,6 +394,25 @@ class LateChunker:
         self.close()
 
     # -- public API -----------------------------------------------------------------
+    @property
+    def settings(self) -> ChunkerSettings:
+        """This chunker's :class:`~latechunk_dagster.core.results.ChunkerSettings` (read when asked, so a
+        changed window length shows)."""
+        overlap = default_overlap(self.window_length) if self.window_overlap is None else self.window_overlap
+        return ChunkerSettings(
+            model_name=self.card.name,
+            model_sha256=self.card.fingerprint,
+            head=self.head.describe(),
+            opt_ins=tuple(self.opt_ins),
+            dtype=self.dtype,
+            prefix=self.prefix,
+            window_length=self.window_length,
+            window_overlap=overlap,
+            allow_windows=self.allow_windows,
+            embedding_dim=self.embedding_dim,
+            engine_version=self.vllm_version,
+        )
+
     @property
     def embedding_dim(self) -> int:
         """Width of a chunk vector: the Matryoshka cut, else the last projection, else hidden size."""

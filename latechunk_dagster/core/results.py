@@ -49,3 +49,36 @@ class ChunkedDocument:
     path: str
     windows: int = 1
     opt_ins: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class ChunkerSettings:
+    """What a chunk vector depends on besides its text and the strategy, as the chunker holds it
+    (:attr:`latechunk_dagster.LateChunker.settings`); the pipeline's fingerprint and the rows'
+    lineage read it instead of the chunker.
+
+    Attributes:
+        model_name, model_sha256: the model's display name and the sha256 of its files.
+        head: the head as text (``"dense(64->32,Identity)+cut(16)+l2"``).
+        opt_ins: the refusals overridden (``"trust_remote_code"``, ``"pooling=cls"``...).
+        dtype: the engine's model dtype.
+        prefix: the document prompt tokenized with each document.
+        window_length, window_overlap: tokens per window and shared by consecutive windows (the
+            overlap as :func:`latechunk_dagster.core.windows.default_overlap` gives it when unset).
+        allow_windows: long documents are windowed (``False``: refused).
+        embedding_dim: width of a chunk vector.
+        engine_version: the engine's version (vLLM's ``__version__``), ``"closed"`` after ``close()``.
+    """
+
+    model_name: str
+    model_sha256: str
+    head: str
+    opt_ins: tuple[str, ...]
+    dtype: str
+    prefix: str
+    window_length: int
+    window_overlap: int
+    allow_windows: bool
+    embedding_dim: int
+    engine_version: str
+

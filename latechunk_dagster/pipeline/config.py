@@ -7,7 +7,7 @@ import json
 
 from latechunk_dagster.core.chunker import LateChunker
 from latechunk_dagster.core.chunking import ChunkingStrategy, Sentences
-from latechunk_dagster.core.windows import default_overlap
+from latechunk_dagster.core.results import ChunkerSettings
 
 #: Version of the package's chunking semantics (token -> span assignment, char ranges, mean,
 #: head order, window stitching). Raise it with any change that can alter a stored vector or
@@ -37,26 +37,25 @@ def default_batch_tokens(chunker: LateChunker) -> int:
         return CPU_BATCH_TOKENS
 
 
-def vector_config_fields(chunker: LateChunker, strategy: ChunkingStrategy) -> dict[str, object]:
+def vector_config_fields(settings: ChunkerSettings, strategy: ChunkingStrategy) -> dict[str, object]:
     """Everything besides the text that changes a document's vectors or ranges."""
-    overlap = chunker.window_overlap
     return {
         "chunking_version": CHUNKING_VERSION,
-        "model_sha256": chunker.card.fingerprint,
-        "head": chunker.head.describe(),
-        "opt_ins": sorted(chunker.opt_ins),
-        "dtype": chunker.dtype,
-        "prefix": chunker.prefix,
-        "window_length": chunker.window_length,
-        "window_overlap": default_overlap(chunker.window_length) if overlap is None else overlap,
-        "allow_windows": chunker.allow_windows,
+        "model_sha256": settings.model_sha256,
+        "head": settings.head,
+        "opt_ins": sorted(settings.opt_ins),
+        "dtype": settings.dtype,
+        "prefix": settings.prefix,
+        "window_length": settings.window_length,
+        "window_overlap": settings.window_overlap,
+        "allow_windows": settings.allow_windows,
         "strategy": strategy.name,
         "strategy_params": strategy.params(),
     }
 
 
-def vector_config(chunker: LateChunker, strategy: ChunkingStrategy) -> str:
+def vector_config(settings: ChunkerSettings, strategy: ChunkingStrategy) -> str:
     """Hex sha256 (first 32 characters) of :func:`vector_config_fields`, stored per chunk row in
     ``vector_config``: a document is re-encoded when its text or this value changed."""
-    blob = json.dumps(vector_config_fields(chunker, strategy), sort_keys=True, default=str)
+    blob = json.dumps(vector_config_fields(settings, strategy), sort_keys=True, default=str)
     return hashlib.sha256(blob.encode("utf-8", "surrogatepass")).hexdigest()[:32]

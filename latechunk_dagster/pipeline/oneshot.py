@@ -51,7 +51,9 @@ def chunk_partition(
     good, failed = account_results(report, docs, results, chunker.window_length)
     rejected = [rejection_row(d.doc_id, d.sha256, partition, e.reason, e.detail, run_id, now) for d, e in failed]
     report.rejected = len(rejected)
-    batch = chunk_batch(good, partition, lineage(chunker, strategy, run_id, now, vector_config), chunker.embedding_dim)
+    settings = chunker.settings
+    row_lineage = lineage(settings, strategy, run_id, now, vector_config)
+    batch = chunk_batch(good, partition, row_lineage, settings.embedding_dim)
     report.chunks_written = batch.num_rows
     report.seconds = time.perf_counter() - t0
     return PartitionRows(pa.Table.from_batches([batch]), pa.Table.from_pylist(rejected, schema=REJECTED_SCHEMA), report)

@@ -285,7 +285,8 @@ def _begin(
     budget = int(batch_tokens or default_batch_tokens(chunker))
     if budget <= 0:
         raise ValueError(f"batch_tokens must be positive, got {batch_tokens}")
-    config = vector_config(chunker, strategy)
+    settings = chunker.settings
+    config = vector_config(settings, strategy)
     existing = _stored_documents(chunk_table, partition)
     now = datetime.now(UTC)
     return _Run(
@@ -298,7 +299,7 @@ def _begin(
         config=config,
         existing=existing,
         now=now,
-        row_lineage=lineage(chunker, strategy, run_id, now, config),
+        row_lineage=lineage(settings, strategy, run_id, now, config),
         meter=meter,
         estimator=_TokenEstimate(_special_tokens(chunker)),
         t_start=t_start,

@@ -19,9 +19,8 @@ import numpy as np
 import pyarrow as pa
 
 from latechunk_dagster import __version__
-from latechunk_dagster.core.chunker import LateChunker
 from latechunk_dagster.core.chunking import ChunkingStrategy
-from latechunk_dagster.core.results import ChunkedDocument
+from latechunk_dagster.core.results import ChunkedDocument, ChunkerSettings
 from latechunk_dagster.sink.schema import chunk_id, chunk_schema
 from latechunk_dagster.sources.documents import Document, RejectedRow
 
@@ -29,17 +28,17 @@ _TS = pa.timestamp("us", tz="UTC")
 
 
 def lineage(
-    chunker: LateChunker, strategy: ChunkingStrategy, run_id: str, now: datetime, vector_config: str | None = None
+    settings: ChunkerSettings, strategy: ChunkingStrategy, run_id: str, now: datetime, vector_config: str | None = None
 ) -> dict[str, Any]:
     """The lineage columns every chunk row of one run carries (constant over the run)."""
     return {
-        "model_name": chunker.card.name,
-        "model_sha256": chunker.card.fingerprint,
-        "head": chunker.head.describe(),
-        "opt_ins": ",".join(chunker.opt_ins),
+        "model_name": settings.model_name,
+        "model_sha256": settings.model_sha256,
+        "head": settings.head,
+        "opt_ins": ",".join(settings.opt_ins),
         "strategy": strategy.describe(),
         "strategy_params": json.dumps({"name": strategy.name, **strategy.params()}, sort_keys=True),
-        "vllm_version": chunker.vllm_version,
+        "vllm_version": settings.engine_version,
         "package_version": __version__,
         "run_id": run_id,
         "materialized_at": now,
