@@ -26,16 +26,14 @@ from typing import Any
 from airflow.sdk import BaseHook
 
 from latechunk_dagster.airflow.hooks.lancedb import connection_extras
-from latechunk_dagster.core.engines.vllm_server import RemoteLateChunker
+from latechunk_dagster.core.engines.vllm_server import ServerSettings
+from latechunk_dagster.core.remote import RemoteLateChunker
 
-#: Request-limit extras and their types.
+#: Request-limit extras and their types: the numeric fields of ``ServerSettings`` (their one home).
 REQUEST_LIMITS: dict[str, type] = {
-    "max_in_flight": int,
-    "timeout_s": float,
-    "retries": int,
-    "backoff_s": float,
-    "max_inputs_per_request": int,
-    "max_tokens_per_request": int,
+    name: type(getattr(ServerSettings(), name))
+    for name in ServerSettings.field_names()
+    if name not in ("served_model", "api_key")
 }
 VLLM_EXTRAS = ("model", "served_model", *REQUEST_LIMITS)
 
