@@ -166,7 +166,7 @@ def shard_summary(
     current one when nothing changed), ``partition``, ``run_id``, ``documents_in``,
     ``documents_reencoded``, ``documents_new``, ``documents_skipped``, ``documents_rejected``,
     ``documents_deleted``, ``rejected_reasons``, ``chunks_written``, ``partition_rows``,
-    ``tokens_encoded``, ``encoded_tokens``, ``embedding_dim``, ``engine_seconds``, ``seconds``,
+    ``tokens_encoded``, ``window_tokens``, ``embedding_dim``, ``engine_seconds``, ``seconds``,
     ``model``, ``model_sha256``, ``strategy``, ``engine_path``, ``shard_fingerprint``.
     """
     write = report.write
@@ -186,7 +186,7 @@ def shard_summary(
         "chunks_written": report.chunks_written,
         "partition_rows": report.partition_rows,
         "tokens_encoded": report.tokens_encoded,
-        "encoded_tokens": report.encoded_tokens,
+        "window_tokens": report.window_tokens,
         "embedding_dim": chunker.embedding_dim,
         "engine_seconds": round(report.engine_seconds, 3),
         "seconds": round(report.seconds, 3),
