@@ -1,4 +1,4 @@
-"""Token ranges, char ranges and chunk texts, checked by hand (SPEC section 2)."""
+"""Token ranges, char ranges and chunk texts, checked by hand (contract section 2)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Heads and model refusals on tiny random-weight BERT models (SPEC sections 3 and 4)."""
+"""Heads and model refusals on tiny random-weight BERT models (contract sections 3 and 4)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Documents longer than the model: overlapping windows, no truncation (SPEC section 5)."""
+"""Documents longer than the model: overlapping windows, no truncation (contract section 5)."""
 
 from __future__ import annotations
 

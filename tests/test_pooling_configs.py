@@ -92,7 +92,7 @@ def test_non_mean_pooling_is_refused_by_name(tmp_path: Path, minilm_dir: Path, m
     d = minilm_copy(tmp_path / "m", minilm_dir, pooling=cfg)
     with pytest.raises(ModelNotSupportedError, match=rf"pooling is '{mode}' \(Pooling pooling_mode\)"):
         card_check(d)
-    assert card_check(d, opt_in=True) == (f"pooling={mode}",)  # SPEC section 4: opt-in, recorded
+    assert card_check(d, opt_in=True) == (f"pooling={mode}",)  # contract section 4: opt-in, recorded
 
 
 def test_mean_sqrt_len_is_honoured_when_normalized_else_refused(tmp_path: Path, minilm_dir: Path) -> None:

@@ -1,4 +1,4 @@
-"""Span means are accumulated wide, so bf16 states lose no bits to the sum (SPEC section 3)."""
+"""Span means are accumulated wide, so bf16 states lose no bits to the sum (contract section 3)."""
 
 from __future__ import annotations
 

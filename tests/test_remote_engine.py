@@ -43,7 +43,7 @@ from tests.servers import ServerProcess, free_port, start_vllm_server
 DOCS = [
     "Berlin is the capital of Germany. It has 3.8M people. The Spree flows through it.",
     "Late chunking encodes the whole document once. Then it averages token states per chunk! Does it work?",
-    # > 256 tokens: encoded in overlapping windows (SPEC section 5)
+    # > 256 tokens: encoded in overlapping windows (contract section 5)
     " ".join(f"Sentence number {i} talks about topic {i % 7} in some detail." for i in range(60)),
     "Ünïcödé naïve café — “quotes”, CJK 東京 and emoji 🙂. Second sentence here.",
 ]

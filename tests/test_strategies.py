@@ -58,7 +58,7 @@ def ranges(spans: list[Span]) -> list[tuple[int, int]]:
 
 
 def texts(text: str, tokens: Tokenization, spans: list[Span]) -> list[str]:
-    """Chunk texts as SPEC section 2 defines them: text[min start : max end] over sourced tokens."""
+    """Chunk texts as contract section 2 defines them: text[min start : max end] over sourced tokens."""
     out = []
     for s in spans:
         offs = [o for o in tokens.offsets[s.start : s.end] if o is not None]

@@ -89,11 +89,11 @@ class StrategyTimeoutError(DocumentError):
 
 
 class TokenizationMismatchError(LateChunkError):
-    """vLLM tokenized a document differently from our one tokenization pass (SPEC section 1)."""
+    """vLLM tokenized a document differently from our one tokenization pass (contract section 1)."""
 
 
 class ModelNotSupportedError(LateChunkError):
-    """The model is refused for late chunking (SPEC section 4) unless the caller opts in."""
+    """The model is refused for late chunking (contract section 4) unless the caller opts in."""
 
 
 class HeadNotSupportedError(LateChunkError):

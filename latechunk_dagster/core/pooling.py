@@ -1,4 +1,4 @@
-"""Where the mean happens: span means of contextual token states (SPEC section 3)."""
+"""Where the mean happens: span means of contextual token states (contract section 3)."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ def mean_pool_spans(states: np.ndarray, spans: Sequence[Span], block_tokens: int
         ``np.ndarray`` float32, shape ``[n_spans, dim]``. Every token of a span counts
         once, special tokens included.
 
-    The sums are taken in float64 (SPEC section 3 asks for float32 or wider) so that a
+    The sums are taken in float64 (contract section 3 asks for float32 or wider) so that a
     long chunk of bf16/fp16 states loses no bits to accumulation; only the result is
     rounded to float32. Each block of spans is cast to float64 and summed with one
     ``np.add.reduceat`` (measured faster than ``reduceat(..., dtype=float64)`` on float32

@@ -1,4 +1,4 @@
-"""Documents longer than the model: overlapping windows (SPEC section 5).
+"""Documents longer than the model: overlapping windows (contract section 5).
 
 A document's tokens are ``header + body + footer``: ``header`` = its leading special
 tokens and instruction-prefix tokens, ``footer`` = its trailing special tokens. Each

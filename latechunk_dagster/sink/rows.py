@@ -4,7 +4,7 @@
 are one ``float32`` numpy block wrapped as a ``fixed_size_list`` column without a copy per value
 (no Python lists of floats), the lineage columns are constants repeated by Arrow.
 :func:`rejection_row` / :func:`rejected_row` build the rows of the rejected-documents table
-(SPEC section 6). :func:`chunk_partition` is the one-shot form (all documents in one engine call)
+(contract section 6). :func:`chunk_partition` is the one-shot form (all documents in one engine call)
 kept for small callers; partitions are materialized as a bounded stream by
 :func:`latechunk_dagster.pipeline.materialize_partition`.
 """

@@ -1,4 +1,4 @@
-"""The strategy interface and the SPEC section 2 rules shared by every strategy.
+"""The strategy interface and the contract section 2 rules shared by every strategy.
 
 A strategy turns a document's text and its one :class:`Tokenization` into token
 spans that tile ``[0, n_tokens)``. Boundary strategies choose *character*
@@ -44,7 +44,7 @@ class Span:
 
 
 class ChunkingStrategy(ABC):
-    """Turns one document into token spans that tile its tokens (SPEC section 2).
+    """Turns one document into token spans that tile its tokens (contract section 2).
 
     Subclasses are small frozen dataclasses: their fields are the strategy's
     parameters (recorded in lineage via :meth:`params`) and they implement
@@ -104,7 +104,7 @@ class TokenBudgetStrategy(ChunkingStrategy):
 
 
 def attach_unsourced(spans: Sequence[Span], tokens: Tokenization) -> list[Span]:
-    """Merge a span of only unsourced tokens (specials, prefix) into its neighbour (SPEC section 2).
+    """Merge a span of only unsourced tokens (specials, prefix) into its neighbour (contract section 2).
 
     A token budget cut at token boundaries can leave e.g. ``[SEP]`` alone in the last chunk;
     the SPEC sends leading unsourced tokens to the first text chunk and trailing ones to the
@@ -137,7 +137,7 @@ def split_fixed(start: int, end: int, size: int, headings: tuple[str, ...] = ())
 
 
 def chunk_of_each_token(tokens: Tokenization, boundaries: Sequence[int]) -> list[int]:
-    """Assign each token to a segment between character boundaries (SPEC section 2).
+    """Assign each token to a segment between character boundaries (contract section 2).
 
     Args:
         boundaries: sorted character offsets where a new segment starts (0 may be omitted).

@@ -46,7 +46,7 @@ class CharSpans(ChunkingStrategy):
 
     Text that no span covers (gaps) goes to the *following* chunk: the chunk
     boundaries are the ends of all spans but the last, and a token belongs to the chunk
-    that holds its first character (SPEC section 2). So text before the first span
+    that holds its first character (contract section 2). So text before the first span
     joins the first chunk and, there being no following chunk, text after the last span
     joins the last chunk. Leading special tokens join the first chunk, trailing ones
     the last.

@@ -15,7 +15,7 @@ class FixedTokens(ChunkingStrategy):
 
     Special tokens and instruction-prefix tokens count toward ``chunk_size`` and sit
     inside the first / last chunk. Identical to vLLM's
-    ``LateChunkingParams(chunk_size)`` (SPEC section 2), so the engine may let vLLM
+    ``LateChunkingParams(chunk_size)`` (contract section 2), so the engine may let vLLM
     reduce these spans in the worker.
 
     Example:

@@ -112,7 +112,7 @@ class MarkdownSections(TokenBudgetStrategy):
     does (paragraphs packed greedily, the heading lines counting as a paragraph of their
     own; an oversized paragraph cut at sentences; an oversized sentence at tokens), and
     every piece keeps the section's heading path. Special tokens join the first / last
-    chunk (SPEC section 2).
+    chunk (contract section 2).
 
     Args:
         max_tokens: the token budget of a chunk (>= 1).

@@ -2,7 +2,7 @@
 
 A paragraph longer than the budget is cut at its sentence starts (the sentence segmenter) and its
 sentences are packed; a sentence still too long is cut at token boundaries. Every
-character boundary is mapped to tokens by the SPEC section 2 rule through the
+character boundary is mapped to tokens by the contract section 2 rule through the
 helpers of :mod:`latechunk_dagster.core.chunking.base`.
 """
 
@@ -159,7 +159,7 @@ class Paragraphs(TokenBudgetStrategy):
     ``language``) and its sentences are packed into chunks of its own; a sentence
     still too long is cut at token boundaries. Blank lines between paragraphs go with
     the paragraph before them; leading special tokens join the first chunk, trailing
-    ones the last (SPEC section 2).
+    ones the last (contract section 2).
 
     Args:
         max_tokens: the token budget of a chunk (>= 1).

@@ -22,7 +22,7 @@ class Sentences(TokenBudgetStrategy):
     Sentence starts come from ``segmenter`` (default ``"sentencex"``, linear-time; ``"pysbd"``
     selectable), see :mod:`latechunk_dagster.core.chunking.segmenters`. A sentence longer
     than ``max_tokens`` is split at token boundaries. Leading and trailing special tokens
-    count toward the first and last chunk (SPEC section 2).
+    count toward the first and last chunk (contract section 2).
 
     Raises:
         ValueError: at construction, bad ``max_tokens``, unknown ``segmenter`` or a

@@ -21,7 +21,7 @@ class NativeChunks:
     """Chunk means computed by the engine itself (vLLM >= 0.33 ``LateChunkingParams``).
 
     Attributes:
-        token_ids: the ids the engine tokenized the text into (checked against ours, SPEC section 1).
+        token_ids: the ids the engine tokenized the text into (checked against ours, contract section 1).
         token_ranges: half-open ``(start, end)`` token range of each chunk, in order.
         vectors: float32 ``[n_chunks, dim]``: the head already applied after the mean.
     """
@@ -57,7 +57,7 @@ class Engine(abc.ABC):
         Returns:
             One float32 array per prompt, shape ``[len(prompt), dim]``: the model's token
             states with any *linear* projection of the head applied per token (it commutes
-            with the mean, SPEC section 3) and no normalization. In input order.
+            with the mean, contract section 3) and no normalization. In input order.
         """
 
     def native_chunks(
