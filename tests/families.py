@@ -417,7 +417,7 @@ def nomic_states(model_dir: str | Path, token_ids: list[int]) -> np.ndarray:
 def windowed_states(
     states: Callable[[list[int]], np.ndarray], ids: list[int], n_header: int, n_footer: int, length: int, overlap: int
 ) -> np.ndarray:
-    """Independent windowed reference (SPEC section 5): header + body slice + footer per window, each
+    """Independent windowed reference (contract section 5): header + body slice + footer per window, each
     body token's state from the window where ``min(left, right)`` context is largest (a document
     edge counts as unlimited), ties to the earlier window; header from the first window, footer
     from the last."""

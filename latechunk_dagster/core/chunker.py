@@ -112,7 +112,7 @@ class EncodedBatch:
 
 
 def chunks_from_spans(text: str, tokens: Tokenization, spans: Sequence[Span]) -> list[Chunk]:
-    """Chunks with char ranges: ``(min start, max end)`` over each span's sourced tokens (SPEC section 2),
+    """Chunks with char ranges: ``(min start, max end)`` over each span's sourced tokens (contract section 2),
     the end clamped to the next chunk's start where tokens' offsets overlap; ``None`` when empty."""
     if not spans:
         return []
@@ -206,7 +206,7 @@ class LateChunker:
             ``max_seq_length``, capped at the model's own limit (:class:`~latechunk_dagster.core.
             model_card.PositionLimits`: position table, RoBERTa padding offset, NomicBert's
             ``max_trained_positions`` under dynamic NTK scaling). Longer documents are encoded in
-            overlapping windows (SPEC section 5), never truncated. A value above the model's limit
+            overlapping windows (contract section 5), never truncated. A value above the model's limit
             is refused (``ModelNotSupportedError`` naming it), before the engine starts.
         dtype: model dtype for vLLM (``"auto"``, ``"float32"``, ``"bfloat16"``, ...); default
             ``"float32"`` on the CPU (vLLM's ``"auto"`` there silently downcasts float32
@@ -214,7 +214,7 @@ class LateChunker:
         prefix: instruction prefix for documents; default: the model's ``document`` /
             ``passage`` prompt, if any. ``query_prefix`` likewise for :meth:`embed_queries`.
         dimensions: Matryoshka cut applied after the mean (must be one the model lists).
-        allow_causal, allow_non_mean_pooling: opt-ins for models SPEC section 4 refuses;
+        allow_causal, allow_non_mean_pooling: opt-ins for models contract section 4 refuses;
             recorded in :attr:`opt_ins` and on every result.
         trust_remote_code: opt in to loading a model whose configuration or code ships with it
             (``auto_map``, e.g. Nomic's NomicBert): passed to the tokenizer and to vLLM, recorded in
@@ -246,7 +246,7 @@ class LateChunker:
             reason ``strategy_timeout``); mechanism in :mod:`latechunk_dagster.core.timebound`.
 
     Raises:
-        ModelNotSupportedError: refused model (SPEC section 4), a slow tokenizer, a ``max_model_len``
+        ModelNotSupportedError: refused model (contract section 4), a slow tokenizer, a ``max_model_len``
             above the model's limit, an architecture the installed vLLM cannot run, or a config
             the engine cannot start with (one sentence naming the model and the reason).
         HeadNotSupportedError: non-linear projection on the token-state path.
@@ -524,7 +524,7 @@ class LateChunker:
         path = self._engine_path(engine_path or self.path, self._engine(), strategy)
         native = path == "native" and isinstance(strategy, FixedTokens)
         # Native reduction only for single-window documents: a windowed document's states
-        # come from several windows, so its spans are pooled here (SPEC section 5).
+        # come from several windows, so its spans are pooled here (contract section 5).
         native_jobs = [j for j in jobs if native and len(j[3].windows) == 1]
         state_jobs = [j for j in jobs if not (native and len(j[3].windows) == 1)]
         if not self.head.linear_projection:
@@ -574,7 +574,7 @@ class LateChunker:
             if out.token_ids != tokens.token_ids:
                 raise TokenizationMismatchError(
                     f"document {ids[i]!r}: the engine tokenized it into {len(out.token_ids)} ids that differ "
-                    f"from our {len(tokens.token_ids)}; refusing to guess (SPEC section 1)"
+                    f"from our {len(tokens.token_ids)}; refusing to guess (contract section 1)"
                 )
             got = [tuple(r) for r in out.token_ranges]
             if got != [(s.start, s.end) for s in spans]:

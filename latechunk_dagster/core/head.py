@@ -1,4 +1,4 @@
-"""Where the head happens: what the model applies after its pooling step (SPEC section 3).
+"""Where the head happens: what the model applies after its pooling step (contract section 3).
 
 The head is read from the model directory (sentence-transformers ``modules.json``:
 ``Dense`` projections, ``Normalize``), never hard-coded; see

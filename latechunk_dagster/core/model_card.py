@@ -1,4 +1,4 @@
-"""What late chunking needs to know about a model, read from its directory (SPEC section 4).
+"""What late chunking needs to know about a model, read from its directory (contract section 4).
 
 Sources, in order: the sentence-transformers files (``modules.json``, the
 ``Pooling`` module's ``config.json``, ``Dense`` modules, ``Normalize``,
@@ -85,13 +85,13 @@ class ModelCard:
             (and the leading special token) are left out of the means (sentence-transformers'
             ``prompt_length``), which :class:`LateChunker` honours.
         lowercases_text: sentence-transformers ``do_lower_case`` (text normalization
-            outside the tokenizer: refused, SPEC section 6).
+            outside the tokenizer: refused, contract section 6).
         fingerprint: sha256 over the weight and config files (hex), for lineage.
         model_type, architectures: ``config.json``'s ``model_type`` and ``architectures``.
         hidden_size: width of the encoder's states (``hidden_size``, NomicBert's ``n_embd``, ``d_model``).
         remote_code: the ``auto_map`` entries of ``config.json`` / ``tokenizer_config.json``
             (``"AutoConfig: configuration_hf_nomic_bert.NomicBertConfig"``...): code shipped with the
-            model that loading it runs; empty when there is none (SPEC section 4).
+            model that loading it runs; empty when there is none (contract section 4).
         limits: the model's own input-length limits (:class:`PositionLimits`).
         config_fills: documented defaults for settings the engine needs and the config omits
             (``position_embedding_type="absolute"`` for BERT-family configs written by transformers 5),
@@ -422,7 +422,7 @@ def _config_fills(config: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
 def check_late_chunking_allowed(
     card: ModelCard, *, allow_causal: bool, allow_non_mean_pooling: bool, trust_remote_code: bool = False
 ) -> tuple[str, ...]:
-    """Refuse models that late chunking does not fit (SPEC section 4) unless opted in.
+    """Refuse models that late chunking does not fit (contract section 4) unless opted in.
 
     Returns:
         The opt-ins that were *used* (``"trust_remote_code"``, ``"causal"``, ``"pooling=cls"``...),

@@ -1,4 +1,4 @@
-"""The one tokenization pass of a document (SPEC section 1).
+"""The one tokenization pass of a document (contract section 1).
 
 Token ids and character offsets come from a single call of the model's *fast*
 tokenizer (Hugging Face ``tokenizers``), with the model's special tokens and the
@@ -155,7 +155,7 @@ def tokenize_documents(
 ) -> list[Tokenization | DocumentError]:
     """Tokenize many checked documents with one batch call of the fast tokenizer.
 
-    Each document is still tokenized exactly once (SPEC section 1), by the same call with
+    Each document is still tokenized exactly once (contract section 1), by the same call with
     the same arguments as :func:`tokenize_document`, so the results are identical (checked in
     ``tests/test_host_path.py``); the batch call runs the Rust tokenizer over the whole batch
     (in parallel threads where ``TOKENIZERS_PARALLELISM`` allows).
@@ -202,7 +202,7 @@ def _from_encoding(
     their first-offender messages are those of the token-by-token rule: a special token or an
     empty range has no source; a token ending inside the prefix is a prefix token; a token that
     starts inside the prefix and ends after it is a text token whose range starts where the text
-    does (SPEC section 1); sourced starts must not decrease and ends must stay inside the text.
+    does (contract section 1); sourced starts must not decrease and ends must stay inside the text.
     """
     ids: list[int] = list(input_ids)
     n = len(ids)

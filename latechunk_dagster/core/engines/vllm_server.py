@@ -1,8 +1,8 @@
 """A vLLM server over HTTP as the engine: token states from ``POST /pooling``, native chunks from ``/v1/embeddings``.
 
-Our one tokenization pass stays local (SPEC section 1): the token-state path sends **our**
+Our one tokenization pass stays local (contract section 1): the token-state path sends **our**
 token ids (``"input": [[101, ...], ...]``, ``"use_activation": false``, base64 float32) and
-the chunker applies the mean and the head locally (SPEC section 3). The native path (vLLM
+the chunker applies the mean and the head locally (contract section 3). The native path (vLLM
 >= 0.33, a server started with the ``token_embed`` pooler task) sends plain text with
 ``late_chunking_params`` to ``/v1/embeddings``; its token ids are checked against ours via
 ``/tokenize`` (the response carries token ranges, not ids).
@@ -305,7 +305,7 @@ class VLLMServerEngine(Engine):
             return {srv.url: srv.requests for srv in self._servers}
 
     def check_tokenization(self, tokenizer: Any, prefix: str = "", probes: Sequence[str] = PROBE_TEXTS) -> None:
-        """Refuse a server whose tokenizer differs from ours (SPEC section 1).
+        """Refuse a server whose tokenizer differs from ours (contract section 1).
 
         Each probe (with ``prefix``) goes to ``POST /tokenize`` (special tokens on) of every server
         and through ``tokenizer`` locally; the ids must be equal.
@@ -327,7 +327,7 @@ class VLLMServerEngine(Engine):
                     f"{srv.url} ({self._model}) tokenizes {text[:40]!r} into {len(theirs)} ids, we into "
                     f"{len(ours)}; first difference at position {at} (server {theirs[at : at + 3]}, ours "
                     f"{ours[at : at + 3]}): the server runs another tokenizer than the local model; refusing "
-                    "(SPEC section 1)"
+                    "(contract section 1)"
                 )
 
     # -- HTTP -------------------------------------------------------------------------
