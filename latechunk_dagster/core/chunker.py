@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -108,23 +109,40 @@ class EncodedBatch:
 
 
 def chunks_from_spans(text: str, tokens: Tokenization, spans: Sequence[Span]) -> list[Chunk]:
-    """Chunks with char ranges: ``(min start, max end)`` over each span's sourced tokens (SPEC section 2)."""
+    """Chunks with char ranges (SPEC section 2), one per span, in order.
+
+    ``char_range`` = ``(min start, max end)`` over the span's sourced tokens, ``None`` when it has
+    none. Characters that produced no token and are not whitespace (combining marks the
+    normalizer removed, U+200F, soft hyphens) belong to the chunk of the character before them:
+    ``char_end`` extends over them up to the next whitespace or the next sourced token's start,
+    so no visible character falls between two chunks. ``text`` = ``text[char_start:char_end]``.
+    """
     if not spans:
         return []
     starts, ends = tokens.offset_arrays()
     # [start_0, end_0, start_1, end_1, ...]: reduceat's even segments are the spans (odd ones unused);
     # one padding element lets an end equal n_tokens
     at = np.fromiter((x for s in spans for x in (s.start, s.end)), dtype=np.int64, count=2 * len(spans))
-    # per span: smallest sourced start, largest end (unsourced tokens: start 2**62, end -1; spans are never empty)
-    lo = np.minimum.reduceat(np.append(np.where(starts >= 0, starts, 2**62), 0), at)[0::2].tolist()
+    # per span: smallest sourced start, largest end (unsourced tokens: start len(text), end -1; spans are never empty)
+    sourced_starts = np.where(starts >= 0, starts, len(text))
+    lo = np.minimum.reduceat(np.append(sourced_starts, 0), at)[0::2].tolist()
     hi = np.maximum.reduceat(np.append(ends, -1), at)[0::2].tolist()
+    # next_start[t]: smallest sourced start of the tokens t.. (len(text) when none): where a chunk
+    # ending before token t must stop extending
+    next_start = np.append(np.minimum.accumulate(sourced_starts[::-1])[::-1], len(text)).tolist()
     out: list[Chunk] = []
     for i, (s, a, b) in enumerate(zip(spans, lo, hi)):
         if b >= 0:
+            stop = max(b, min(next_start[s.end], len(text)))
+            b = _NOT_SPACE.match(text, b, stop).end()  # type: ignore[union-attr]  # \S* always matches
             out.append(Chunk(i, (s.start, s.end), (a, b), text[a:b], s.headings))
         else:
             out.append(Chunk(i, (s.start, s.end), None, None, s.headings))
     return out
+
+
+#: A run of non-whitespace characters (``str.isspace`` whitespace, as ``re`` defines ``\s`` for str).
+_NOT_SPACE = re.compile(r"\S*")
 
 
 class LateChunker:

@@ -105,10 +105,9 @@ def build_documents_asset(w: TableWiring, spec: dg.AssetSpec) -> dg.SourceAsset:
         tags=spec.tags,
     )
     def _documents(context: dg.AssetExecutionContext) -> dg.DataVersionsByPartition:
-        st = w.resource(context, w.store_key).get_store()
-        known = set(st.shards())
+        fingerprints = w.resource(context, w.store_key).get_store().fingerprints()  # one pass over the store
         keys = w.all_partition_keys(context.instance)
-        return dg.DataVersionsByPartition({k: st.shard_fingerprint(k) for k in keys if k in known})
+        return dg.DataVersionsByPartition({k: fingerprints[k] for k in keys if k in fingerprints})
 
     return _documents
 

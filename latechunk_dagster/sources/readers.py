@@ -8,8 +8,9 @@
 
 Peak memory is one line, one file (text) or one record batch, whatever the store's size.
 
-A row that does not make a document (invalid JSON, a missing or null ``id``, a ``text`` that is
-not a string, a bad ``shard`` value) becomes a :class:`~latechunk_dagster.sources.documents.RejectedRow`
+A row that does not make a document (invalid JSON, a JSON object with a repeated key, a missing
+or null ``id``, an ``id`` that is not valid Unicode, a ``text`` that is not a string, a bad
+``shard`` value) becomes a :class:`~latechunk_dagster.sources.documents.RejectedRow`
 naming the file, the row (from 1) and the reason; the rows around it are read as usual. A file
 that cannot be read at all (I/O error, not Parquet, no ``id``/``text`` column) is one
 ``RejectedRow`` with doc_id ``"*"``. Nothing here raises for bad data.
@@ -20,6 +21,7 @@ Leading byte order marks are removed (rule in :mod:`latechunk_dagster.sources.do
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,7 +29,7 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
-from latechunk_dagster.sources.documents import BOM, Document, RejectedRow, strip_bom
+from latechunk_dagster.sources.documents import BOM, Document, RejectedRow, is_valid_unicode, printable, strip_bom
 
 #: Rows per Parquet record batch read at a time.
 PARQUET_BATCH_ROWS = 1024
@@ -44,6 +46,32 @@ class Row:
     where: str
 
 
+class DuplicateKeyError(ValueError):
+    """A JSON object names one key twice (which value is meant is ambiguous). Attributes: ``keys``."""
+
+    def __init__(self, keys: list[str]) -> None:
+        self.keys = keys
+        super().__init__(f"repeated key(s) {[printable(k) for k in keys]} in one JSON object")
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """``object_pairs_hook`` of :func:`loads_strict`: the object as a dict, or DuplicateKeyError."""
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        raise DuplicateKeyError(sorted(k for k, n in Counter(k for k, _ in pairs).items() if n > 1))
+    return out
+
+
+def loads_strict(line: str) -> Any:
+    """``json.loads`` that refuses a repeated key in any object (plain ``json.loads`` keeps the last
+    value silently; RFC 8259 leaves such an object's meaning undefined).
+
+    Raises:
+        json.JSONDecodeError: not JSON. DuplicateKeyError: an object repeats a key.
+    """
+    return json.loads(line, object_pairs_hook=_unique_keys)
+
+
 def decode(data: bytes) -> str:
     """UTF-8 text of ``data`` without a leading BOM; undecodable bytes become lone surrogates
     (``surrogateescape``), so the document is kept and rejected later with a reason."""
@@ -51,20 +79,31 @@ def decode(data: bytes) -> str:
 
 
 def read_text_file(file: Path, doc_id: str) -> Document | RejectedRow:
-    """One text-tree document (BOM removed), or a ``RejectedRow`` when the file cannot be read."""
+    """One text-tree document (BOM removed), or a ``RejectedRow`` when the file cannot be read or its
+    path (the doc_id) is not valid UTF-8 (reason ``bad_id``; the id and file named with
+    :func:`~latechunk_dagster.sources.documents.printable` escapes, e.g. ``r\\xe9sum\\xe9.txt``)."""
+    where = printable(str(file))
+    if not is_valid_unicode(doc_id):
+        detail = (
+            f"{where}: the file's path {printable(doc_id)!r} is not valid UTF-8, so it cannot be a doc_id; "
+            "rename the file (e.g. convert the name to UTF-8)"
+        )
+        return RejectedRow(printable(doc_id), where, "bad_id", detail)
     try:
         return Document.from_text(doc_id, decode(file.read_bytes()))
     except OSError as exc:
-        return RejectedRow(doc_id, str(file), "unreadable_file", f"{file}: cannot be read: {exc}")
+        return RejectedRow(doc_id, where, "unreadable_file", f"{where}: cannot be read: {exc}")
 
 
 def jsonl_rows(file: Path) -> Iterator[Row | RejectedRow]:
     """A :class:`Row` per non-blank line of a JSONL file (number = line number from 1), or a
-    ``RejectedRow`` for a line that is not a JSON object. A BOM may start the file or any line."""
+    ``RejectedRow`` for a line that is not a JSON object or repeats a key. A BOM may start the file
+    or any line."""
+    name = printable(str(file))
     try:
         handle = file.open("rb")
     except OSError as exc:
-        yield RejectedRow("*", str(file), "unreadable_file", f"{file}: cannot be read: {exc}")
+        yield RejectedRow("*", name, "unreadable_file", f"{name}: cannot be read: {exc}")
         return
     with handle:
         for number, raw in enumerate(handle, start=1):
@@ -73,11 +112,14 @@ def jsonl_rows(file: Path) -> Iterator[Row | RejectedRow]:
             line = raw.decode("utf-8", errors="surrogateescape")
             if not line.strip():
                 continue
-            where = f"{file}: row {number}"
+            where = f"{name}: row {number}"
             try:
-                values = json.loads(line)
+                values = loads_strict(line)
             except json.JSONDecodeError as exc:
                 yield RejectedRow(f"row {number}", where, "invalid_json", f"{where}: invalid JSON: {exc}")
+                continue
+            except DuplicateKeyError as exc:
+                yield _duplicate_key_row(line, number, where, exc)
                 continue
             if not isinstance(values, dict):
                 detail = f"{where}: expected a JSON object, got {type(values).__name__}"
@@ -86,21 +128,35 @@ def jsonl_rows(file: Path) -> Iterator[Row | RejectedRow]:
             yield Row(number, values, where)
 
 
+def _duplicate_key_row(line: str, number: int, where: str, exc: DuplicateKeyError) -> RejectedRow:
+    """The rejection of a JSONL object with a repeated key; named by its ``id`` when that is not
+    the repeated key (and is a usable id), else by its row."""
+    doc_id = f"row {number}"
+    if "id" not in exc.keys:
+        last = json.loads(line)  # valid JSON (only the repeated key was refused)
+        value = last.get("id") if isinstance(last, dict) else None
+        if isinstance(value, str | int) and not isinstance(value, bool) and value != "":
+            doc_id = printable(str(value))
+    detail = f"{where}: {exc}: which value is meant is ambiguous; give each key once"
+    return RejectedRow(doc_id, where, "duplicate_key", detail)
+
+
 def parquet_rows(file: Path, columns: tuple[str, ...] = ("id", "text", "shard")) -> Iterator[Row | RejectedRow]:
     """A :class:`Row` per row of a Parquet file, read in record batches of
     :data:`PARQUET_BATCH_ROWS`, only ``columns`` that exist. A file without ``id``/``text``, or
     that is not Parquet, is one ``RejectedRow`` (doc_id ``"*"``)."""
+    name = printable(str(file))
     try:
         parquet = pq.ParquetFile(file)
         names = parquet.schema_arrow.names
     except (OSError, ValueError) as exc:  # pyarrow raises ArrowInvalid (a ValueError) on a bad file
-        yield RejectedRow("*", str(file), "unreadable_file", f"{file}: not a readable Parquet file: {exc}")
+        yield RejectedRow("*", name, "unreadable_file", f"{name}: not a readable Parquet file: {exc}")
         return
     needed = [c for c in ("id", "text") if c in columns]
     missing = [c for c in needed if c not in names]
     if missing:
-        detail = f"{file}: missing column(s) {missing} (columns: {names})"
-        yield RejectedRow("*", str(file), "unreadable_file", detail)
+        detail = f"{name}: missing column(s) {missing} (columns: {names})"
+        yield RejectedRow("*", name, "unreadable_file", detail)
         return
     wanted = [c for c in columns if c in names]
     number = 0
@@ -109,14 +165,15 @@ def parquet_rows(file: Path, columns: tuple[str, ...] = ("id", "text", "shard"))
             cols = {name: batch.column(name).to_pylist() for name in wanted}
             for i in range(batch.num_rows):
                 number += 1
-                yield Row(number, {name: cols[name][i] for name in wanted}, f"{file}: row {number}")
+                yield Row(number, {c: cols[c][i] for c in wanted}, f"{name}: row {number}")
     except (OSError, ValueError) as exc:
-        yield RejectedRow("*", str(file), "unreadable_file", f"{file}: read failed after row {number}: {exc}")
+        yield RejectedRow("*", name, "unreadable_file", f"{name}: read failed after row {number}: {exc}")
 
 
 def document_from_row(row: Row) -> Document | RejectedRow:
     """The document of a table row (``id`` string or integer, ``text`` string; BOM removed from
-    the text), or a ``RejectedRow`` saying which value is wrong."""
+    the text), or a ``RejectedRow`` saying which value is wrong (an ``id`` that is not valid Unicode
+    is named with :func:`~latechunk_dagster.sources.documents.printable` escapes)."""
     doc_id = row.values.get("id")
     if doc_id is None:
         return RejectedRow(f"row {row.number}", row.where, "missing_id", f"{row.where}: missing or null 'id'")
@@ -125,6 +182,9 @@ def document_from_row(row: Row) -> Document | RejectedRow:
         return RejectedRow(f"row {row.number}", row.where, "bad_id", detail)
     if doc_id == "":
         return RejectedRow(f"row {row.number}", row.where, "bad_id", f"{row.where}: empty 'id'")
+    if isinstance(doc_id, str) and not is_valid_unicode(doc_id):
+        detail = f"{row.where}: 'id' {printable(doc_id)!r} is not valid Unicode (a lone surrogate code point)"
+        return RejectedRow(printable(doc_id), row.where, "bad_id", detail)
     text = row.values.get("text")
     if not isinstance(text, str):
         got = "missing" if "text" not in row.values else ("null" if text is None else type(text).__name__)
@@ -135,15 +195,18 @@ def document_from_row(row: Row) -> Document | RejectedRow:
 
 def shard_of_row(row: Row, default: str) -> tuple[str, RejectedRow | None]:
     """The shard of a single-file row: its ``shard`` value (a non-empty string, or an integer made
-    a string); a missing or null value means ``default`` (the file stem). Any other value puts the
-    row in ``default`` and returns why it is rejected."""
+    a string); a missing or null value means ``default`` (the file stem). Any other value (one that
+    is not valid Unicode included: it cannot be a partition key) puts the row in ``default`` and
+    returns why it is rejected."""
     if "shard" not in row.values or row.values["shard"] is None:
         return default, None
     shard = row.values["shard"]
     if isinstance(shard, int) and not isinstance(shard, bool):
         return str(shard), None
-    if isinstance(shard, str) and shard:
+    if isinstance(shard, str) and shard and is_valid_unicode(shard):
         return shard, None
-    detail = f"{row.where}: 'shard' must be a non-empty string, got {shard!r}; counted in shard {default!r}"
+    what = "a non-empty string" if not isinstance(shard, str) or not shard else "valid Unicode (a partition key)"
+    detail = f"{row.where}: 'shard' must be {what}, got {shard!r}; counted in shard {default!r}"
     doc_id = row.values.get("id")
-    return default, RejectedRow(str(doc_id) if doc_id else f"row {row.number}", row.where, "bad_shard", detail)
+    named = printable(str(doc_id)) if doc_id else f"row {row.number}"
+    return default, RejectedRow(named, row.where, "bad_shard", detail)
