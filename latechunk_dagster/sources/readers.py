@@ -39,11 +39,17 @@ _BOM_BYTES = BOM.encode("utf-8")
 
 @dataclass(frozen=True)
 class Row:
-    """One raw row of a table file: its number (from 1), its values, and where it is."""
+    """One raw row of a table file: its number (from 1), its values, and where it is.
+
+    ``repeated``: keys a JSON object of the row gave more than once (sorted; ``values`` then holds
+    the last value of each, which is *not* used: the row is rejected as ``duplicate_key``, in its
+    ``shard`` when that key is not one of them).
+    """
 
     number: int
     values: dict[str, Any]
     where: str
+    repeated: tuple[str, ...] = ()
 
 
 class DuplicateKeyError(ValueError):
@@ -54,22 +60,35 @@ class DuplicateKeyError(ValueError):
         super().__init__(f"repeated key(s) {[printable(k) for k in keys]} in one JSON object")
 
 
-def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    """``object_pairs_hook`` of :func:`loads_strict`: the object as a dict, or DuplicateKeyError."""
-    out = dict(pairs)
-    if len(out) != len(pairs):
-        raise DuplicateKeyError(sorted(k for k, n in Counter(k for k, _ in pairs).items() if n > 1))
-    return out
+def loads_with_repeated_keys(line: str) -> tuple[Any, list[str]]:
+    """``json.loads(line)`` and the keys that any object in it gives more than once (sorted), found
+    with ``object_pairs_hook`` (plain ``json.loads`` keeps the last value silently; RFC 8259 leaves
+    such an object's meaning undefined).
+
+    Raises:
+        json.JSONDecodeError: not JSON.
+    """
+    repeated: set[str] = set()
+
+    def pairs_to_dict(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        out = dict(pairs)
+        if len(out) != len(pairs):
+            repeated.update(k for k, n in Counter(k for k, _ in pairs).items() if n > 1)
+        return out
+
+    return json.loads(line, object_pairs_hook=pairs_to_dict), sorted(repeated)
 
 
 def loads_strict(line: str) -> Any:
-    """``json.loads`` that refuses a repeated key in any object (plain ``json.loads`` keeps the last
-    value silently; RFC 8259 leaves such an object's meaning undefined).
+    """``json.loads`` that refuses a repeated key in any object (see :func:`loads_with_repeated_keys`).
 
     Raises:
         json.JSONDecodeError: not JSON. DuplicateKeyError: an object repeats a key.
     """
-    return json.loads(line, object_pairs_hook=_unique_keys)
+    value, repeated = loads_with_repeated_keys(line)
+    if repeated:
+        raise DuplicateKeyError(repeated)
+    return value
 
 
 def decode(data: bytes) -> str:
@@ -97,8 +116,9 @@ def read_text_file(file: Path, doc_id: str) -> Document | RejectedRow:
 
 def jsonl_rows(file: Path) -> Iterator[Row | RejectedRow]:
     """A :class:`Row` per non-blank line of a JSONL file (number = line number from 1), or a
-    ``RejectedRow`` for a line that is not a JSON object or repeats a key. A BOM may start the file
-    or any line."""
+    ``RejectedRow`` for a line that is not a JSON object. A line whose object repeats a key is a
+    ``Row`` with :attr:`Row.repeated` set (rejected by :func:`document_from_row`, in its shard). A
+    BOM may start the file or any line."""
     name = printable(str(file))
     try:
         handle = file.open("rb")
@@ -114,31 +134,27 @@ def jsonl_rows(file: Path) -> Iterator[Row | RejectedRow]:
                 continue
             where = f"{name}: row {number}"
             try:
-                values = loads_strict(line)
+                values, repeated = loads_with_repeated_keys(line)
             except json.JSONDecodeError as exc:
                 yield RejectedRow(f"row {number}", where, "invalid_json", f"{where}: invalid JSON: {exc}")
-                continue
-            except DuplicateKeyError as exc:
-                yield _duplicate_key_row(line, number, where, exc)
                 continue
             if not isinstance(values, dict):
                 detail = f"{where}: expected a JSON object, got {type(values).__name__}"
                 yield RejectedRow(f"row {number}", where, "invalid_json", detail)
                 continue
-            yield Row(number, values, where)
+            yield Row(number, values, where, tuple(repeated))
 
 
-def _duplicate_key_row(line: str, number: int, where: str, exc: DuplicateKeyError) -> RejectedRow:
-    """The rejection of a JSONL object with a repeated key; named by its ``id`` when that is not
-    the repeated key (and is a usable id), else by its row."""
-    doc_id = f"row {number}"
-    if "id" not in exc.keys:
-        last = json.loads(line)  # valid JSON (only the repeated key was refused)
-        value = last.get("id") if isinstance(last, dict) else None
-        if isinstance(value, str | int) and not isinstance(value, bool) and value != "":
-            doc_id = printable(str(value))
-    detail = f"{where}: {exc}: which value is meant is ambiguous; give each key once"
-    return RejectedRow(doc_id, where, "duplicate_key", detail)
+def _duplicate_key_row(row: Row) -> RejectedRow:
+    """The rejection of a row whose JSON object repeats a key; named by its ``id`` when that key is
+    not repeated (and is a usable id), else by its row number."""
+    doc_id = f"row {row.number}"
+    value = row.values.get("id")
+    if "id" not in row.repeated and isinstance(value, str | int) and not isinstance(value, bool) and value != "":
+        doc_id = printable(str(value))
+    why = DuplicateKeyError(list(row.repeated))
+    detail = f"{row.where}: {why}: which value is meant is ambiguous; give each key once"
+    return RejectedRow(doc_id, row.where, "duplicate_key", detail)
 
 
 def parquet_rows(file: Path, columns: tuple[str, ...] = ("id", "text", "shard")) -> Iterator[Row | RejectedRow]:
@@ -174,6 +190,8 @@ def document_from_row(row: Row) -> Document | RejectedRow:
     """The document of a table row (``id`` string or integer, ``text`` string; BOM removed from
     the text), or a ``RejectedRow`` saying which value is wrong (an ``id`` that is not valid Unicode
     is named with :func:`~latechunk_dagster.sources.documents.printable` escapes)."""
+    if row.repeated:
+        return _duplicate_key_row(row)
     doc_id = row.values.get("id")
     if doc_id is None:
         return RejectedRow(f"row {row.number}", row.where, "missing_id", f"{row.where}: missing or null 'id'")
@@ -198,6 +216,8 @@ def shard_of_row(row: Row, default: str) -> tuple[str, RejectedRow | None]:
     a string); a missing or null value means ``default`` (the file stem). Any other value (one that
     is not valid Unicode included: it cannot be a partition key) puts the row in ``default`` and
     returns why it is rejected."""
+    if "shard" in row.repeated:
+        return default, _duplicate_key_row(row)
     if "shard" not in row.values or row.values["shard"] is None:
         return default, None
     shard = row.values["shard"]
