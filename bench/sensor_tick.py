@@ -9,8 +9,8 @@ Each store is one ``docs.jsonl`` with a ``shard`` column (rows dealt round-robin
 * ``steady tick``: the partitions exist and the cursor is the first tick's: nothing changed.
 
 ``per-shard scan`` times what the sensor did before issue 16 (one :meth:`DocumentStore.shard_fingerprint`
-per shard, each a scan of the whole file: shards x rows), only where it takes under about a minute
-(``--quick`` skips it beyond 100 shards). The figures must grow with rows, not with shards x rows.
+per shard, each a scan of the whole file: shards x rows), up to ``--compare-up-to`` shards (default
+100; ``--quick``: 10). The sensor's figures must grow with rows, not with shards x rows.
 
 Run: ``.venv/bin/python bench/sensor_tick.py [--rows 20000] [--shards 10 100 400 1000] [--quick]``.
 """
@@ -52,8 +52,11 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rows", type=int, default=20_000)
     ap.add_argument("--shards", type=int, nargs="+", default=[10, 100, 400, 1000])
-    ap.add_argument("--quick", action="store_true", help="per-shard scan only up to 100 shards")
+    ap.add_argument("--compare-up-to", type=int, default=100, help="time the per-shard scan up to this many shards")
+    ap.add_argument("--quick", action="store_true", help="2,000 rows; per-shard scan only at 10 shards")
     args = ap.parse_args()
+    if args.quick:
+        args.rows, args.compare_up_to = 2_000, 10
     table = late_chunk_assets(index=False)
     [sensor] = [s for s in table.sensors if s.name.endswith("store_sensor")]
     tmp = Path(tempfile.mkdtemp())
@@ -75,7 +78,7 @@ def main() -> None:
             steady_s, steady = tick(sensor, instance, resources, first.cursor)
             assert steady.run_requests == [] and len(add.partition_keys) == shards
         old = "skipped"
-        if shards <= (100 if args.quick else 400):
+        if shards <= args.compare_up_to:
             st = DocumentStore.from_path(store)
             t0 = time.perf_counter()
             old_fps = {s: st.shard_fingerprint(s) for s in st.shards()}
