@@ -249,11 +249,12 @@ def test_a_version_1_table_is_reencoded_and_its_old_ids_deleted(jsonl_run, tmp_p
 # -- 4. the store sensor reads a single-file store once -----------------------------------------
 
 
-def test_fingerprints_read_a_single_file_store_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_fingerprints_and_check_reads_take_one_pass_over_a_single_file_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     rows = [json.dumps({"id": f"d{i}", "text": f"text {i}", "shard": f"s{i % 7}"}) for i in range(70)]
     rows += [rows[0], '{"id": "bad", "shard": "s3"}']  # a duplicate id and a bad row count too
     store = DocumentStore.from_path(write_lines(tmp_path / "docs.jsonl", rows))
     expected = {shard: store.shard_fingerprint(shard) for shard in store.shards()}  # one shard at a time
+    shards = {shard: store.read_shard_with_rejections(shard) for shard in store.shards()}
     reads: list[Path] = []
     real = store_files.jsonl_rows
 
@@ -264,6 +265,8 @@ def test_fingerprints_read_a_single_file_store_once(tmp_path: Path, monkeypatch:
     monkeypatch.setattr(store_files, "jsonl_rows", counting)
     assert store.fingerprints() == expected
     assert len(reads) == 1
+    assert store.read_shards_with_rejections([*shards, "nope"]) == shards  # what the asset checks read
+    assert len(reads) == 2
 
 
 # -- 5. characters that produced no token, at chunk boundaries -----------------------------------

@@ -75,18 +75,21 @@ def _of_partition(rows: pa.Table, partition: str) -> pa.Table:
     return rows.filter(pa.compute.equal(rows.column("partition"), partition))
 
 
-def _shard_docs(st: DocumentStore, partition: str, known: set[str]) -> dict[str, Document] | str:
-    """The shard's documents by id ({} for a shard gone from the store), or the read error as text."""
-    if partition not in known:
-        return {}
+def _shards_docs(st: DocumentStore, partitions: list[str]) -> dict[str, dict[str, Document] | str]:
+    """Per partition: the shard's documents by id ({} for a shard gone from the store), or the read
+    error as text. One pass over a single-file store for all the partitions."""
     try:
-        docs, bad_rows = st.read_shard_with_rejections(partition)
+        read = st.read_shards_with_rejections(partitions)
+    except (ValueError, KeyError, OSError) as exc:
+        return dict.fromkeys(partitions, f"shard cannot be read: {exc}")
+    out: dict[str, dict[str, Document] | str] = {}
+    for p in partitions:
+        docs, bad_rows = read.get(p, ([], []))
         by_id = {d.doc_id: d for d in docs}
         # a row that made no document is accounted by its rejection record, like a document
         by_id.update({r.doc_id: Document(r.doc_id, "", "") for r in bad_rows if r.doc_id not in by_id})
-        return by_id
-    except (ValueError, KeyError, OSError) as exc:
-        return f"shard cannot be read: {exc}"
+        out[p] = by_id
+    return out
 
 
 def _unreadable(docs: dict[str, Document] | str) -> validation.Outcome | None:
@@ -158,9 +161,7 @@ def build_checks(w: TableWiring, *, with_parity: bool = True) -> list[dg.AssetCh
                 _reported_outcome(w, context.instance, p, rows_of[p], _of_partition(rejected, p)) for p in partitions
             ]
         else:
-            st = w.resource(context, w.store_key).get_store()
-            known = set(st.shards())
-            docs_by_part = {p: _shard_docs(st, p, known) for p in partitions}
+            docs_by_part = _shards_docs(w.resource(context, w.store_key).get_store(), partitions)
             spans = [
                 _unreadable(docs_by_part[p]) or validation.spans_tile(rows_of[p], docs_by_part[p]) for p in partitions
             ]
@@ -204,21 +205,22 @@ def build_parity_check(w: TableWiring) -> dg.AssetChecksDefinition:
         rows = read_partition(table, partitions)
         same_run = w.chunk_key in (context.run.asset_selection or set())
         chunker = w.resource(context, w.engine_key).get_chunker()
-        st = w.resource(context, w.store_key).get_store()
-        known = set(st.shards())
+        parts = {p: _of_partition(rows, p) for p in partitions}
+        if same_run:
+            # in the run that materialized the partition: sample what this run wrote (incremental
+            # runs leave unchanged documents' rows, checked by the run that wrote them)
+            parts = {p: t.filter(pa.compute.equal(t.column("run_id"), context.run.run_id)) for p, t in parts.items()}
+        sampled = [p for p in partitions if parts[p].num_rows or not same_run]
+        docs_by_part = _shards_docs(w.resource(context, w.store_key).get_store(), sampled)  # one pass
         details: dict[str, object] = {}
         passed = True
         for p in partitions:
-            part = _of_partition(rows, p)
-            if same_run:
-                # in the run that materialized the partition: sample what this run wrote (incremental
-                # runs leave unchanged documents' rows, checked by the run that wrote them)
-                part = part.filter(pa.compute.equal(part.column("run_id"), context.run.run_id))
-                if part.num_rows == 0:
-                    details[p] = "no document re-encoded by this run"
-                    continue
+            part = parts[p]
+            if p not in docs_by_part:
+                details[p] = "no document re-encoded by this run"
+                continue
             doc_ids = sorted(set(part.column("doc_id").to_pylist()))[: config.docs_per_partition]
-            docs = _shard_docs(st, p, known)
+            docs = docs_by_part[p]
             if isinstance(docs, str):
                 passed = False
                 details[p] = docs

@@ -49,7 +49,7 @@ Rules, the same for every store kind:
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from latechunk_dagster.sources.documents import (
@@ -165,6 +165,34 @@ class DocumentStore:
         for item in self.iter_shard(shard):
             (docs if isinstance(item, Document) else rejected).append(item)  # type: ignore[arg-type]
         return sorted(docs, key=lambda d: d.doc_id), rejected
+
+    def read_shards_with_rejections(self, shards: Iterable[str]) -> dict[str, tuple[list[Document], list[RejectedRow]]]:
+        """:meth:`read_shard_with_rejections` of several shards at once, in one pass over a
+        single-file store (one read per shard would cost shards x rows). Shards the store does not
+        have are left out of the result. Holds the texts of those shards in memory.
+
+        Raises:
+            OSError: the store's files cannot be listed.
+        """
+        wanted = set(shards)
+        if not self.path.is_file():
+            layout = self._shard_files()
+            groups = {s: list(self._files_items(layout[s])) for s in sorted(wanted & set(layout))}
+        else:
+            groups = {}
+            for shard, item in self._single_file_rows():
+                if shard in wanted:
+                    groups.setdefault(shard, []).append(item)
+            if self.path.stem in wanted and not groups and self.shards() == [self.path.stem]:
+                groups[self.path.stem] = []  # an empty file: its one shard has no rows
+        out: dict[str, tuple[list[Document], list[RejectedRow]]] = {}
+        for shard, items in groups.items():
+            docs: list[Document] = []
+            rejected: list[RejectedRow] = []
+            for item in first_of_each_id(items, self._scope(shard)):
+                (docs if isinstance(item, Document) else rejected).append(item)  # type: ignore[arg-type]
+            out[shard] = (sorted(docs, key=lambda d: d.doc_id), rejected)
+        return out
 
     def read_shard(self, shard: str) -> list[Document]:
         """The documents of one shard, sorted by doc_id (rejected rows left out: see
