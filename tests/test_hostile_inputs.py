@@ -216,6 +216,24 @@ def test_ids_joined_with_a_separator_no_longer_collide_across_partitions(jsonl_r
     assert len({r["chunk_id"] for r in rows}) == len(rows)
 
 
+def test_parity_details_keep_partition_and_doc_apart(tmp_path: Path, chunker: LateChunker) -> None:
+    """Partition ``2024/jan`` + doc ``x`` and partition ``2024`` + doc ``jan/x``: one string when joined by ``/``."""
+    SHARED_ENGINE["chunker"] = chunker
+    store, db = tmp_path / "tables", tmp_path / "lancedb"
+    (store / "2024").mkdir(parents=True)
+    write_lines(store / "2024" / "jan.jsonl", [json.dumps({"id": "x", "text": "January notes about pumps."})])
+    write_lines(store / "2024.jsonl", [json.dumps({"id": "jan/x", "text": "A yearly note about owls."})])
+    with dagster_instance(tmp_path / "home") as instance:
+        added, _ = sync_partitions(instance, DocumentStore.from_path(store), TABLE.partitions_def)
+        assert added == ["2024", "2024/jan"]
+        result = run_partitions(make_defs(store, db), instance, "2024", "2024/jan")
+    assert result.success
+    [parity] = [c for c in result.get_asset_check_evaluations() if c.check_name == "parity_sample"]
+    details = parity.metadata["details"].value
+    assert {p: set(d) for p, d in details.items()} == {"2024": {"jan/x"}, "2024/jan": {"x"}}
+    assert {(r["partition"], r["doc_id"]) for r in rows_of(db, "chunks")} == {("2024", "jan/x"), ("2024/jan", "x")}
+
+
 def test_rejection_ids_are_unique_per_rejected_row(jsonl_run) -> None:
     rejected = rows_of(jsonl_run["db"], "rejected_documents")
     assert len({r["rejection_id"] for r in rejected}) == len(rejected) == 3
@@ -249,7 +267,9 @@ def test_a_version_1_table_is_reencoded_and_its_old_ids_deleted(jsonl_run, tmp_p
 # -- 4. the store sensor reads a single-file store once -----------------------------------------
 
 
-def test_fingerprints_and_check_reads_take_one_pass_over_a_single_file_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_fingerprints_and_check_reads_take_one_pass_over_a_single_file_store(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     rows = [json.dumps({"id": f"d{i}", "text": f"text {i}", "shard": f"s{i % 7}"}) for i in range(70)]
     rows += [rows[0], '{"id": "bad", "shard": "s3"}']  # a duplicate id and a bad row count too
     store = DocumentStore.from_path(write_lines(tmp_path / "docs.jsonl", rows))

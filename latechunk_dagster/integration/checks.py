@@ -237,7 +237,8 @@ def build_parity_check(w: TableWiring) -> dg.AssetChecksDefinition:
                     stored = np.stack([np.asarray(v, np.float32) for v in mine.column("vector").to_pylist()])
                     outcome = validation.vectors_match(stored, fresh.vectors, config.atol)
                 passed &= outcome[0]
-                details[f"{p}/{doc_id}"] = outcome[1]
+                # nested, not f"{p}/{doc_id}": partition "a/b" + doc "c" and "a" + "b/c" would share a key
+                details.setdefault(p, {})[doc_id] = outcome[1]  # type: ignore[index]
         return dg.AssetCheckResult(
             passed=passed,
             severity=dg.AssetCheckSeverity.ERROR,
