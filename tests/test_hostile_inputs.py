@@ -199,6 +199,26 @@ def test_jsonl_id_with_a_lone_surrogate_is_rejected_alone(jsonl_run) -> None:
     assert checks and all(c.passed for c in checks), [(c.check_name, c.metadata) for c in checks if not c.passed]
 
 
+def test_parquet_and_upstream_ids_that_are_not_utf8_are_rejected_alone(tmp_path: Path) -> None:
+    """Arrow does not validate UTF-8 everywhere: such a value failed the whole record batch."""
+    import pyarrow.parquet as pq
+
+    from latechunk_dagster.sources.frames import iter_table_documents
+
+    ids = pa.array([b"good1", b"r\xe9sum\xe9", b"good2"], pa.binary()).view(pa.string())
+    table = pa.table({"id": ids, "text": ["First good text.", "Bad id.", "Second good text."]})
+    pq.write_table(table, tmp_path / "docs.parquet")
+    docs, [bad] = DocumentStore.from_path(tmp_path / "docs.parquet").read_shard_with_rejections("docs")
+    assert [d.doc_id for d in docs] == ["good1", "good2"]
+    assert (bad.doc_id, bad.reason) == ("r\\xe9sum\\xe9", "bad_id") and "row 2" in bad.where
+    items = list(iter_table_documents(table))
+    assert [(i.doc_id, getattr(i, "reason", None)) for i in items] == [
+        ("good1", None),
+        ("r\\xe9sum\\xe9", "bad_id"),
+        ("good2", None),
+    ]
+
+
 # -- 3. chunk ids that collided across partitions ---------------------------------------------
 
 

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from latechunk_dagster.sources.documents import BOM, Document, RejectedRow, is_valid_unicode, printable, strip_bom
@@ -178,12 +179,26 @@ def parquet_rows(file: Path, columns: tuple[str, ...] = ("id", "text", "shard"))
     number = 0
     try:
         for batch in parquet.iter_batches(batch_size=PARQUET_BATCH_ROWS, columns=wanted):
-            cols = {name: batch.column(name).to_pylist() for name in wanted}
+            cols = {c: column_values(batch.column(c)) for c in wanted}
             for i in range(batch.num_rows):
                 number += 1
                 yield Row(number, {c: cols[c][i] for c in wanted}, f"{name}: row {number}")
     except (OSError, ValueError) as exc:
         yield RejectedRow("*", name, "unreadable_file", f"{name}: read failed after row {number}: {exc}")
+
+
+def column_values(array: pa.Array) -> list[Any]:
+    """``array.to_pylist()``, except that a string column holding bytes that are not valid UTF-8
+    (Parquet writers and Arrow do not always validate) is decoded value by value with
+    ``surrogateescape``: the bad value becomes a lone-surrogate string that its row is rejected
+    for (``bad_id``, ``bad_shard``, invalid Unicode text), instead of the whole batch failing."""
+    try:
+        return array.to_pylist()
+    except UnicodeDecodeError:
+        if not (pa.types.is_string(array.type) or pa.types.is_large_string(array.type)):
+            raise
+        raw = array.view(pa.large_binary() if pa.types.is_large_string(array.type) else pa.binary())
+        return [None if v is None else v.decode("utf-8", errors="surrogateescape") for v in raw.to_pylist()]
 
 
 def document_from_row(row: Row) -> Document | RejectedRow:
