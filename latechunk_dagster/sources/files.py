@@ -37,7 +37,7 @@ Rules, the same for every store kind:
   :meth:`~DocumentStore.bad_shards` names each (escaped by
   :func:`~latechunk_dagster.sources.documents.printable`) with the reason, and ``sync_partitions``,
   the CLI and the sensor report them while adding every other shard. A file of a good shard whose
-  path (doc_id) is not valid UTF-8, or a JSONL ``id`` with a lone surrogate, is a ``RejectedRow``
+  path (doc_id) is not valid UTF-8, or a JSONL / Parquet ``id`` that is not valid Unicode, is a ``RejectedRow``
   (reason ``bad_id``) naming the file / row and the escaped id; its neighbours are read as usual.
 * **Repeated JSON keys**: a JSONL object that gives a key twice is a ``RejectedRow`` (reason
   ``duplicate_key``), never read with one of its values.
