@@ -309,6 +309,36 @@ def test_fingerprints_and_check_reads_take_one_pass_over_a_single_file_store(
     assert len(reads) == 2
 
 
+def test_a_run_over_many_partitions_reads_a_single_jsonl_file_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What the chunk asset reads for a run over many partitions (``iter_shards``): the same rows as
+    one ``iter_shard`` per partition, with one scan of the file instead of one per partition."""
+    rows = [json.dumps({"id": f"d{i}", "text": f"text {i}", "shard": f"s{i % 5}"}) for i in range(50)]
+    rows += ["not json", rows[3], '{"id": "x", "text": "t", "text": "u", "shard": "s1"}']
+    path = write_lines(tmp_path / "docs.jsonl", ["\ufeff" + rows[0], *rows[1:]])
+    store = DocumentStore.from_path(path)
+    shards = store.shards()
+    expected = {shard: list(store.iter_shard(shard)) for shard in shards}
+    whole_reads: list[Path] = []
+    real = store_files.jsonl_rows
+
+    def counting(file: Path, lines=None):  # noqa: ANN001, ANN202 - the real reader, counted
+        if lines is None:
+            whole_reads.append(file)
+        return real(file, lines)
+
+    monkeypatch.setattr(store_files, "jsonl_rows", counting)
+    assert {shard: list(items) for shard, items in store.iter_shards(shards)} == expected
+    assert whole_reads == []
+    # the file changes after the scan: the shard is read whole, as it is now
+    runs = store.iter_shards(shards)
+    first, items = next(runs)
+    with path.open("a", encoding="utf-8") as f:
+        f.write(json.dumps({"id": "late", "text": "added after the scan", "shard": first}) + "\n")
+    assert [getattr(i, "doc_id", None) for i in items][-1] == "late"
+
+
 # -- 5. characters that produced no token, at chunk boundaries -----------------------------------
 
 

@@ -49,7 +49,7 @@ Rules, the same for every store kind:
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
 from latechunk_dagster.sources.documents import (
@@ -64,6 +64,7 @@ from latechunk_dagster.sources.documents import (
 from latechunk_dagster.sources.readers import (
     Row,
     document_from_row,
+    jsonl_lines,
     jsonl_rows,
     parquet_rows,
     read_text_file,
@@ -165,6 +166,35 @@ class DocumentStore:
         for item in self.iter_shard(shard):
             (docs if isinstance(item, Document) else rejected).append(item)  # type: ignore[arg-type]
         return sorted(docs, key=lambda d: d.doc_id), rejected
+
+    def iter_shards(self, shards: Sequence[str]) -> Iterator[tuple[str, Iterator[Document | RejectedRow]]]:
+        """``(shard, iter_shard(shard))`` for each of ``shards``, in order, without reading a
+        single-file store once per shard (shards x rows in a run over many partitions): a single
+        JSONL file is scanned once for where each shard's lines are (line numbers and byte offsets,
+        no text kept), then each shard reads only its lines. A file changed since that scan is
+        read whole for the shard, as :meth:`iter_shard` does. Parquet files and directory stores
+        are read shard by shard (a directory store reads only each shard's files).
+
+        A file that cannot be read is one ``unreadable_file`` row per shard, as with :meth:`iter_shard`.
+        """
+        if not (self.path.is_file() and self.kind == "jsonl" and len(shards) > 1):
+            for shard in shards:
+                yield shard, self.iter_shard(shard)
+            return
+        index: dict[str, list[tuple[int, int]]] = {}
+        stem = self.path.stem
+        try:
+            stamp = _stamp(self.path)
+            for number, offset, row in jsonl_lines(self.path):
+                shard = stem if isinstance(row, RejectedRow) else shard_of_row(row, stem)[0]
+                index.setdefault(shard, []).append((number, offset))
+        except OSError:  # each shard then reads the file itself and records why it cannot
+            index, stamp = {}, (-1, -1)
+        for shard in shards:
+            if shard in index:
+                yield shard, self._indexed_shard(shard, index[shard], stamp)
+            else:
+                yield shard, self.iter_shard(shard)  # unknown (KeyError) or an empty file's one shard
 
     def read_shards_with_rejections(self, shards: Iterable[str]) -> dict[str, tuple[list[Document], list[RejectedRow]]]:
         """:meth:`read_shard_with_rejections` of several shards at once, in one pass over a
@@ -307,11 +337,12 @@ class DocumentStore:
         return groups, bad
 
     def _single_file_rows(
-        self, columns: tuple[str, ...] = ("id", "text", "shard")
+        self, columns: tuple[str, ...] = ("id", "text", "shard"), rows: Iterable[Row | RejectedRow] | None = None
     ) -> Iterator[tuple[str, tuple[Document, str] | RejectedRow]]:
-        """Single-file store: (shard, document or rejection) per row."""
+        """Single-file store: (shard, document or rejection) per row (of ``rows``, default the file's)."""
         stem = self.path.stem
-        rows = jsonl_rows(self.path) if self.kind == "jsonl" else parquet_rows(self.path, columns)
+        if rows is None:
+            rows = jsonl_rows(self.path) if self.kind == "jsonl" else parquet_rows(self.path, columns)
         for row in rows:
             if isinstance(row, RejectedRow):
                 yield stem, row
@@ -323,6 +354,23 @@ class DocumentStore:
                 yield shard, row  # type: ignore[misc]  # shards(): only the shard matters
             else:
                 yield shard, _with_where(row)
+
+    def _indexed_shard(
+        self, shard: str, lines: list[tuple[int, int]], stamp: tuple[int, int]
+    ) -> Iterator[Document | RejectedRow]:
+        """A single JSONL file's shard read from its indexed lines; the whole-file scan of
+        :meth:`iter_shard` if the file changed since the index was made."""
+        if _stamp(self.path) != stamp:
+            yield from self.iter_shard(shard)
+            return
+        rows = self._single_file_rows(rows=jsonl_rows(self.path, lines))
+        yield from first_of_each_id((item for _, item in rows), self._scope(shard))
+
+
+def _stamp(path: Path) -> tuple[int, int]:
+    """(size, mtime in ns) of a file: whether it changed since an index of it was made."""
+    st = path.stat()
+    return st.st_size, st.st_mtime_ns
 
 
 def _light(doc: Document) -> Document:

@@ -22,10 +22,10 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -115,11 +115,15 @@ def read_text_file(file: Path, doc_id: str) -> Document | RejectedRow:
         return RejectedRow(doc_id, where, "unreadable_file", f"{where}: cannot be read: {exc}")
 
 
-def jsonl_rows(file: Path) -> Iterator[Row | RejectedRow]:
+def jsonl_rows(file: Path, lines: Iterable[tuple[int, int]] | None = None) -> Iterator[Row | RejectedRow]:
     """A :class:`Row` per non-blank line of a JSONL file (number = line number from 1), or a
     ``RejectedRow`` for a line that is not a JSON object. A line whose object repeats a key is a
     ``Row`` with :attr:`Row.repeated` set (rejected by :func:`document_from_row`, in its shard). A
-    BOM may start the file or any line."""
+    BOM may start the file or any line.
+
+    ``lines``: read only these ``(line number, byte offset)`` lines (from :func:`jsonl_lines`), by
+    seeking, instead of the whole file.
+    """
     name = printable(str(file))
     try:
         handle = file.open("rb")
@@ -127,23 +131,53 @@ def jsonl_rows(file: Path) -> Iterator[Row | RejectedRow]:
         yield RejectedRow("*", name, "unreadable_file", f"{name}: cannot be read: {exc}")
         return
     with handle:
+        numbered = enumerate(handle, start=1) if lines is None else _seek_lines(handle, lines)
+        for number, raw in numbered:
+            row = jsonl_row(raw, number, name)
+            if row is not None:
+                yield row
+
+
+def _seek_lines(handle: BinaryIO, lines: Iterable[tuple[int, int]]) -> Iterator[tuple[int, bytes]]:
+    for number, offset in lines:
+        handle.seek(offset)
+        yield number, handle.readline()
+
+
+def jsonl_lines(file: Path) -> Iterator[tuple[int, int, Row | RejectedRow]]:
+    """``(line number, byte offset, row)`` per non-blank line of a JSONL file (rows as
+    :func:`jsonl_rows` makes them), for an index of where each shard's lines are.
+
+    Raises:
+        OSError: the file cannot be read.
+    """
+    name = printable(str(file))
+    with file.open("rb") as handle:
+        offset = 0
         for number, raw in enumerate(handle, start=1):
-            if raw.startswith(_BOM_BYTES):
-                raw = raw[len(_BOM_BYTES) :]
-            line = raw.decode("utf-8", errors="surrogateescape")
-            if not line.strip():
-                continue
-            where = f"{name}: row {number}"
-            try:
-                values, repeated = loads_with_repeated_keys(line)
-            except json.JSONDecodeError as exc:
-                yield RejectedRow(f"row {number}", where, "invalid_json", f"{where}: invalid JSON: {exc}")
-                continue
-            if not isinstance(values, dict):
-                detail = f"{where}: expected a JSON object, got {type(values).__name__}"
-                yield RejectedRow(f"row {number}", where, "invalid_json", detail)
-                continue
-            yield Row(number, values, where, tuple(repeated))
+            row = jsonl_row(raw, number, name)
+            if row is not None:
+                yield number, offset, row
+            offset += len(raw)
+
+
+def jsonl_row(raw: bytes, number: int, name: str) -> Row | RejectedRow | None:
+    """One JSONL line (``name``: the file, as messages name it): a :class:`Row`, a ``RejectedRow``
+    (not a JSON object), or ``None`` for a blank line. A leading BOM is removed."""
+    if raw.startswith(_BOM_BYTES):
+        raw = raw[len(_BOM_BYTES) :]
+    line = raw.decode("utf-8", errors="surrogateescape")
+    if not line.strip():
+        return None
+    where = f"{name}: row {number}"
+    try:
+        values, repeated = loads_with_repeated_keys(line)
+    except json.JSONDecodeError as exc:
+        return RejectedRow(f"row {number}", where, "invalid_json", f"{where}: invalid JSON: {exc}")
+    if not isinstance(values, dict):
+        detail = f"{where}: expected a JSON object, got {type(values).__name__}"
+        return RejectedRow(f"row {number}", where, "invalid_json", detail)
+    return Row(number, values, where, tuple(repeated))
 
 
 def _duplicate_key_row(row: Row) -> RejectedRow:
