@@ -139,6 +139,28 @@ def test_sensor_adds_the_good_shards_of_a_store_with_an_undecodable_one(tmp_path
     assert json.loads(tick.cursor).keys() == {"good"}
 
 
+def test_documents_observation_versions_every_good_shard_in_one_pass(tmp_path: Path) -> None:
+    store = text_tree(tmp_path / "tree")
+    (store / "other").mkdir()
+    (store / "other" / "c.txt").write_text("Another shard.")
+    st = DocumentStore.from_path(store)
+    with dagster_instance(tmp_path / "home") as instance:
+        sync_partitions(instance, st, TABLE.partitions_def)
+        defs = dg.Definitions(
+            assets=[TABLE.documents_asset],
+            jobs=[dg.define_asset_job("observe", selection=[TABLE.documents_asset.key])],
+            resources={"store": DocumentStoreResource(path=str(store))},
+        )
+        result = defs.resolve_job_def("observe").execute_in_process(instance=instance)
+        assert result.success
+        versions = {
+            e.partition: e.event_specific_data.asset_observation.tags["dagster/data_version"]
+            for e in result.all_events
+            if e.event_type_value == "ASSET_OBSERVATION"
+        }
+    assert versions == {"good": st.shard_fingerprint("good"), "other": st.shard_fingerprint("other")}
+
+
 def test_cli_sync_partitions_names_the_undecodable_shard(tmp_path: Path) -> None:
     store = text_tree(tmp_path / "tree")
     out = run_cli(["sync-partitions"], tmp_path / "home", LATECHUNK_DOCUMENT_STORE=str(store))
