@@ -353,6 +353,11 @@ def test_a_run_over_many_partitions_reads_a_single_jsonl_file_once(
     monkeypatch.setattr(store_files, "jsonl_rows", counting)
     assert {shard: list(items) for shard, items in store.iter_shards(shards)} == expected
     assert whole_reads == []
+    tree = DocumentStore.from_path(text_tree(tmp_path / "tree"))
+    got = {shard: list(items) for shard, items in tree.iter_shards(["good"])}
+    assert got == {"good": list(tree.iter_shard("good"))}
+    with pytest.raises(KeyError):
+        list(dict(tree.iter_shards(["gone"]))["gone"])
     # the file changes after the scan: the shard is read whole, as it is now
     runs = store.iter_shards(shards)
     first, items = next(runs)

@@ -172,12 +172,20 @@ class DocumentStore:
         single-file store once per shard (shards x rows in a run over many partitions): a single
         JSONL file is scanned once for where each shard's lines are (line numbers and byte offsets,
         no text kept), then each shard reads only its lines. A file changed since that scan is
-        read whole for the shard, as :meth:`iter_shard` does. Parquet files and directory stores
-        are read shard by shard (a directory store reads only each shard's files).
+        read whole for the shard, as :meth:`iter_shard` does. A directory store is listed once and
+        each shard reads only its files; a single Parquet file is still read once per shard.
 
         A file that cannot be read is one ``unreadable_file`` row per shard, as with :meth:`iter_shard`.
         """
-        if not (self.path.is_file() and self.kind == "jsonl" and len(shards) > 1):
+        if not self.path.is_file():
+            layout = self._shard_files()  # the tree is listed once, not once per shard
+            for shard in shards:
+                if shard in layout:
+                    yield shard, first_of_each_id(self._files_items(layout[shard]), self._scope(shard))
+                else:
+                    yield shard, self.iter_shard(shard)  # raises KeyError on the first next()
+            return
+        if self.kind != "jsonl" or len(shards) < 2:
             for shard in shards:
                 yield shard, self.iter_shard(shard)
             return
