@@ -234,14 +234,13 @@ def check_shards(
     dims = {int(r["embedding_dim"]) for r in reported.values() if "embedding_dim" in r}
     dim = dims.pop() if len(dims) == 1 else table.schema.field("vector").type.list_size
     store = DocumentStore.from_path(store_path)
-    known = set(store.shards())
     return validation.check_partitions(
         rows,
         rejected,
         partitions,
         dim=dim,
         expected_rows={p: (int(reported[p]["partition_rows"]) if p in reported else None) for p in partitions},
-        docs={p: validation.shard_documents(store, p, known) for p in partitions},
+        docs=validation.shards_documents(store, partitions),
     )
 
 

@@ -102,6 +102,7 @@ def _run(args: argparse.Namespace) -> int:
             TABLE.partitions_def,
             res["lancedb"],
             TABLE.wiring.table_names,
+            warn=lambda line: print(line, file=sys.stderr),
         )
         print(f"added {added or 'none'}; removed {removed or 'none'} (and their rows)")
         return 0

@@ -10,7 +10,9 @@ One JSON object per line::
   relevant passage; both or neither. Without them the whole document is relevant.
 * Several lines with the same ``query`` text are one query with several relevant passages.
 * Other keys are refused (a misspelt ``char-start`` would otherwise quietly make the label
-  document-level). Blank lines are skipped. Lines split on ``\\n`` only.
+  document-level), and so is a key given twice in one line (JSON readers silently keep the last
+  value). Blank lines are skipped. Lines split on ``\\n`` only.
+* ``query`` and ``doc_id`` must be valid Unicode (a JSON ``"\\ud800"`` escape is a lone surrogate).
 
 Every error is a :class:`QueryFileError` naming the file and the line.
 """
@@ -22,7 +24,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from latechunk_dagster.sources.documents import strip_bom
+from latechunk_dagster.sources.documents import is_valid_unicode, printable, strip_bom
+from latechunk_dagster.sources.readers import DuplicateKeyError, loads_strict
 
 KEYS = frozenset({"query", "doc_id", "char_start", "char_end"})
 
@@ -58,8 +61,9 @@ def read_queries(path: str | Path) -> list[LabeledQuery]:
     """Read a query file (module docstring) into queries, in order of first appearance.
 
     Raises:
-        QueryFileError: missing file, invalid JSON, a missing / wrongly typed / unknown key, a bad
-            char range, a repeated (query, passage) line, or no query at all; names file and line.
+        QueryFileError: missing file, invalid JSON, a missing / wrongly typed / unknown / repeated
+            key, text that is not valid Unicode, a bad char range, a repeated (query, passage) line,
+            or no query at all; names file and line.
     """
     path = Path(path)
     try:
@@ -76,9 +80,11 @@ def read_queries(path: str | Path) -> list[LabeledQuery]:
             continue
         where = f"{path}: line {number}"
         try:
-            row = json.loads(line)
+            row = loads_strict(line)
         except json.JSONDecodeError as exc:
             raise QueryFileError(f"{where}: invalid JSON: {exc}") from None
+        except DuplicateKeyError as exc:
+            raise QueryFileError(f"{where}: {exc}: which value is meant is ambiguous; give each key once") from None
         query, passage = parse_row(row, where, number)
         key = (query, passage.doc_id, passage.char_range)
         if key in seen:
@@ -103,6 +109,9 @@ def parse_row(row: object, where: str, line: int = 0) -> tuple[str, Passage]:
     doc_id = row.get("doc_id")
     if isinstance(doc_id, bool) or not isinstance(doc_id, str | int) or doc_id == "":
         raise QueryFileError(f"{where}: 'doc_id' must be a non-empty string or an integer, got {doc_id!r}")
+    for name, value in (("query", query), ("doc_id", doc_id)):
+        if isinstance(value, str) and not is_valid_unicode(value):
+            raise QueryFileError(f"{where}: {name!r} {printable(value)!r} is not valid Unicode (a lone surrogate)")
     has_start, has_end = "char_start" in row, "char_end" in row
     if has_start != has_end:
         raise QueryFileError(f"{where}: give both 'char_start' and 'char_end', or neither (document-level)")

@@ -93,10 +93,9 @@ def build_documents_asset(w: TableWiring, spec: dg.AssetSpec) -> dg.AssetsDefini
 
     @dg.observable_source_asset(key=spec.key, partitions_def=w.partitions_def, required_resource_keys={w.store_key})
     def _documents(context: dg.AssetExecutionContext) -> dg.DataVersionsByPartition:
-        st = w.resource(context, w.store_key).get_store()
-        known = set(st.shards())
+        fingerprints = w.resource(context, w.store_key).get_store().fingerprints()  # one pass over the store
         keys = w.all_partition_keys(context.instance)
-        return dg.DataVersionsByPartition({k: st.shard_fingerprint(k) for k in keys if k in known})
+        return dg.DataVersionsByPartition({k: fingerprints[k] for k in keys if k in fingerprints})
 
     return _observable_with_spec(_documents, spec)
 
@@ -167,8 +166,9 @@ def _partition_sources(context: dg.AssetExecutionContext, w: TableWiring, upstre
             yield partition, docs, getattr(value, "num_rows", None)
         return
     st = w.resource(context, w.store_key).get_store()
-    for partition in context.partition_keys:
-        yield partition, st.iter_shard(partition), st.count_documents(partition)
+    # one scan of a single-file store for the whole run, not one per partition (shards x rows)
+    for partition, docs in st.iter_shards(list(context.partition_keys)):
+        yield partition, docs, st.count_documents(partition)
 
 
 def _raise(exc: Exception) -> Any:

@@ -63,7 +63,7 @@ def last_reported(w: TableWiring, instance: dg.DagsterInstance, partition: str, 
 
 
 _of_partition = validation.of_partition
-_shard_docs = validation.shard_documents
+_shards_docs = validation.shards_documents
 
 
 def _reported_outcome(w: TableWiring, instance: dg.DagsterInstance, p: str, rows: pa.Table, rejected: pa.Table):
@@ -125,9 +125,7 @@ def build_checks(w: TableWiring, *, with_parity: bool = True) -> list[dg.AssetCh
                 for p in partitions
             ]
         else:
-            st = w.resource(context, w.store_key).get_store()
-            known = set(st.shards())
-            docs_by_part = {p: _shard_docs(st, p, known) for p in partitions}
+            docs_by_part = _shards_docs(w.resource(context, w.store_key).get_store(), partitions)  # one pass
         outcomes = validation.check_partitions(
             rows,
             rejected,
@@ -166,21 +164,22 @@ def build_parity_check(w: TableWiring) -> dg.AssetChecksDefinition:
         rows = read_partition(table, partitions)
         same_run = w.chunk_key in (context.run.asset_selection or set())
         chunker = w.resource(context, w.engine_key).get_chunker()
-        st = w.resource(context, w.store_key).get_store()
-        known = set(st.shards())
+        parts = {p: _of_partition(rows, p) for p in partitions}
+        if same_run:
+            # in the run that materialized the partition: sample what this run wrote (incremental
+            # runs leave unchanged documents' rows, checked by the run that wrote them)
+            parts = {p: t.filter(pa.compute.equal(t.column("run_id"), context.run.run_id)) for p, t in parts.items()}
+        sampled = [p for p in partitions if parts[p].num_rows or not same_run]
+        docs_by_part = _shards_docs(w.resource(context, w.store_key).get_store(), sampled)  # one pass
         details: dict[str, object] = {}
         passed = True
         for p in partitions:
-            part = _of_partition(rows, p)
-            if same_run:
-                # in the run that materialized the partition: sample what this run wrote (incremental
-                # runs leave unchanged documents' rows, checked by the run that wrote them)
-                part = part.filter(pa.compute.equal(part.column("run_id"), context.run.run_id))
-                if part.num_rows == 0:
-                    details[p] = "no document re-encoded by this run"
-                    continue
+            part = parts[p]
+            if p not in docs_by_part:
+                details[p] = "no document re-encoded by this run"
+                continue
             doc_ids = sorted(set(part.column("doc_id").to_pylist()))[: config.docs_per_partition]
-            docs = _shard_docs(st, p, known)
+            docs = docs_by_part[p]
             if isinstance(docs, str):
                 passed = False
                 details[p] = docs
@@ -197,7 +196,8 @@ def build_parity_check(w: TableWiring) -> dg.AssetChecksDefinition:
                     stored = np.stack([np.asarray(v, np.float32) for v in mine.column("vector").to_pylist()])
                     outcome = validation.vectors_match(stored, fresh.vectors, config.atol)
                 passed &= outcome[0]
-                details[f"{p}/{doc_id}"] = outcome[1]
+                # nested, not f"{p}/{doc_id}": partition "a/b" + doc "c" and "a" + "b/c" would share a key
+                details.setdefault(p, {})[doc_id] = outcome[1]  # type: ignore[index]
         return dg.AssetCheckResult(
             passed=passed,
             severity=dg.AssetCheckSeverity.ERROR,

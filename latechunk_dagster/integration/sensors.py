@@ -2,6 +2,8 @@
 
 import hashlib
 import json
+import logging
+from collections.abc import Callable
 
 import dagster as dg
 from dagster._core.definitions.data_version import DATA_VERSION_TAG
@@ -11,6 +13,8 @@ from latechunk_dagster.integration.resources import LanceDBResource
 from latechunk_dagster.integration.wiring import TableWiring, dynamic_name
 from latechunk_dagster.sources.files import DocumentStore
 
+log = logging.getLogger(__name__)
+
 
 def sync_partitions(
     instance: dg.DagsterInstance,
@@ -18,16 +22,24 @@ def sync_partitions(
     partitions_def: dg.DynamicPartitionsDefinition,
     lancedb: LanceDBResource | None = None,
     table_names: list[str] | None = None,
+    *,
+    warn: Callable[[str], None] | None = None,
 ) -> tuple[list[str], list[str]]:
     """Add the store's shards that are not yet partitions; delete partitions whose shard is gone,
     and (with ``lancedb``) their rows in ``table_names``, so search never returns documents that
     left the store.
+
+    A shard whose name is not valid UTF-8 cannot be a partition key: it is skipped, and ``warn``
+    (default: this module's logger) gets a line naming it and why (:meth:`DocumentStore.bad_shards`);
+    every other shard is synced as usual.
 
     Returns ``(added, removed)``. Used by the ``latechunk sync-partitions`` command; the sensor
     does the same through a ``SensorResult``.
     """
     name = partitions_def.name
     assert name is not None
+    for bad in store.bad_shards():
+        (warn or log.warning)(f"skipped: {bad.detail}")
     shards = set(store.shards())
     known = set(instance.get_dynamic_partitions(name))
     added, removed = sorted(shards - known), sorted(known - shards)
@@ -106,6 +118,8 @@ def build_store_sensor(w: TableWiring, name: str) -> dg.SensorDefinition:
         lancedb = w.resource(context, w.lancedb_key)
         previous: dict[str, str] = json.loads(context.cursor) if context.cursor else {}
         current = shard_fingerprints(st)
+        for bad in st.bad_shards():
+            context.log.warning(f"skipped: {bad.detail}")
         known_order = context.instance.get_dynamic_partitions(pname)
         known = set(known_order)
         new = sorted(set(current) - known)

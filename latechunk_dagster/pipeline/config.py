@@ -12,7 +12,11 @@ from latechunk_dagster.core.results import ChunkerSettings
 #: Version of the package's chunking semantics (token -> span assignment, char ranges, mean,
 #: head order, window stitching). Raise it with any change that can alter a stored vector or
 #: range: every stored row then no longer matches and is re-encoded on its next materialization.
-CHUNKING_VERSION = 1
+#: 2: ``chunk_id`` / ``rejection_id`` are hashes of JSON arrays of their fields (they were fields
+#: joined with U+001F, which collide across partitions), and char ranges extend over characters
+#: that produced no token (SPEC section 2). Rows of version 1 are re-encoded, and their old ids are
+#: deleted by the same commit (they are not matched by any new row of their replaced documents).
+CHUNKING_VERSION = 2
 
 #: The default strategy of a table (Dagster's factory, Airflow's operator): sentences packed into
 #: chunks of at most 128 tokens.

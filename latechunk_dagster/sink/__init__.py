@@ -11,6 +11,7 @@ from latechunk_dagster.sink.schema import (
     REJECTED_TABLE,
     chunk_id,
     chunk_schema,
+    rejection_id,
     sql_in,
     sql_string,
 )
@@ -26,6 +27,7 @@ __all__ = [
     "connect",
     "delete_partitions",
     "open_or_create",
+    "rejection_id",
     "replace_partition",
     "sql_in",
     "sql_string",

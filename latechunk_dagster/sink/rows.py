@@ -21,7 +21,7 @@ import pyarrow as pa
 from latechunk_dagster import __version__
 from latechunk_dagster.core.chunking import ChunkingStrategy
 from latechunk_dagster.core.results import ChunkedDocument, ChunkerSettings
-from latechunk_dagster.sink.schema import chunk_id, chunk_schema
+from latechunk_dagster.sink.schema import chunk_id, chunk_schema, rejection_id
 from latechunk_dagster.sources.documents import Document, RejectedRow
 
 _TS = pa.timestamp("us", tz="UTC")
@@ -96,7 +96,7 @@ def rejection_row(
 ) -> dict:
     """One row of the rejected-documents table (:data:`latechunk_dagster.sink.REJECTED_SCHEMA`)."""
     return {
-        "rejection_id": chunk_id(partition, doc_id, -1),
+        "rejection_id": rejection_id(partition, doc_id),
         "doc_id": doc_id,
         "partition": partition,
         "reason": reason,
@@ -111,5 +111,5 @@ def rejected_row(row: RejectedRow, partition: str, run_id: str, now: datetime) -
     """The rejected-documents row of a store row that made no document. Its ``rejection_id`` also
     covers ``where`` (a later duplicate shares its doc_id with the document that is kept)."""
     out = rejection_row(row.doc_id, "", partition, row.reason, row.detail, run_id, now)
-    out["rejection_id"] = chunk_id(partition, f"{row.doc_id}\x1f{row.where}", -1)
+    out["rejection_id"] = rejection_id(partition, row.doc_id, row.where)
     return out

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Iterable
 
 import pyarrow as pa
 
 from latechunk_dagster.sink.retry import PRIMARY_KEY_METADATA
+from latechunk_dagster.sources.documents import key_of
 
 CHUNK_TABLE = "chunks"
 REJECTED_TABLE = "rejected_documents"
@@ -69,8 +69,22 @@ REJECTED_SCHEMA = pa.schema(
 
 
 def chunk_id(partition: str, doc_id: str, chunk_index: int) -> str:
-    """Deterministic id of a chunk: hex sha256 of ``partition \\x1f doc_id \\x1f chunk_index`` (first 32 chars)."""
-    return hashlib.sha256(f"{partition}\x1f{doc_id}\x1f{chunk_index}".encode("utf-8", "surrogatepass")).hexdigest()[:32]
+    """Deterministic id of a chunk: the first 32 hex characters of the sha256 of the JSON array
+    ``[partition, doc_id, chunk_index]`` (:func:`~latechunk_dagster.sources.documents.key_of`).
+
+    The JSON encoding is unambiguous: shard ``"s"`` with doc_id ``"x\\x1fy"`` and shard ``"s\\x1fx"``
+    with doc_id ``"y"`` get different ids (fields joined with a separator character, as before
+    chunking version 2, gave them the same one).
+    """
+    return key_of(partition, doc_id, chunk_index)[:32]
+
+
+def rejection_id(partition: str, doc_id: str, where: str | None = None) -> str:
+    """Deterministic id of a rejected-documents row: the first 32 hex characters of the sha256 of
+    the JSON array ``["rejected", partition, doc_id, where]``. ``where`` (file and row) tells apart
+    store rows that share a doc_id (a later duplicate and the document that is kept); ``None`` for a
+    document the chunker refused."""
+    return key_of("rejected", partition, doc_id, where)[:32]
 
 
 def sql_string(value: str) -> str:

@@ -40,19 +40,21 @@ def of_partition(rows: pa.Table, partition: str) -> pa.Table:
     return rows.filter(pa.compute.equal(rows.column("partition"), partition))
 
 
-def shard_documents(store: DocumentStore, partition: str, known: set[str]) -> dict[str, Document] | str:
-    """The shard's documents by id (``{}`` for a shard not in ``known``, i.e. gone from the store),
-    or the read error as text. A row that made no document counts as a document (its rejection
-    record accounts for it)."""
-    if partition not in known:
-        return {}
+def shards_documents(store: DocumentStore, partitions: list[str]) -> dict[str, dict[str, Document] | str]:
+    """Per partition: the shard's documents by id (``{}`` for a shard gone from the store), or the
+    read error as text. One pass over a single-file store for all the partitions. A row that made no
+    document counts as a document (its rejection record accounts for it)."""
     try:
-        docs, bad_rows = store.read_shard_with_rejections(partition)
+        read = store.read_shards_with_rejections(partitions)
+    except (ValueError, KeyError, OSError) as exc:
+        return dict.fromkeys(partitions, f"shard cannot be read: {exc}")
+    out: dict[str, dict[str, Document] | str] = {}
+    for p in partitions:
+        docs, bad_rows = read.get(p, ([], []))
         by_id = {d.doc_id: d for d in docs}
         by_id.update({r.doc_id: Document(r.doc_id, "", "") for r in bad_rows if r.doc_id not in by_id})
-        return by_id
-    except (ValueError, KeyError, OSError) as exc:
-        return f"shard cannot be read: {exc}"
+        out[p] = by_id
+    return out
 
 
 def merge(outcomes: list[Outcome], partitions: list[str]) -> Outcome:
@@ -81,7 +83,7 @@ def check_partitions(
             (:func:`read_partitions`; ``rejected`` needs ``doc_id`` and ``partition``).
         dim: the vector width the rows must have.
         expected_rows: per partition, the rows its last materialization reported (``None``: unknown, fails).
-        docs: per partition, :func:`shard_documents` (the store's current documents), or ``None``
+        docs: per partition, :func:`shards_documents` (the store's current documents), or ``None``
             when documents are not at hand (then ``spans_tile`` skips the text comparison and
             ``accounted`` must be given).
         accounted: per partition, a ready ``documents_accounted`` outcome (used when ``docs`` is ``None``).

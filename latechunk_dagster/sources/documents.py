@@ -10,10 +10,41 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 BOM = "\ufeff"
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def is_valid_unicode(text: str) -> bool:
+    """True when ``text`` holds no lone surrogate, i.e. it can be encoded as UTF-8 (a name or id that
+    is not valid UTF-8 on disk, or a JSON ``"\\ud800"``, decodes to lone surrogates)."""
+    return _SURROGATE.search(text) is None
+
+
+def printable(text: str) -> str:
+    """``text`` with every lone surrogate written as an escape, so it can name a file, row or id in a
+    message or a table: an undecodable byte ``0xE9`` (``surrogateescape``'s ``"\\udce9"``) becomes
+    ``\\xe9``, any other lone surrogate ``\\ud800`` (``r\\xe9sum\\xe9.txt``, ``bad\\ud800id``).
+    Valid text is returned unchanged.
+    """
+    return _SURROGATE.sub(_escape, text)
+
+
+def _escape(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return f"\\x{code - 0xDC00:02x}" if 0xDC80 <= code <= 0xDCFF else f"\\u{code:04x}"
+
+
+def key_of(*fields: Any) -> str:
+    """Hex sha256 of the JSON array of ``fields`` (strings, ints): an unambiguous key of a tuple of
+    fields (JSON quotes and escapes each string, so no two different tuples share an encoding, as
+    fields joined with a separator character can). Lone surrogates are escaped, never an error."""
+    return hashlib.sha256(json.dumps(list(fields), ensure_ascii=True).encode("ascii")).hexdigest()
 
 
 def strip_bom(text: str) -> str:
@@ -52,7 +83,8 @@ class RejectedRow:
     Attributes:
         doc_id: the row's id when it has a usable one, else ``"row <n>"`` (``"*"`` for a whole file).
         where: ``"<file>: row <n>"`` (or ``"<file>"``), from 1, as the file counts lines/rows.
-        reason: ``missing_id`` | ``bad_id`` | ``bad_text`` | ``bad_shard`` | ``invalid_json`` |
+        reason: ``missing_id`` | ``bad_id`` (an id that is not valid Unicode included) | ``bad_text`` |
+            ``bad_shard`` | ``invalid_json`` | ``duplicate_key`` (a JSON object repeats a key) |
             ``duplicate_id`` | ``unreadable_file``.
         detail: a sentence naming the file, the row and what is wrong.
     """
@@ -65,7 +97,7 @@ class RejectedRow:
     @property
     def sha256(self) -> str:
         """sha256 of ``where`` and ``detail``: changes when the row's fault changes or is fixed."""
-        return text_sha256(f"{self.where}\x1f{self.detail}")
+        return key_of(self.where, self.detail)
 
 
 def first_of_each_id(
@@ -91,10 +123,13 @@ def first_of_each_id(
 
 
 def fingerprint_of(items: Iterable[Document | RejectedRow]) -> str:
-    """Hex sha256 over the sorted (doc_id, sha256) pairs of a shard's documents and rejected rows:
+    """Hex sha256 over the sorted (doc_id, sha256) pairs of a shard's documents and (where, sha256)
+    pairs of its rejected rows (JSON, each tagged with its kind):
     what :meth:`DocumentStore.shard_fingerprint` returns, without reading the shard again. Changes
     iff a document is added, removed, renamed or edited, or a bad row appears, changes or is fixed."""
+    # tagged triples: a doc_id can never pass for a rejected row's place (a "!"-prefixed id could)
     pairs = sorted(
-        (item.doc_id, item.sha256) if isinstance(item, Document) else (f"!{item.where}", item.sha256) for item in items
+        ("doc", item.doc_id, item.sha256) if isinstance(item, Document) else ("rejected", item.where, item.sha256)
+        for item in items
     )
     return hashlib.sha256(json.dumps(pairs, separators=(",", ":")).encode("ascii")).hexdigest()

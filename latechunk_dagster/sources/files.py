@@ -32,18 +32,39 @@ Rules, the same for every store kind:
   become lone surrogates (``errors="surrogateescape"``), JSON ``"\\ud800"`` stays as it is, so the
   pipeline can reject the document with a reason (``text.encode("utf-8")`` fails on it).
 * Hidden files and directories (name starting with ``.``) are ignored.
+* **Names that are not valid UTF-8** (a Latin-1 ``caf\\xe9`` from an old archive): a shard whose
+  name is not valid Unicode cannot be a partition key, so it is not one of :meth:`~DocumentStore.shards`;
+  :meth:`~DocumentStore.bad_shards` names each (escaped by
+  :func:`~latechunk_dagster.sources.documents.printable`) with the reason, and ``sync_partitions``,
+  the CLI and the sensor report them while adding every other shard. A file of a good shard whose
+  path (doc_id) is not valid UTF-8, or a JSONL / Parquet ``id`` that is not valid Unicode, is a ``RejectedRow``
+  (reason ``bad_id``) naming the file / row and the escaped id; its neighbours are read as usual.
+* **Repeated JSON keys**: a JSONL object that gives a key twice is a ``RejectedRow`` (reason
+  ``duplicate_key``), never read with one of its values.
+* **One pass per store**: :meth:`DocumentStore.fingerprints` reads a single-file store once for all
+  of its shards (a sensor tick is linear in rows, not shards x rows); directory stores list their
+  files once.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
-from latechunk_dagster.sources.documents import Document, RejectedRow, fingerprint_of, first_of_each_id, text_sha256
+from latechunk_dagster.sources.documents import (
+    Document,
+    RejectedRow,
+    fingerprint_of,
+    first_of_each_id,
+    is_valid_unicode,
+    printable,
+    text_sha256,
+)
 from latechunk_dagster.sources.readers import (
     Row,
     document_from_row,
+    jsonl_lines,
     jsonl_rows,
     parquet_rows,
     read_text_file,
@@ -110,6 +131,24 @@ class DocumentStore:
             return sorted({shard for shard, _ in self._single_file_rows(columns=("shard",))} or {self.path.stem})
         return sorted(self._shard_files())
 
+    def bad_shards(self) -> list[RejectedRow]:
+        """Directory stores: one ``RejectedRow`` (doc_id ``"*"``, reason ``bad_shard_name``) per shard
+        whose name is not valid UTF-8, in name order; such a shard is left out of :meth:`shards`
+        (a partition key must be valid Unicode). ``where`` is its first file, escaped with
+        :func:`~latechunk_dagster.sources.documents.printable`. Single-file stores: ``[]`` (a bad
+        ``shard`` value is a ``bad_shard`` row of the file stem's shard)."""
+        if self.path.is_file():
+            return []
+        out = []
+        for shard, files in sorted(self._layout()[1].items()):
+            name = printable(shard)
+            detail = (
+                f"{printable(str(files[0]))}: shard name {name!r} is not valid UTF-8, so it cannot be a "
+                f"partition key; its {len(files)} file(s) are not read (rename it, e.g. convert the name to UTF-8)"
+            )
+            out.append(RejectedRow("*", printable(str(files[0])), "bad_shard_name", detail))
+        return out
+
     def iter_shard(self, shard: str) -> Iterator[Document | RejectedRow]:
         """The shard's documents one at a time, in file / row order, with a :class:`RejectedRow` in
         place of each row that does not make a document (later duplicates of a doc_id included).
@@ -118,7 +157,7 @@ class DocumentStore:
             KeyError: no shard of that name (raised on the first ``next()`` for directory stores,
                 after the scan for a single-file store).
         """
-        yield from first_of_each_id(self._raw_shard(shard), f" in shard {shard!r} of document store {self.uri}")
+        yield from first_of_each_id(self._raw_shard(shard), self._scope(shard))
 
     def read_shard_with_rejections(self, shard: str) -> tuple[list[Document], list[RejectedRow]]:
         """All of :meth:`iter_shard` at once: the documents sorted by doc_id, and the rejected rows."""
@@ -127,6 +166,71 @@ class DocumentStore:
         for item in self.iter_shard(shard):
             (docs if isinstance(item, Document) else rejected).append(item)  # type: ignore[arg-type]
         return sorted(docs, key=lambda d: d.doc_id), rejected
+
+    def iter_shards(self, shards: Sequence[str]) -> Iterator[tuple[str, Iterator[Document | RejectedRow]]]:
+        """``(shard, iter_shard(shard))`` for each of ``shards``, in order, without reading a
+        single-file store once per shard (shards x rows in a run over many partitions): a single
+        JSONL file is scanned once for where each shard's lines are (line numbers and byte offsets,
+        no text kept), then each shard reads only its lines. A file changed since that scan is
+        read whole for the shard, as :meth:`iter_shard` does. A directory store is listed once and
+        each shard reads only its files; a single Parquet file is still read once per shard.
+
+        A file that cannot be read is one ``unreadable_file`` row per shard, as with :meth:`iter_shard`.
+        """
+        if not self.path.is_file():
+            layout = self._shard_files()  # the tree is listed once, not once per shard
+            for shard in shards:
+                if shard in layout:
+                    yield shard, first_of_each_id(self._files_items(layout[shard]), self._scope(shard))
+                else:
+                    yield shard, self.iter_shard(shard)  # raises KeyError on the first next()
+            return
+        if self.kind != "jsonl" or len(shards) < 2:
+            for shard in shards:
+                yield shard, self.iter_shard(shard)
+            return
+        index: dict[str, list[tuple[int, int]]] = {}
+        stem = self.path.stem
+        try:
+            stamp = _stamp(self.path)
+            for number, offset, row in jsonl_lines(self.path):
+                shard = stem if isinstance(row, RejectedRow) else shard_of_row(row, stem)[0]
+                index.setdefault(shard, []).append((number, offset))
+        except OSError:  # each shard then reads the file itself and records why it cannot
+            index, stamp = {}, (-1, -1)
+        for shard in shards:
+            if shard in index:
+                yield shard, self._indexed_shard(shard, index[shard], stamp)
+            else:
+                yield shard, self.iter_shard(shard)  # unknown (KeyError) or an empty file's one shard
+
+    def read_shards_with_rejections(self, shards: Iterable[str]) -> dict[str, tuple[list[Document], list[RejectedRow]]]:
+        """:meth:`read_shard_with_rejections` of several shards at once, in one pass over a
+        single-file store (one read per shard would cost shards x rows). Shards the store does not
+        have are left out of the result. Holds the texts of those shards in memory.
+
+        Raises:
+            OSError: the store's files cannot be listed.
+        """
+        wanted = set(shards)
+        if not self.path.is_file():
+            layout = self._shard_files()
+            groups = {s: list(self._files_items(layout[s])) for s in sorted(wanted & set(layout))}
+        else:
+            groups = {}
+            for shard, item in self._single_file_rows():
+                if shard in wanted:
+                    groups.setdefault(shard, []).append(item)
+            if self.path.stem in wanted and not groups and self.shards() == [self.path.stem]:
+                groups[self.path.stem] = []  # an empty file: its one shard has no rows
+        out: dict[str, tuple[list[Document], list[RejectedRow]]] = {}
+        for shard, items in groups.items():
+            docs: list[Document] = []
+            rejected: list[RejectedRow] = []
+            for item in first_of_each_id(items, self._scope(shard)):
+                (docs if isinstance(item, Document) else rejected).append(item)  # type: ignore[arg-type]
+            out[shard] = (sorted(docs, key=lambda d: d.doc_id), rejected)
+        return out
 
     def read_shard(self, shard: str) -> list[Document]:
         """The documents of one shard, sorted by doc_id (rejected rows left out: see
@@ -166,12 +270,29 @@ class DocumentStore:
     def shard_fingerprint(self, shard: str) -> str:
         """Hex sha256 over the sorted (doc_id, sha256) pairs of a shard (rejected rows included):
         changes iff a document of the shard is added, removed, renamed or edited, or a bad row
-        appears, changes or is fixed. Streams (only) that shard's files."""
+        appears, changes or is fixed. Streams (only) that shard's files (a whole single file)."""
         return fingerprint_of(self.iter_shard(shard))
 
     def fingerprints(self) -> dict[str, str]:
-        """{shard: :meth:`shard_fingerprint`} for every shard (a single-file store: one scan per shard)."""
-        return {shard: self.shard_fingerprint(shard) for shard in self.shards()}
+        """{shard: :meth:`shard_fingerprint`} for every shard of :meth:`shards`, in one pass: a
+        single-file store is read once for all its shards (memory: a doc_id and a hash per row, no
+        text), a directory store's files are listed once and each read once. Time is linear in rows.
+
+        Raises:
+            OSError: the store's files cannot be listed.
+        """
+        if not self.path.is_file():
+            return {
+                shard: fingerprint_of(first_of_each_id(self._files_items(files), self._scope(shard)))
+                for shard, files in sorted(self._shard_files().items())
+            }
+        groups: dict[str, list[tuple[Document, str] | RejectedRow]] = {}
+        for shard, item in self._single_file_rows():
+            # only (doc_id, sha256, where) are needed: drop the text
+            groups.setdefault(shard, []).append(item if isinstance(item, RejectedRow) else (_light(item[0]), item[1]))
+        if not groups:
+            groups[self.path.stem] = []
+        return {shard: fingerprint_of(first_of_each_id(rows, self._scope(shard))) for shard, rows in groups.items()}
 
     # -- layout ----------------------------------------------------------------------------------
 
@@ -188,17 +309,30 @@ class DocumentStore:
         files = self._shard_files().get(shard)
         if files is None:
             raise KeyError(f"unknown shard {shard!r} in document store {self.uri}")
+        yield from self._files_items(files)
+
+    def _files_items(self, files: list[Path]) -> Iterator[tuple[Document, str] | RejectedRow]:
+        """Directory stores: ``(document, where)`` or a rejection per row of ``files``, in order."""
         for file in files:
             if self.kind == "text":
                 doc = read_text_file(file, file.relative_to(self.path).as_posix())
-                yield (doc, str(file)) if isinstance(doc, Document) else doc
+                yield (doc, printable(str(file))) if isinstance(doc, Document) else doc
             else:
                 yield from _table_documents(file)
 
+    def _scope(self, shard: str) -> str:
+        return f" in shard {shard!r} of document store {printable(self.uri)}"
+
     def _shard_files(self) -> dict[str, list[Path]]:
-        """Directory stores: {shard: its files}, sorted. Text: shard = first-level subdirectory;
-        tables: shard = relative path without suffix (one file per shard)."""
+        """Directory stores: {shard: its files}, sorted, for the shards whose name is valid Unicode
+        (see :meth:`bad_shards` for the others). Text: shard = first-level subdirectory; tables:
+        shard = relative path without suffix (one file per shard)."""
+        return self._layout()[0]
+
+    def _layout(self) -> tuple[dict[str, list[Path]], dict[str, list[Path]]]:
+        """``({shard: files}, {shard whose name is not valid UTF-8: files})`` of a directory store."""
         groups: dict[str, list[Path]] = {}
+        bad: dict[str, list[Path]] = {}
         for file in _walk(self.path):
             if _kind_of(file) != self.kind:
                 continue
@@ -207,15 +341,16 @@ class DocumentStore:
                 shard = rel.parts[0] if len(rel.parts) > 1 else ROOT_SHARD
             else:
                 shard = rel.with_suffix("").as_posix()
-            groups.setdefault(shard, []).append(file)
-        return groups
+            (groups if is_valid_unicode(shard) else bad).setdefault(shard, []).append(file)
+        return groups, bad
 
     def _single_file_rows(
-        self, columns: tuple[str, ...] = ("id", "text", "shard")
+        self, columns: tuple[str, ...] = ("id", "text", "shard"), rows: Iterable[Row | RejectedRow] | None = None
     ) -> Iterator[tuple[str, tuple[Document, str] | RejectedRow]]:
-        """Single-file store: (shard, document or rejection) per row."""
+        """Single-file store: (shard, document or rejection) per row (of ``rows``, default the file's)."""
         stem = self.path.stem
-        rows = jsonl_rows(self.path) if self.kind == "jsonl" else parquet_rows(self.path, columns)
+        if rows is None:
+            rows = jsonl_rows(self.path) if self.kind == "jsonl" else parquet_rows(self.path, columns)
         for row in rows:
             if isinstance(row, RejectedRow):
                 yield stem, row
@@ -227,6 +362,28 @@ class DocumentStore:
                 yield shard, row  # type: ignore[misc]  # shards(): only the shard matters
             else:
                 yield shard, _with_where(row)
+
+    def _indexed_shard(
+        self, shard: str, lines: list[tuple[int, int]], stamp: tuple[int, int]
+    ) -> Iterator[Document | RejectedRow]:
+        """A single JSONL file's shard read from its indexed lines; the whole-file scan of
+        :meth:`iter_shard` if the file changed since the index was made."""
+        if _stamp(self.path) != stamp:
+            yield from self.iter_shard(shard)
+            return
+        rows = self._single_file_rows(rows=jsonl_rows(self.path, lines))
+        yield from first_of_each_id((item for _, item in rows), self._scope(shard))
+
+
+def _stamp(path: Path) -> tuple[int, int]:
+    """(size, mtime in ns) of a file: whether it changed since an index of it was made."""
+    st = path.stat()
+    return st.st_size, st.st_mtime_ns
+
+
+def _light(doc: Document) -> Document:
+    """``doc`` without its text (what a fingerprint needs: doc_id and sha256)."""
+    return Document(doc.doc_id, "", doc.sha256)
 
 
 def _with_where(row: Row) -> tuple[Document, str] | RejectedRow:

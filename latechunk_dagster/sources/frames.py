@@ -16,7 +16,7 @@ from typing import Any
 import pyarrow as pa
 
 from latechunk_dagster.sources.documents import Document, RejectedRow, first_of_each_id
-from latechunk_dagster.sources.readers import Row, document_from_row
+from latechunk_dagster.sources.readers import Row, column_values, document_from_row
 
 
 def as_arrow(value: Any) -> pa.Table:
@@ -58,7 +58,7 @@ def _table_rows(
     """``(document, where)`` or a :class:`RejectedRow` per row, one record batch at a time."""
     number = 0
     for batch in table.select([id_column, text_column]).to_batches(max_chunksize=1024):
-        for doc_id, text in zip(batch.column(0).to_pylist(), batch.column(1).to_pylist()):
+        for doc_id, text in zip(column_values(batch.column(0)), column_values(batch.column(1))):
             number += 1
             row = Row(number, {"id": doc_id, "text": text}, f"{where}: row {number}")
             item = document_from_row(row)

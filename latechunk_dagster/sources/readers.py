@@ -8,8 +8,9 @@
 
 Peak memory is one line, one file (text) or one record batch, whatever the store's size.
 
-A row that does not make a document (invalid JSON, a missing or null ``id``, a ``text`` that is
-not a string, a bad ``shard`` value) becomes a :class:`~latechunk_dagster.sources.documents.RejectedRow`
+A row that does not make a document (invalid JSON, a JSON object with a repeated key, a missing
+or null ``id``, an ``id`` that is not valid Unicode, a ``text`` that is not a string, a bad
+``shard`` value) becomes a :class:`~latechunk_dagster.sources.documents.RejectedRow`
 naming the file, the row (from 1) and the reason; the rows around it are read as usual. A file
 that cannot be read at all (I/O error, not Parquet, no ``id``/``text`` column) is one
 ``RejectedRow`` with doc_id ``"*"``. Nothing here raises for bad data.
@@ -20,14 +21,16 @@ Leading byte order marks are removed (rule in :mod:`latechunk_dagster.sources.do
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections import Counter
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 
-from latechunk_dagster.sources.documents import BOM, Document, RejectedRow, strip_bom
+from latechunk_dagster.sources.documents import BOM, Document, RejectedRow, is_valid_unicode, printable, strip_bom
 
 #: Rows per Parquet record batch read at a time.
 PARQUET_BATCH_ROWS = 1024
@@ -37,11 +40,56 @@ _BOM_BYTES = BOM.encode("utf-8")
 
 @dataclass(frozen=True)
 class Row:
-    """One raw row of a table file: its number (from 1), its values, and where it is."""
+    """One raw row of a table file: its number (from 1), its values, and where it is.
+
+    ``repeated``: keys a JSON object of the row gave more than once (sorted; ``values`` then holds
+    the last value of each, which is *not* used: the row is rejected as ``duplicate_key``, in its
+    ``shard`` when that key is not one of them).
+    """
 
     number: int
     values: dict[str, Any]
     where: str
+    repeated: tuple[str, ...] = ()
+
+
+class DuplicateKeyError(ValueError):
+    """A JSON object names one key twice (which value is meant is ambiguous). Attributes: ``keys``."""
+
+    def __init__(self, keys: list[str]) -> None:
+        self.keys = keys
+        super().__init__(f"repeated key(s) {[printable(k) for k in keys]} in one JSON object")
+
+
+def loads_with_repeated_keys(line: str) -> tuple[Any, list[str]]:
+    """``json.loads(line)`` and the keys that any object in it gives more than once (sorted), found
+    with ``object_pairs_hook`` (plain ``json.loads`` keeps the last value silently; RFC 8259 leaves
+    such an object's meaning undefined).
+
+    Raises:
+        json.JSONDecodeError: not JSON.
+    """
+    repeated: set[str] = set()
+
+    def pairs_to_dict(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        out = dict(pairs)
+        if len(out) != len(pairs):
+            repeated.update(k for k, n in Counter(k for k, _ in pairs).items() if n > 1)
+        return out
+
+    return json.loads(line, object_pairs_hook=pairs_to_dict), sorted(repeated)
+
+
+def loads_strict(line: str) -> Any:
+    """``json.loads`` that refuses a repeated key in any object (see :func:`loads_with_repeated_keys`).
+
+    Raises:
+        json.JSONDecodeError: not JSON. DuplicateKeyError: an object repeats a key.
+    """
+    value, repeated = loads_with_repeated_keys(line)
+    if repeated:
+        raise DuplicateKeyError(repeated)
+    return value
 
 
 def decode(data: bytes) -> str:
@@ -51,72 +99,148 @@ def decode(data: bytes) -> str:
 
 
 def read_text_file(file: Path, doc_id: str) -> Document | RejectedRow:
-    """One text-tree document (BOM removed), or a ``RejectedRow`` when the file cannot be read."""
+    """One text-tree document (BOM removed), or a ``RejectedRow`` when the file cannot be read or its
+    path (the doc_id) is not valid UTF-8 (reason ``bad_id``; the id and file named with
+    :func:`~latechunk_dagster.sources.documents.printable` escapes, e.g. ``r\\xe9sum\\xe9.txt``)."""
+    where = printable(str(file))
+    if not is_valid_unicode(doc_id):
+        detail = (
+            f"{where}: the file's path {printable(doc_id)!r} is not valid UTF-8, so it cannot be a doc_id; "
+            "rename the file (e.g. convert the name to UTF-8)"
+        )
+        return RejectedRow(printable(doc_id), where, "bad_id", detail)
     try:
         return Document.from_text(doc_id, decode(file.read_bytes()))
     except OSError as exc:
-        return RejectedRow(doc_id, str(file), "unreadable_file", f"{file}: cannot be read: {exc}")
+        return RejectedRow(doc_id, where, "unreadable_file", f"{where}: cannot be read: {exc}")
 
 
-def jsonl_rows(file: Path) -> Iterator[Row | RejectedRow]:
+def jsonl_rows(file: Path, lines: Iterable[tuple[int, int]] | None = None) -> Iterator[Row | RejectedRow]:
     """A :class:`Row` per non-blank line of a JSONL file (number = line number from 1), or a
-    ``RejectedRow`` for a line that is not a JSON object. A BOM may start the file or any line."""
+    ``RejectedRow`` for a line that is not a JSON object. A line whose object repeats a key is a
+    ``Row`` with :attr:`Row.repeated` set (rejected by :func:`document_from_row`, in its shard). A
+    BOM may start the file or any line.
+
+    ``lines``: read only these ``(line number, byte offset)`` lines (from :func:`jsonl_lines`), by
+    seeking, instead of the whole file.
+    """
+    name = printable(str(file))
     try:
         handle = file.open("rb")
     except OSError as exc:
-        yield RejectedRow("*", str(file), "unreadable_file", f"{file}: cannot be read: {exc}")
+        yield RejectedRow("*", name, "unreadable_file", f"{name}: cannot be read: {exc}")
         return
     with handle:
+        numbered = enumerate(handle, start=1) if lines is None else _seek_lines(handle, lines)
+        for number, raw in numbered:
+            row = jsonl_row(raw, number, name)
+            if row is not None:
+                yield row
+
+
+def _seek_lines(handle: BinaryIO, lines: Iterable[tuple[int, int]]) -> Iterator[tuple[int, bytes]]:
+    for number, offset in lines:
+        handle.seek(offset)
+        yield number, handle.readline()
+
+
+def jsonl_lines(file: Path) -> Iterator[tuple[int, int, Row | RejectedRow]]:
+    """``(line number, byte offset, row)`` per non-blank line of a JSONL file (rows as
+    :func:`jsonl_rows` makes them), for an index of where each shard's lines are.
+
+    Raises:
+        OSError: the file cannot be read.
+    """
+    name = printable(str(file))
+    with file.open("rb") as handle:
+        offset = 0
         for number, raw in enumerate(handle, start=1):
-            if raw.startswith(_BOM_BYTES):
-                raw = raw[len(_BOM_BYTES) :]
-            line = raw.decode("utf-8", errors="surrogateescape")
-            if not line.strip():
-                continue
-            where = f"{file}: row {number}"
-            try:
-                values = json.loads(line)
-            except json.JSONDecodeError as exc:
-                yield RejectedRow(f"row {number}", where, "invalid_json", f"{where}: invalid JSON: {exc}")
-                continue
-            if not isinstance(values, dict):
-                detail = f"{where}: expected a JSON object, got {type(values).__name__}"
-                yield RejectedRow(f"row {number}", where, "invalid_json", detail)
-                continue
-            yield Row(number, values, where)
+            row = jsonl_row(raw, number, name)
+            if row is not None:
+                yield number, offset, row
+            offset += len(raw)
+
+
+def jsonl_row(raw: bytes, number: int, name: str) -> Row | RejectedRow | None:
+    """One JSONL line (``name``: the file, as messages name it): a :class:`Row`, a ``RejectedRow``
+    (not a JSON object), or ``None`` for a blank line. A leading BOM is removed."""
+    if raw.startswith(_BOM_BYTES):
+        raw = raw[len(_BOM_BYTES) :]
+    line = raw.decode("utf-8", errors="surrogateescape")
+    if not line.strip():
+        return None
+    where = f"{name}: row {number}"
+    try:
+        values, repeated = loads_with_repeated_keys(line)
+    except json.JSONDecodeError as exc:
+        return RejectedRow(f"row {number}", where, "invalid_json", f"{where}: invalid JSON: {exc}")
+    if not isinstance(values, dict):
+        detail = f"{where}: expected a JSON object, got {type(values).__name__}"
+        return RejectedRow(f"row {number}", where, "invalid_json", detail)
+    return Row(number, values, where, tuple(repeated))
+
+
+def _duplicate_key_row(row: Row) -> RejectedRow:
+    """The rejection of a row whose JSON object repeats a key; named by its ``id`` when that key is
+    not repeated (and is a usable id), else by its row number."""
+    doc_id = f"row {row.number}"
+    value = row.values.get("id")
+    if "id" not in row.repeated and isinstance(value, str | int) and not isinstance(value, bool) and value != "":
+        doc_id = printable(str(value))
+    why = DuplicateKeyError(list(row.repeated))
+    detail = f"{row.where}: {why}: which value is meant is ambiguous; give each key once"
+    return RejectedRow(doc_id, row.where, "duplicate_key", detail)
 
 
 def parquet_rows(file: Path, columns: tuple[str, ...] = ("id", "text", "shard")) -> Iterator[Row | RejectedRow]:
     """A :class:`Row` per row of a Parquet file, read in record batches of
     :data:`PARQUET_BATCH_ROWS`, only ``columns`` that exist. A file without ``id``/``text``, or
     that is not Parquet, is one ``RejectedRow`` (doc_id ``"*"``)."""
+    name = printable(str(file))
     try:
         parquet = pq.ParquetFile(file)
         names = parquet.schema_arrow.names
     except (OSError, ValueError) as exc:  # pyarrow raises ArrowInvalid (a ValueError) on a bad file
-        yield RejectedRow("*", str(file), "unreadable_file", f"{file}: not a readable Parquet file: {exc}")
+        yield RejectedRow("*", name, "unreadable_file", f"{name}: not a readable Parquet file: {exc}")
         return
     needed = [c for c in ("id", "text") if c in columns]
     missing = [c for c in needed if c not in names]
     if missing:
-        detail = f"{file}: missing column(s) {missing} (columns: {names})"
-        yield RejectedRow("*", str(file), "unreadable_file", detail)
+        detail = f"{name}: missing column(s) {missing} (columns: {names})"
+        yield RejectedRow("*", name, "unreadable_file", detail)
         return
     wanted = [c for c in columns if c in names]
     number = 0
     try:
         for batch in parquet.iter_batches(batch_size=PARQUET_BATCH_ROWS, columns=wanted):
-            cols = {name: batch.column(name).to_pylist() for name in wanted}
+            cols = {c: column_values(batch.column(c)) for c in wanted}
             for i in range(batch.num_rows):
                 number += 1
-                yield Row(number, {name: cols[name][i] for name in wanted}, f"{file}: row {number}")
+                yield Row(number, {c: cols[c][i] for c in wanted}, f"{name}: row {number}")
     except (OSError, ValueError) as exc:
-        yield RejectedRow("*", str(file), "unreadable_file", f"{file}: read failed after row {number}: {exc}")
+        yield RejectedRow("*", name, "unreadable_file", f"{name}: read failed after row {number}: {exc}")
+
+
+def column_values(array: pa.Array) -> list[Any]:
+    """``array.to_pylist()``, except that a string column holding bytes that are not valid UTF-8
+    (Parquet writers and Arrow do not always validate) is decoded value by value with
+    ``surrogateescape``: the bad value becomes a lone-surrogate string that its row is rejected
+    for (``bad_id``, ``bad_shard``, invalid Unicode text), instead of the whole batch failing."""
+    try:
+        return array.to_pylist()
+    except UnicodeDecodeError:
+        if not (pa.types.is_string(array.type) or pa.types.is_large_string(array.type)):
+            raise
+        raw = array.view(pa.large_binary() if pa.types.is_large_string(array.type) else pa.binary())
+        return [None if v is None else v.decode("utf-8", errors="surrogateescape") for v in raw.to_pylist()]
 
 
 def document_from_row(row: Row) -> Document | RejectedRow:
     """The document of a table row (``id`` string or integer, ``text`` string; BOM removed from
-    the text), or a ``RejectedRow`` saying which value is wrong."""
+    the text), or a ``RejectedRow`` saying which value is wrong (an ``id`` that is not valid Unicode
+    is named with :func:`~latechunk_dagster.sources.documents.printable` escapes)."""
+    if row.repeated:
+        return _duplicate_key_row(row)
     doc_id = row.values.get("id")
     if doc_id is None:
         return RejectedRow(f"row {row.number}", row.where, "missing_id", f"{row.where}: missing or null 'id'")
@@ -125,6 +249,9 @@ def document_from_row(row: Row) -> Document | RejectedRow:
         return RejectedRow(f"row {row.number}", row.where, "bad_id", detail)
     if doc_id == "":
         return RejectedRow(f"row {row.number}", row.where, "bad_id", f"{row.where}: empty 'id'")
+    if isinstance(doc_id, str) and not is_valid_unicode(doc_id):
+        detail = f"{row.where}: 'id' {printable(doc_id)!r} is not valid Unicode (a lone surrogate code point)"
+        return RejectedRow(printable(doc_id), row.where, "bad_id", detail)
     text = row.values.get("text")
     if not isinstance(text, str):
         got = "missing" if "text" not in row.values else ("null" if text is None else type(text).__name__)
@@ -135,15 +262,20 @@ def document_from_row(row: Row) -> Document | RejectedRow:
 
 def shard_of_row(row: Row, default: str) -> tuple[str, RejectedRow | None]:
     """The shard of a single-file row: its ``shard`` value (a non-empty string, or an integer made
-    a string); a missing or null value means ``default`` (the file stem). Any other value puts the
-    row in ``default`` and returns why it is rejected."""
+    a string); a missing or null value means ``default`` (the file stem). Any other value (one that
+    is not valid Unicode included: it cannot be a partition key) puts the row in ``default`` and
+    returns why it is rejected."""
+    if "shard" in row.repeated:
+        return default, _duplicate_key_row(row)
     if "shard" not in row.values or row.values["shard"] is None:
         return default, None
     shard = row.values["shard"]
     if isinstance(shard, int) and not isinstance(shard, bool):
         return str(shard), None
-    if isinstance(shard, str) and shard:
+    if isinstance(shard, str) and shard and is_valid_unicode(shard):
         return shard, None
-    detail = f"{row.where}: 'shard' must be a non-empty string, got {shard!r}; counted in shard {default!r}"
+    what = "a non-empty string" if not isinstance(shard, str) or not shard else "valid Unicode (a partition key)"
+    detail = f"{row.where}: 'shard' must be {what}, got {shard!r}; counted in shard {default!r}"
     doc_id = row.values.get("id")
-    return default, RejectedRow(str(doc_id) if doc_id else f"row {row.number}", row.where, "bad_shard", detail)
+    named = printable(str(doc_id)) if doc_id else f"row {row.number}"
+    return default, RejectedRow(named, row.where, "bad_shard", detail)
