@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -10,6 +9,7 @@ import numpy as np
 import pytest
 
 from latechunk_dagster import FixedTokens, LateChunker, Sentences
+from tests.families import windowed_states
 from tests.reference import reference_head, reference_states
 
 SENTENCE = "The pump of plant {i} was repaired by its maintenance team in spring. "
@@ -30,31 +30,9 @@ def text_of(n_sentences: int) -> str:
 
 
 def windowed_reference(model_dir, ids: list[int], length: int, overlap: int) -> np.ndarray:
-    """Independent reference: [CLS] body [SEP] cut into windows, each run through transformers;
-    each body token takes its state from the window where min(left, right) context is largest
-    (a document edge counts as unlimited context)."""
-    cls, body, sep = ids[:1], ids[1:-1], ids[-1:]
-    width = length - 2
-    if len(ids) <= length:
-        return reference_states(model_dir, ids)
-    stride = width - overlap
-    starts = list(range(0, len(body) - width, stride)) + [len(body) - width]
-    win_states = [reference_states(model_dir, cls + body[s : s + width] + sep) for s in starts]
-    rows = [win_states[0][0]]
-    for j in range(len(body)):
-        best = max(
-            (k for k, s in enumerate(starts) if s <= j < s + width),
-            key=lambda k: (
-                min(
-                    j - starts[k] if starts[k] > 0 else math.inf,
-                    starts[k] + width - 1 - j if starts[k] + width < len(body) else math.inf,
-                ),
-                -k,
-            ),
-        )
-        rows.append(win_states[best][1 + j - starts[best]])
-    rows.append(win_states[-1][-1])
-    return np.stack(rows)
+    """Independent reference: [CLS] body [SEP] cut into windows, each run through transformers
+    (the window rule of ``tests/families.windowed_states``)."""
+    return windowed_states(lambda x: reference_states(model_dir, x), ids, 1, 1, length, overlap)
 
 
 def check_against_reference(doc, model_dir, length: int, overlap: int) -> None:
