@@ -42,8 +42,8 @@ from latechunk_dagster.core.errors import (
 from latechunk_dagster.core.head import apply_head_after_projection, prompt_length
 from latechunk_dagster.core.model_card import (
     ModelCard,
-    PositionLimits,
     check_late_chunking_allowed,
+    position_limits,
     read_model_card,
 )
 from latechunk_dagster.core.pooling import mean_pool_spans
@@ -142,7 +142,7 @@ def chunks_from_spans(text: str, tokens: Tokenization, spans: Sequence[Span]) ->
         if i + 1 < len(spans) and b > lo[i + 1]:  # overlapping offsets: end where the next chunk begins
             b = lo[i + 1]
         if b > a:
-            stop = max(b, min(next_start[s.end], len(text)))
+            stop = max(b, next_start[s.end])
             b = _NOT_SPACE.match(text, b, stop).end()  # type: ignore[union-attr]  # \S* always matches
             out.append(Chunk(i, (s.start, s.end), (a, b), text[a:b], s.headings))
         else:
@@ -168,7 +168,7 @@ def engine_lengths(card: ModelCard, max_model_len: int | None, window_length: in
     Raises:
         ModelNotSupportedError: ``max_model_len`` or ``window_length`` above the model's exact limit.
     """
-    limits = card.limits or PositionLimits(512, 512)
+    limits = card.limits or position_limits({})
     for name, value in (("max_model_len", max_model_len), ("window_length", window_length)):
         if value is not None and value > limits.exact:
             why = (
@@ -299,7 +299,6 @@ class LateChunker:
             allow_non_mean_pooling=allow_non_mean_pooling,
             trust_remote_code=trust_remote_code,
         )
-        self.trust_remote_code = trust_remote_code
         self.head = self.card.head
         self.prefix = self.card.document_prefix if prefix is None else prefix
         self.query_prefix = self.card.query_prefix if query_prefix is None else query_prefix

@@ -171,8 +171,8 @@ def position_limits(config: dict[str, Any]) -> PositionLimits:
 def _remote_code(path: Path, config: dict[str, Any]) -> tuple[str, ...]:
     """``auto_map`` entries of the config and tokenizer config: code that loading the model runs."""
     out: list[str] = []
-    for name in ("config.json", "tokenizer_config.json"):
-        amap = _read_json(path / name).get("auto_map") if name != "config.json" else config.get("auto_map")
+    for cfg in (config, _read_json(path / "tokenizer_config.json")):
+        amap = cfg.get("auto_map")
         if isinstance(amap, dict):
             out += [f"{k}: {v if isinstance(v, str) else ', '.join(str(x) for x in v if x)}" for k, v in amap.items()]
         elif isinstance(amap, list):

@@ -236,7 +236,6 @@ class VLLMServerEngine(Engine):
             _Server(u, httpx.Client(base_url=u, timeout=httpx.Timeout(timeout_s), headers=headers, limits=limits))
             for u in urls
         ]
-        self._client: httpx.Client | None = self._servers[0].client  # open while the engine is
         self._lock = threading.Lock()
         self._pool: ThreadPoolExecutor | None = ThreadPoolExecutor(
             max_in_flight * len(urls), thread_name_prefix="vllm-server"
@@ -352,7 +351,7 @@ class VLLMServerEngine(Engine):
             _Rejected: a 4xx answer (not retried).
             ServerUnavailableError: still failing after ``retries`` extra attempts.
         """
-        if self._client is None:
+        if self._pool is None:
             raise RuntimeError("VLLMServerEngine is closed")
         last = ""
         tried: list[str] = []
@@ -523,7 +522,6 @@ class VLLMServerEngine(Engine):
 
     def close(self) -> None:
         pool, self._pool = getattr(self, "_pool", None), None
-        self._client = None
         if pool is not None:
             pool.shutdown(wait=True, cancel_futures=True)
         for srv in getattr(self, "_servers", []):
