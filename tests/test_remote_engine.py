@@ -13,6 +13,7 @@ import json
 import os
 import re
 import shutil
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -85,9 +86,21 @@ class Proxy:
         self.lock = threading.Lock()
         proxy = self
 
+        self.connections: set = set()  # open client sockets, closed by close() as a dead process's are
+
         class Handler(BaseHTTPRequestHandler):
             def log_message(self, *args: object) -> None:
                 pass
+
+            def setup(self) -> None:
+                super().setup()
+                with proxy.lock:
+                    proxy.connections.add(self.connection)
+
+            def finish(self) -> None:
+                with proxy.lock:
+                    proxy.connections.discard(self.connection)
+                super().finish()
 
             def _forward(self) -> None:
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
@@ -130,8 +143,17 @@ class Proxy:
         self.thread.start()
 
     def close(self) -> None:
+        """Stop listening and close every open connection, as the OS does when a server process dies
+        (an idle keep-alive connection left open would otherwise keep answering, or dropping, for it)."""
         self.httpd.shutdown()
         self.httpd.server_close()
+        with self.lock:
+            open_now = list(self.connections)
+        for sock in open_now:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
 
 
 @pytest.fixture()
