@@ -1,4 +1,5 @@
 """``deploy/``, checked without a cluster: Dagster's own instance loading with dagster-k8s installed,
+the run Job its K8sRunLauncher builds (handed to a recording stand-in for the Kubernetes API),
 kubernetes-validate's bundled Kubernetes schemas, and moto's S3 server for the Secret's variables.
 
 What only a cluster shows (GPU scheduling, the run launcher creating Jobs, Service networking, IAM)
@@ -62,14 +63,10 @@ def helm_instance(values: dict) -> dict[str, Any]:
     """The dagster.yaml sections the chart renders from ``values`` (all but the storage, which the chart
     builds from its PostgreSQL values), following the chart's templates for the keys the values use:
     ``templates/configmap-instance.yaml``, ``helpers/instance/_run-launcher.tpl`` (K8sRunLauncher),
-    ``_run-coordinator.tpl``, ``_concurrency.tpl``. The run launcher's config is what every run pod
-    gets: the launcher's own keys plus the code location's env, secrets and volumes
-    (``includeConfigInLaunchedRuns``)."""
+    ``_run-coordinator.tpl``, ``_concurrency.tpl``."""
     g, daemon, conc = values["global"], values["dagsterDaemon"], values["concurrency"]
     k8s = values["runLauncher"]["config"]["k8sRunLauncher"]
-    user = _user_deployment(values)
     assert values["runLauncher"]["type"] == "K8sRunLauncher"
-    assert user["includeConfigInLaunchedRuns"]["enabled"] is True
     coordinator = daemon["runCoordinator"]
     assert coordinator["enabled"] and coordinator["type"] == "QueuedRunCoordinator"
     # _run-coordinator.tpl writes a config (with max_concurrent_runs: -1 when unset) unless every
@@ -89,10 +86,6 @@ def helm_instance(values: dict) -> dict[str, Any]:
                 "postgres_password_secret": g["postgresqlSecretName"],
                 "dagster_home": g["dagsterHome"],
                 "image_pull_policy": k8s["imagePullPolicy"],
-                "env_secrets": [s["name"] for s in user["envSecrets"]],
-                "env_vars": [f"{e['name']}={e['value']}" for e in user["env"]],
-                "volume_mounts": user["volumeMounts"],
-                "volumes": user["volumes"],
                 "resources": k8s["resources"],
             },
         },
@@ -120,12 +113,39 @@ def helm_instance(values: dict) -> dict[str, Any]:
     }
 
 
+def helm_container_context(values: dict) -> dict[str, Any]:
+    """The container context the chart gives the code location's runs (``includeConfigInLaunchedRuns``:
+    ``dagster-user-deployments/templates/helpers/_helpers.tpl``, ``dagsterUserDeployments.k8sContainerContext``),
+    for the keys the values use. The K8sRunLauncher merges it into every run pod of the location."""
+    user = _user_deployment(values)
+    assert user["includeConfigInLaunchedRuns"]["enabled"] is True
+    return {
+        "k8s": {
+            "image_pull_policy": user["image"]["pullPolicy"],
+            "env_config_maps": [f"{RELEASE}-{user['name']}-user-env"],
+            "env_secrets": [s["name"] for s in user["envSecrets"]],
+            "volume_mounts": user["volumeMounts"],
+            "volumes": user["volumes"],
+            "namespace": values["runLauncher"]["config"]["k8sRunLauncher"]["jobNamespace"],  # the release's
+            "service_account_name": values["global"]["serviceAccountName"],
+            "env": user["env"],
+            "run_k8s_config": {"pod_spec_config": {"automount_service_account_token": True}},
+        }
+    }
+
+
 def test_helm_values_render_what_dagster_yaml_says() -> None:
-    """One setting, two spellings: the chart's instance from the values equals deploy/dagster.yaml."""
+    """One setting, two spellings: the chart's instance from the values equals deploy/dagster.yaml, the
+    run launcher's env, secrets and volumes coming from the code location instead (whether the run pods
+    end up the same: ``test_run_pods_are_the_same_from_helm_and_from_dagster_yaml``)."""
     rendered, instance = helm_instance(_load("dagster-values.yaml")), _load("dagster.yaml")
     assert set(instance) - set(rendered) == {"storage"}
     for section, value in rendered.items():
-        assert instance[section] == value, section
+        if section != "run_launcher":
+            assert instance[section] == value, section
+    ours, theirs = instance["run_launcher"]["config"], rendered["run_launcher"]["config"]
+    assert {k: ours[k] for k in theirs} == theirs
+    assert set(ours) - set(theirs) == {"env_secrets", "env_vars", "volume_mounts", "volumes"}
 
 
 def _validate_instance_file(path: Path) -> None:
@@ -174,6 +194,18 @@ current-context: none
 """
 
 
+def _write_instance(home: Path, config: dict) -> None:
+    """``config`` as ``home/dagster.yaml`` with what cannot be had here replaced: SQLite storage under
+    ``home`` for PostgreSQL, and a kubeconfig file (naming an address nothing answers; the launcher
+    only reads it) for the in-cluster service-account token."""
+    config = copy.deepcopy(config)
+    home.mkdir(parents=True, exist_ok=True)
+    config["storage"] = {"sqlite": {"base_dir": str(home / "storage")}}
+    (home / "kubeconfig").write_text(KUBECONFIG)
+    config["run_launcher"]["config"].update(load_incluster_config=False, kubeconfig_file=str(home / "kubeconfig"))
+    (home / "dagster.yaml").write_text(yaml.safe_dump(config))
+
+
 def test_dagster_yaml_builds_an_instance_with_the_k8s_run_launcher(tmp_path: Path, dagster_k8s: Any) -> None:
     """deploy/dagster.yaml as a DagsterInstance, two things changed because there is no cluster and
     no PostgreSQL here: SQLite storage, and a kubeconfig file (naming an address nothing answers)
@@ -183,11 +215,7 @@ def test_dagster_yaml_builds_an_instance_with_the_k8s_run_launcher(tmp_path: Pat
     from dagster._core.instance.config import PoolGranularity
     from dagster._core.run_coordinator import QueuedRunCoordinator
 
-    config = _load("dagster.yaml")
-    config["storage"] = {"sqlite": {"base_dir": str(tmp_path / "storage")}}
-    (tmp_path / "kubeconfig").write_text(KUBECONFIG)
-    config["run_launcher"]["config"].update(load_incluster_config=False, kubeconfig_file=str(tmp_path / "kubeconfig"))
-    (tmp_path / "dagster.yaml").write_text(yaml.safe_dump(config))
+    _write_instance(tmp_path, _load("dagster.yaml"))
 
     values = _load("dagster-values.yaml")
     deployment, _ = _vllm()
@@ -224,6 +252,89 @@ def test_dagster_yaml_builds_an_instance_with_the_k8s_run_launcher(tmp_path: Pat
     subprocess.run([*cli, "set", ENGINE_POOL, limit], env=env, check=True, capture_output=True, timeout=120)
     with DagsterInstance.from_config(str(tmp_path)) as instance:
         assert instance.event_log_storage.get_concurrency_info(ENGINE_POOL).slot_count == int(limit)
+
+
+class _RecordingK8sApi:
+    """Stands in for the Kubernetes API (no cluster here): keeps the Jobs the launcher creates."""
+
+    def __init__(self) -> None:
+        self.jobs: list[tuple[str, Any]] = []
+
+    def create_namespaced_job_with_retries(self, body: Any, namespace: str) -> None:
+        self.jobs.append((namespace, body))
+
+
+def _launched_job(home: Path, config: dict, container_context: dict | None, image: str) -> tuple[str, dict]:
+    """``(namespace, Job)`` that the instance's K8sRunLauncher creates for a run of the code location
+    (its image and container context, as a code server reports them), as the API would receive it."""
+    from dagster import DagsterInstance
+    from dagster._core.code_pointer import FileCodePointer
+    from dagster._core.launcher import LaunchRunContext
+    from dagster._core.origin import JobPythonOrigin, RepositoryPythonOrigin
+    from dagster._core.storage.dagster_run import DagsterRun
+    from dagster._core.utils import make_new_run_id
+    from kubernetes.client import ApiClient
+
+    _write_instance(home, config)
+    with DagsterInstance.from_config(str(home)) as instance:
+        launcher = instance.run_launcher
+        api = launcher._api_client = _RecordingK8sApi()
+        repository = RepositoryPythonOrigin(
+            executable_path="/usr/local/bin/python",
+            code_pointer=FileCodePointer("/opt/dagster/app/definitions.py", "defs"),
+            container_image=image,
+            container_context=container_context,
+        )
+        origin = JobPythonOrigin("chunk_vectors_job", repository)
+        run = instance.add_run(DagsterRun(job_name=origin.job_name, run_id=make_new_run_id(), job_code_origin=origin))
+        launcher.launch_run(LaunchRunContext(dagster_run=run, workspace=None))
+    ((namespace, job),) = api.jobs
+    return namespace, ApiClient().sanitize_for_serialization(job)
+
+
+def test_run_pods_are_the_same_from_helm_and_from_dagster_yaml(tmp_path: Path, dagster_k8s: Any) -> None:
+    """The Job the K8sRunLauncher creates for a run (a recording stand-in for the Kubernetes API takes
+    it): from deploy/dagster.yaml, and from the Helm values (the chart's launcher config plus the code
+    location's container context, merged by dagster-k8s itself). Both pass the Kubernetes schema and
+    give the run pod the same image, namespace, service account, env, secrets, volumes and resources,
+    the ones the other deploy files name."""
+    import json
+
+    import kubernetes_validate
+
+    values = _load("dagster-values.yaml")
+    user = _user_deployment(values)
+    image = f"{user['image']['repository']}:{user['image']['tag']}"
+    plain = _load("dagster.yaml")
+    helm = {**plain, **helm_instance(values)}
+    jobs = {
+        "dagster.yaml": _launched_job(tmp_path / "plain", plain, None, image),
+        "helm": _launched_job(tmp_path / "helm", helm, helm_container_context(values), image),
+    }
+    pods = {}
+    for name, (namespace, job) in jobs.items():
+        kubernetes_validate.validate(job, K8S_VERSION, strict=True)
+        spec = job["spec"]["template"]["spec"]
+        (container,) = spec["containers"]
+        pods[name] = {
+            "namespace": namespace,
+            "service_account": spec["serviceAccountName"],
+            "image": (container["image"], container["imagePullPolicy"]),
+            "env": {e["name"]: e["value"] for e in container["env"] if e["name"].startswith("LATECHUNK_")},
+            "secrets": sorted(f["secretRef"]["name"] for f in container.get("envFrom", []) if "secretRef" in f),
+            "volumes": sorted(json.dumps(v, sort_keys=True) for v in spec["volumes"]),
+            "mounts": sorted(json.dumps(m, sort_keys=True) for m in container["volumeMounts"]),
+            "resources": container["resources"],
+        }
+    assert pods["helm"] == pods["dagster.yaml"]
+    pod = pods["helm"]
+    assert pod["namespace"] == _vllm()[0]["metadata"]["namespace"]
+    assert pod["image"] == (image, user["image"]["pullPolicy"])
+    assert pod["env"] == _user_env(values)
+    assert pod["secrets"] == [_docs("storage-secret.yaml")["Secret/latechunk-storage"]["metadata"]["name"]]
+    claims = {json.loads(v).get("persistentVolumeClaim", {}).get("claimName") for v in pod["volumes"]} - {None}
+    assert claims == {d["metadata"]["name"] for d in _docs("volumes.yaml").values()}
+    assert "nvidia.com/gpu" not in pod["resources"]["limits"]  # run pods are CPU-only
 
 
 @pytest.mark.parametrize("name", ["vllm-server.yaml", "storage-secret.yaml", "volumes.yaml"])
