@@ -239,7 +239,7 @@ def test_dagster_yaml_builds_an_instance_with_the_k8s_run_launcher(tmp_path: Pat
 
         retries = values["dagsterDaemon"]["runRetries"]
         assert instance.run_retries_enabled and instance.run_retries_max_retries == retries["maxRetries"]
-        assert instance.run_retries_retry_on_asset_or_op_failure is False
+        assert instance.run_retries_retry_on_asset_or_op_failure is True
         assert instance.run_monitoring_enabled
         assert (
             instance.run_monitoring_start_timeout_seconds
