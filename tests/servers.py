@@ -101,6 +101,13 @@ def start_vllm_server(model_dir: str | Path, *, max_model_len: int = 256, timeou
     return _start(cmd, f"http://127.0.0.1:{port}", "/health", timeout_s, {"HF_HUB_OFFLINE": "1"})
 
 
+def start_dagster_webserver(workspace: Path, env: dict[str, str], timeout_s: float = 300) -> ServerProcess:
+    """``dagster-webserver`` of ``workspace`` on a free loopback port (``env`` carries ``DAGSTER_HOME``)."""
+    port = free_port()
+    cmd = [str(Path(sys.executable).parent / "dagster-webserver"), "-w", str(workspace), "-h", "127.0.0.1"]
+    return _start([*cmd, "-p", str(port)], f"http://127.0.0.1:{port}", "/server_info", timeout_s, env)
+
+
 def start_moto_server(timeout_s: float = 60) -> ServerProcess:
     """moto's S3 API emulator (``moto.server``) on a free loopback port."""
     port = free_port()
