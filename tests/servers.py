@@ -6,6 +6,7 @@ waits for readiness with a bound, and shows the tail of its log when it fails to
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -13,6 +14,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -99,8 +101,51 @@ def start_vllm_server(model_dir: str | Path, *, max_model_len: int = 256, timeou
     return _start(cmd, f"http://127.0.0.1:{port}", "/health", timeout_s, {"HF_HUB_OFFLINE": "1"})
 
 
+def start_dagster_webserver(workspace: Path, env: dict[str, str], timeout_s: float = 300) -> ServerProcess:
+    """``dagster-webserver`` of ``workspace`` on a free loopback port (``env`` carries ``DAGSTER_HOME``)."""
+    port = free_port()
+    cmd = [str(Path(sys.executable).parent / "dagster-webserver"), "-w", str(workspace), "-h", "127.0.0.1"]
+    return _start([*cmd, "-p", str(port)], f"http://127.0.0.1:{port}", "/server_info", timeout_s, env)
+
+
 def start_moto_server(timeout_s: float = 60) -> ServerProcess:
     """moto's S3 API emulator (``moto.server``) on a free loopback port."""
     port = free_port()
     cmd = [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)]
     return _start(cmd, f"http://127.0.0.1:{port}", "/moto-api/", timeout_s)
+
+
+#: moto's fixed test credentials, as LanceDB storage options and as the ``AWS_*`` environment.
+S3_KEYS = {"aws_access_key_id": "test", "aws_secret_access_key": "test", "aws_region": "us-east-1"}
+
+
+@contextlib.contextmanager
+def s3_bucket(bucket: str) -> Iterator[tuple[ServerProcess, dict[str, str]]]:
+    """moto's S3 server with ``bucket`` created; yields the server and LanceDB storage options.
+
+    While open, this process's environment carries the matching ``AWS_*`` variables (connections
+    without options, ``search`` and child processes reach the emulator); restored afterwards.
+    """
+    import boto3
+
+    srv = start_moto_server()
+    options = {"aws_endpoint": srv.url, **S3_KEYS, "allow_http": "true"}
+    env = {("AWS_ALLOW_HTTP" if k == "allow_http" else k.upper()): v for k, v in options.items()}
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        boto3.client(
+            "s3",
+            endpoint_url=srv.url,
+            aws_access_key_id="test",
+            aws_secret_access_key="test",
+            region_name="us-east-1",
+        ).create_bucket(Bucket=bucket)
+        yield srv, options
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        srv.stop(10)

@@ -8,6 +8,7 @@ SIGKILLs at named points (``LATECHUNK_TEST_KILL_AT``).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -26,6 +27,9 @@ import pytest
 from latechunk_dagster import sink
 from latechunk_dagster.pipeline.partition import STAGE_PREFIX, TEST_KILL_ENV
 from latechunk_dagster.sink.retry import CommitConflictError, is_commit_conflict, retry_commit
+from latechunk_dagster.sink.validation import documents_accounted
+from latechunk_dagster.sources.files import Document
+from tests.servers import s3_bucket
 from tests.tiny_models import build_tiny_bert
 from tests.writer_process import build_defs
 
@@ -256,6 +260,48 @@ def test_sigkill_leaves_old_rows_and_the_next_run_repairs(
     t.optimize(cleanup_older_than=timedelta(0), delete_unverified=True)
     assert not {f for f in left if f.startswith("data/")} & _table_files(db)
     assert set(_partition_rows(db, "p")) == want_new
+
+
+@pytest.mark.parametrize("where", ["local", "s3"])
+def test_a_kill_between_the_two_commits_is_flagged_and_the_next_run_repairs_it(
+    tmp_path: Path, tiny: Path, where: str
+) -> None:
+    """Killed after the chunk-table commit, before the rejected-table commit (locally and on moto's S3):
+    the chunk table is the new run's, whole; the rejected table is the old run's; the
+    ``documents_accounted`` check names both kinds of mismatch; the next run re-encodes nothing,
+    keeps the killed run's chunk rows and replaces the stale rejection records."""
+    with contextlib.ExitStack() as stack:
+        if where == "s3":
+            stack.enter_context(s3_bucket("between"))
+            db = "s3://between/db"
+        else:
+            db = str(tmp_path / "db")
+        old = {**docs("p", 3), "p-late": ""}  # p-late is rejected (empty text)
+        new = {**docs("p", 3), "p-late": "A late note on glaciers: they move slowly.", "p-d1": ""}
+        base = {"mode": "partition", "model": str(tiny), "db": db, "partition": "p"}
+        run_together([{**base, "docs": old, "run_id": "r1"}], delay=0)
+        rc, _ = finish(start({**base, "docs": new, "run_id": "r2"}, kill_at="between_commits"))
+        assert rc == -signal.SIGKILL
+        conn = lancedb.connect(db)
+        rows = conn.open_table(sink.CHUNK_TABLE).to_arrow()
+        rejected = conn.open_table(sink.REJECTED_TABLE).to_arrow()
+        # what a reader sees in the window: the new chunk rows whole, the old rejection records
+        assert set(rows.column("doc_id").to_pylist()) == {"p-d0", "p-d2", "p-late"}
+        assert set(zip(rows.column("doc_id").to_pylist(), rows.column("run_id").to_pylist())) >= {("p-late", "r2")}
+        assert rejected.column("doc_id").to_pylist() == ["p-late"]
+        current = {k: Document.from_text(k, v) for k, v in new.items()}
+        ok, details = documents_accounted(rows, rejected, current)
+        assert not ok and details["missing"] == ["p-d1"] and details["chunked_and_rejected"] == ["p-late"]
+        # the next run repairs it: nothing committed is encoded again, the rejections are replaced
+        (again,) = run_together([{**base, "docs": new, "run_id": "r3"}], delay=0)
+        assert again["chunks_written"] == 0
+        rows_after = conn.open_table(sink.CHUNK_TABLE).to_arrow()
+        rejected_after = conn.open_table(sink.REJECTED_TABLE).to_arrow()
+        assert sorted(rows_after.column("chunk_id").to_pylist()) == sorted(rows.column("chunk_id").to_pylist())
+        assert set(rows_after.column("run_id").to_pylist()) == {"r1", "r2"}  # untouched by r3
+        assert rejected_after.column("doc_id").to_pylist() == ["p-d1"]
+        assert rejected_after.column("reason").to_pylist() == ["empty_text"]
+        assert documents_accounted(rows_after, rejected_after, current)[0]
 
 
 def test_staging_dirs_of_dead_processes_are_removed(tmp_path: Path) -> None:

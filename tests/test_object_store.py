@@ -6,7 +6,6 @@ row counts and chunk-id sets we wrote, and the object listing seen through boto3
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
@@ -19,7 +18,7 @@ from latechunk_dagster import FixedTokens, LateChunker, sink
 from latechunk_dagster.pipeline.oneshot import chunk_partition
 from latechunk_dagster.sink.search import search
 from latechunk_dagster.sources.files import Document, text_sha256
-from tests.servers import ServerProcess, start_moto_server
+from tests.servers import ServerProcess, s3_bucket
 
 boto3 = pytest.importorskip("boto3")
 
@@ -30,33 +29,8 @@ URI = f"s3://{BUCKET}/db"
 @pytest.fixture(scope="module")
 def s3() -> Iterator[tuple[ServerProcess, dict[str, str]]]:
     """moto's S3 server, one bucket, and the storage options (and env, for ``search``) that reach it."""
-    srv = start_moto_server()
-    options = {
-        "aws_endpoint": srv.url,
-        "aws_access_key_id": "test",
-        "aws_secret_access_key": "test",
-        "aws_region": "us-east-1",
-        "allow_http": "true",
-    }
-    env = {
-        "AWS_ENDPOINT": srv.url,
-        "AWS_ACCESS_KEY_ID": "test",
-        "AWS_SECRET_ACCESS_KEY": "test",
-        "AWS_REGION": "us-east-1",
-        "AWS_ALLOW_HTTP": "true",
-    }
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    _client(srv.url).create_bucket(Bucket=BUCKET)
-    try:
-        yield srv, options
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-        srv.stop(10)
+    with s3_bucket(BUCKET) as served:
+        yield served
 
 
 def _client(url: str):  # noqa: ANN202 - boto3 client

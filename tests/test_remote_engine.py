@@ -304,10 +304,56 @@ def test_two_servers_share_the_requests_and_survive_one_dying(
         b.close()
 
 
+def test_a_server_silent_at_start_joins_once_it_answers_and_one_that_differs_never_does(
+    server: ServerProcess, minilm_dir: Path, chunker: LateChunker
+) -> None:
+    """The engine starts on the servers that answer; a silent one is probed in the background and
+    takes requests once it answers and matches; one that comes back with another model length is
+    left out for good."""
+    want = chunker.chunk(DOCS, FixedTokens(16), engine_path="token_states")
+    late_port, odd_port = free_port(), free_port()
+    late_url, odd_url = f"http://127.0.0.1:{late_port}", f"http://127.0.0.1:{odd_port}"
+    late = odd = None
+    try:
+        with RemoteLateChunker(
+            [server.url, late_url, odd_url], minilm_dir, max_inputs_per_request=1, retries=1, backoff_s=0.01
+        ) as c:
+            engine = c.engine
+            engine.retry_after_s = 0.3
+            assert engine.server_states() == {server.url: "up", late_url: "not probed", odd_url: "not probed"}
+            _assert_same(c.chunk(DOCS, FixedTokens(16)), want)
+            assert engine.requests_by_server()[late_url] == 0 and engine.requests_by_server()[odd_url] == 0
+            late = Proxy(server.url, port=late_port)
+            odd = Proxy(server.url, port=odd_port)
+            odd.rewrite_response = lambda path, body: body.replace(b'"max_model_len":256', b'"max_model_len":128')
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline and (
+                engine.server_states()[late_url] != "up" or not engine.server_states()[odd_url].startswith("excluded")
+            ):
+                c.chunk(DOCS[:1], FixedTokens(16))  # requests are what trigger the late probes
+                time.sleep(0.3)
+            states = engine.server_states()
+            assert states[late_url] == "up" and states[odd_url].startswith("excluded: "), states
+            assert "max_model_len=128" in states[odd_url]
+            before = engine.requests_by_server()
+            _assert_same(c.chunk(DOCS, FixedTokens(16)), want)
+            after = engine.requests_by_server()
+            assert after[late_url] > before[late_url]
+            assert after[odd_url] == before[odd_url]  # only its probes, never a document's request
+    finally:
+        for p in (late, odd):
+            if p is not None:
+                p.close()
+
+
 def test_servers_that_differ_or_do_not_answer_are_refused_at_start(server: ServerProcess, minilm_dir: Path) -> None:
     dead = f"http://127.0.0.1:{free_port()}"
     with pytest.raises(ServerUnavailableError, match=dead):
-        RemoteLateChunker([server.url, dead], minilm_dir, retries=1, backoff_s=0.01)
+        RemoteLateChunker([dead], minilm_dir, retries=1, backoff_s=0.01)
+    other_dead = f"http://127.0.0.1:{free_port()}"
+    with pytest.raises(ServerUnavailableError, match="no server answers") as err:
+        RemoteLateChunker([dead, other_dead], minilm_dir, retries=1, backoff_s=0.01)
+    assert dead in str(err.value) and other_dead in str(err.value)
     other = Proxy(server.url)
     other.rewrite_response = lambda path, body: body.replace(b'"max_model_len":256', b'"max_model_len":128')
     try:

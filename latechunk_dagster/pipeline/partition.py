@@ -51,6 +51,17 @@ table, and a commit killed midway leaves only data files no table version refere
 (``latechunk-stage-<pid>-*``) is removed by the next call of any process on the same host once
 ``<pid>`` is gone. :data:`TEST_KILL_ENV` is a test hook that kills the process at named points.
 
+**Two tables, two commits.** The chunk rows and the rejection records live in two LanceDB tables,
+and LanceDB commits one table at a time (no transaction spans two tables), so the chunk-table
+commit comes first and the rejected-table commit (the whole partition's rejections, replaced)
+second. A process killed between them leaves the chunk table complete and new (what search
+reads) and the rejected table as the previous run left it: a document rejected now but chunked
+before has no rows and no record (``documents_accounted`` lists it as ``missing``), and one
+chunked now but rejected before has both (``chunked_and_rejected``), so that blocking check fails
+for the partition until the next run. The next run of the partition repairs it without
+re-encoding anything that was committed: its chunk rows match the store and are skipped, the
+rejected documents are tried again, and its rejected-table commit replaces the stale records.
+
 **Incremental.** A document is re-encoded only if its ``doc_sha256`` or the ``vector_config``
 (:func:`latechunk_dagster.pipeline.config.vector_config`: model, head, dtype, prefix, windows,
 strategy and parameters, :data:`~latechunk_dagster.pipeline.config.CHUNKING_VERSION`) of its
@@ -108,8 +119,14 @@ PROGRESS_INTERVAL = 10.0
 #: Test hook: when this environment variable names a point, the process SIGKILLs itself there
 #: (``before_engine``: before the first engine call; ``during_encode``: in the encode loop, after the
 #: first engine call returned and its results went to the staging writer; ``during_commit``: inside the LanceDB
-#: commit, after it has read the first staged record batch). For crash-safety tests only.
+#: commit, after it has read the first staged record batch; ``between_commits``: after the chunk-table
+#: commit, before the rejected-table commit). ``point@partition`` kills only that partition's run.
+#: For crash-safety tests only.
 TEST_KILL_ENV = "LATECHUNK_TEST_KILL_AT"
+
+#: With :data:`TEST_KILL_ENV`: a file path; the process kills itself only if it can create that file
+#: (so only the first run that reaches the point dies, and a retry of it goes through).
+TEST_KILL_ONCE_ENV = "LATECHUNK_TEST_KILL_ONCE"
 
 #: Prefix of a staging directory; the writing process's pid follows it.
 STAGE_PREFIX = "latechunk-stage-"
@@ -390,14 +407,14 @@ class _Stream:
         run = self.run
         while (item := _get(self.to_engine, self.stop)) is not _END:
             batch, prepared = item
-            _test_kill_point("before_engine")
+            _test_kill_point("before_engine", run.partition)
             t0 = time.perf_counter()
             encoded = run.chunker.encode(prepared)
             run.report.engine_seconds += time.perf_counter() - t0
             run.report.batches += 1
             _put(self.to_writer, (batch, encoded), self.stop)
             del item, prepared, encoded
-            _test_kill_point("during_encode")
+            _test_kill_point("during_encode", run.partition)
         _put(self.to_writer, _END, self.stop)
 
     def _write(self) -> None:
@@ -466,12 +483,13 @@ def _commit(run: _Run, staged: Path, opened: contextlib.ExitStack, chunk_table: 
 
     def staged_rows() -> pa.RecordBatchReader:  # opened afresh for each commit attempt
         reader = pa.ipc.open_stream(opened.enter_context(pa.OSFile(str(staged), "rb")))
-        if os.environ.get(TEST_KILL_ENV) == "during_commit":
+        if _kills_here("during_commit", run.partition):
             return pa.RecordBatchReader.from_batches(reader.schema, _killing_after_first(reader))
         return reader
 
     rows = staged_rows if report.chunks_written else None
     report.write = commit_documents(chunk_table, run.partition, rows, replaced=replaced, kept=state.skipped)
+    _test_kill_point("between_commits", run.partition)
     replace_partition(
         rejected_table, "rejection_id", run.partition, pa.Table.from_pylist(state.rejections, schema=REJECTED_SCHEMA)
     )
@@ -533,9 +551,24 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def _test_kill_point(point: str) -> None:
-    """The :data:`TEST_KILL_ENV` hook: SIGKILL this process when the variable names ``point``."""
-    if os.environ.get(TEST_KILL_ENV) == point:
+def _kills_here(point: str, partition: str) -> bool:
+    """Whether the :data:`TEST_KILL_ENV` hook asks to die at ``point`` of ``partition`` now
+    (creating the :data:`TEST_KILL_ONCE_ENV` file when that is set)."""
+    at, _, only = os.environ.get(TEST_KILL_ENV, "").partition("@")
+    if at != point or (only and only != partition):
+        return False
+    once = os.environ.get(TEST_KILL_ONCE_ENV)
+    if once:
+        try:
+            os.close(os.open(once, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        except FileExistsError:
+            return False
+    return True
+
+
+def _test_kill_point(point: str, partition: str) -> None:
+    """The :data:`TEST_KILL_ENV` hook: SIGKILL this process at ``point`` when the hook asks for it."""
+    if _kills_here(point, partition):
         os.kill(os.getpid(), signal.SIGKILL)
 
 

@@ -147,6 +147,9 @@ class _Server:
     in_flight: int = 0
     down_until: float = 0.0  #: time.monotonic() before which it is out of the rotation
     requests: int = 0  #: requests answered (any status), for logs and tests
+    verified: bool = True  #: probed and checked; False: it did not answer at start (probed when due)
+    excluded: str = ""  #: why it is out for good: it answered later but serves something else
+    probing: bool = False  #: a late probe of it is running
 
 
 class _Rejected(Exception):
@@ -184,8 +187,12 @@ class VLLMServerEngine(Engine):
     the fewest requests in flight (ties: the one that answered fewest, so equal servers take turns).
     A server that drops a connection, times out or answers 429/5xx is taken out of the rotation for
     :attr:`retry_after_s` seconds and the request is retried at once on another one; when its time
-    is up it is tried again and is back once it answers. Every server is probed at start and must
-    serve the same model, version, maximum length, state width, native support and tokenizer.
+    is up it is tried again and is back once it answers. Every server that answers at start is
+    probed and must serve the same model, version, maximum length, state width, native support and
+    tokenizer. A server that does not answer at start (while at least one other does) is left out:
+    every :attr:`retry_after_s` seconds a background thread probes it again with the same checks,
+    and it joins the rotation once it answers and matches; one that answers but differs is left out
+    for good, with an error in the log (:meth:`server_states` tells which is which).
 
     Args:
         base_url: the server's root URL (``http://host:port``; no ``/v1``), or a list of them.
@@ -194,7 +201,7 @@ class VLLMServerEngine(Engine):
         native: ``None`` probes for ``late_chunking_params``; ``False`` skips the probe.
 
     Raises:
-        ServerUnavailableError: a server does not answer the probe within the retries.
+        ServerUnavailableError: no server answers the probe within the retries.
         ServerError: a server answers but is not a ``token_embed`` pooling server, or the servers differ.
         ValueError: no URL, a repeated URL, or ``max_in_flight < 1``.
     """
@@ -240,16 +247,12 @@ class VLLMServerEngine(Engine):
         self._pool: ThreadPoolExecutor | None = ThreadPoolExecutor(
             max_in_flight * len(urls), thread_name_prefix="vllm-server"
         )
+        self._served_model, self._native = served_model, native
+        #: (tokenizer, prefix, probes) of each check_tokenization call, replayed on a server that answers late
+        self._checks: list[tuple[Any, str, Sequence[str]]] = []
         t0 = time.perf_counter()
         try:
-            infos = [self._probe(srv, served_model, native) for srv in self._servers]
-            for srv, info in zip(self._servers[1:], infos[1:]):
-                if info != infos[0]:
-                    raise ServerError(
-                        f"{srv.url} serves {info}, but {self.base_url} serves {infos[0]}: every server of one engine "
-                        "must run the same model, vLLM version, max_model_len and pooling"
-                    )
-            self.info = infos[0]
+            self.info = self._probe_all()
         except BaseException:
             self.close()
             raise
@@ -260,6 +263,88 @@ class VLLMServerEngine(Engine):
         log.info("%s", self.describe())
 
     # -- probing ----------------------------------------------------------------------
+    def _probe_all(self) -> ServerInfo:
+        """Probe every server; the answering ones must agree; the silent ones wait for a late probe."""
+        infos: dict[str, ServerInfo] = {}
+        silent: list[tuple[_Server, ServerUnavailableError]] = []
+        for srv in self._servers:
+            try:
+                infos[srv.url] = self._probe(srv, self._served_model, self._native)
+            except ServerUnavailableError as exc:
+                silent.append((srv, exc))
+        if not infos:
+            if len(silent) == 1:
+                raise silent[0][1]
+            raise ServerUnavailableError("no server answers: " + "; ".join(str(exc) for _, exc in silent))
+        first, info = next(iter(infos.items()))
+        for url, other in infos.items():
+            if other != info:
+                raise ServerError(
+                    f"{url} serves {other}, but {first} serves {info}: every server of one engine "
+                    "must run the same model, vLLM version, max_model_len and pooling"
+                )
+        for srv, exc in silent:
+            srv.verified = False
+            srv.down_until = time.monotonic() + self.retry_after_s
+            log.warning(
+                "%s does not answer (%s); left out of the rotation and probed again every %.0f s",
+                srv.url,
+                exc,
+                self.retry_after_s,
+            )
+        return info
+
+    def _probe_late(self, srv: _Server) -> None:
+        """Background probe of a server that did not answer at start: same probe and checks as at start."""
+        try:
+            self._verify(srv)
+        finally:
+            with self._lock:
+                srv.probing = False
+
+    def _verify(self, srv: _Server) -> None:
+        try:
+            info = self._probe(srv, self._served_model, self._native)
+            if info != self.info:
+                raise ServerError(f"{srv.url} serves {info}, but the engine's servers serve {self.info}")
+            for tokenizer, prefix, probes in list(self._checks):
+                self._check_tokenization(srv, tokenizer, prefix, probes)
+        except ServerUnavailableError as exc:
+            with self._lock:
+                srv.down_until = time.monotonic() + self.retry_after_s
+            log.warning("%s still does not answer (%s); probed again in %.0f s", srv.url, exc, self.retry_after_s)
+            return
+        except (ServerError, TokenizationMismatchError) as exc:
+            with self._lock:
+                srv.excluded, srv.down_until = str(exc), float("inf")
+            log.error("%s answers but differs from the other servers; left out for good: %s", srv.url, exc)
+            return
+        except Exception as exc:  # the engine closed under the probe, or an unexpected answer
+            with self._lock:
+                srv.down_until = time.monotonic() + self.retry_after_s
+            if self._pool is not None:
+                log.warning("late probe of %s failed (%s: %s); probed again later", srv.url, type(exc).__name__, exc)
+            return
+        with self._lock:
+            srv.verified, srv.down_until = True, 0.0
+        log.info("%s answers and matches the other servers: in the rotation", srv.url)
+
+    def server_states(self) -> dict[str, str]:
+        """Each server's state by URL: ``"up"``, ``"down"`` (failed lately, tried again when due),
+        ``"not probed"`` (silent since start) or ``"excluded: <why>"``."""
+        now = time.monotonic()
+        with self._lock:
+            return {
+                srv.url: f"excluded: {srv.excluded}"
+                if srv.excluded
+                else "not probed"
+                if not srv.verified
+                else "up"
+                if srv.down_until <= now
+                else "down"
+                for srv in self._servers
+            }
+
     def _probe(self, srv: _Server, served_model: str | None, native: bool | None) -> ServerInfo:
         version = str(self._call("GET", "/version", server=srv).get("version", "unknown"))
         models = self._call("GET", "/v1/models", server=srv).get("data") or []
@@ -312,8 +397,10 @@ class VLLMServerEngine(Engine):
         Raises:
             TokenizationMismatchError: the first probe whose ids differ, with the first differing position.
         """
+        self._checks.append((tokenizer, prefix, probes))
         for srv in self._servers:
-            self._check_tokenization(srv, tokenizer, prefix, probes)
+            if srv.verified:
+                self._check_tokenization(srv, tokenizer, prefix, probes)
 
     def _check_tokenization(self, srv: _Server, tokenizer: Any, prefix: str, probes: Sequence[str]) -> None:
         for text in probes:
@@ -335,10 +422,20 @@ class VLLMServerEngine(Engine):
         when every server is out, the one that comes back first."""
         now = time.monotonic()
         with self._lock:
-            up = [srv for srv in self._servers if srv.down_until <= now]
-            if not up:
-                return min(self._servers, key=lambda srv: srv.down_until)
-            return min(up, key=lambda srv: (srv.in_flight, srv.requests))
+            due = [
+                srv
+                for srv in self._servers
+                if not (srv.verified or srv.excluded or srv.probing) and srv.down_until <= now
+            ]
+            for srv in due:  # claimed: one late probe per server at a time
+                srv.probing = True
+            ready = [srv for srv in self._servers if srv.verified and not srv.excluded]
+            up = [srv for srv in ready if srv.down_until <= now]
+            pick = min(up, key=lambda srv: (srv.in_flight, srv.requests)) if up else None
+            pick = pick or min(ready, key=lambda srv: srv.down_until)
+        for srv in due:
+            threading.Thread(target=self._probe_late, args=(srv,), name="vllm-server-probe", daemon=True).start()
+        return pick
 
     def _call(self, method: str, path: str, payload: dict | None = None, *, server: _Server | None = None) -> dict:
         """One request with retries on connection errors, timeouts and 429/5xx; JSON body.
