@@ -91,12 +91,22 @@ def test_vllm_server_connection(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("AIRFLOW_CONN_VLLM_DEFAULT", json.dumps(conn))
     assert VLLMServerHook().get_server_kwargs() == {
         "base_url": "http://vllm-0:8000",
+        "other_base_urls": [],
         "model": "/models/minilm",
         "served_model": None,
         "api_key": "secret",
         "max_in_flight": 8,
         "timeout_s": 30.0,
     }
+    for given in (["http://vllm-1:8000/", "http://vllm-2:8000"], "http://vllm-1:8000/, http://vllm-2:8000"):
+        several = {**conn, "extra": {**conn["extra"], "other_base_urls": given}}
+        monkeypatch.setenv("AIRFLOW_CONN_SEVERAL", json.dumps(several))
+        kwargs = VLLMServerHook("several").get_server_kwargs()
+        assert kwargs["other_base_urls"] == ["http://vllm-1:8000", "http://vllm-2:8000"]
+    bad = {**conn, "extra": {**conn["extra"], "other_base_urls": ["vllm-1"]}}
+    monkeypatch.setenv("AIRFLOW_CONN_BAD", json.dumps(bad))
+    with pytest.raises(ValueError, match="other_base_urls"):
+        VLLMServerHook("bad").get_server_kwargs()
     monkeypatch.setenv("AIRFLOW_CONN_NOMODEL", json.dumps({"conn_type": "vllm_server", "host": "https://vllm.example"}))
     with pytest.raises(ValueError, match="no model directory"):
         VLLMServerHook("nomodel").get_chunker()

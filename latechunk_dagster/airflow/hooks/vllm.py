@@ -8,6 +8,9 @@ connection field                   argument
 =================================  ============================================================
 host (+ port, schema = scheme)     ``base_url``: ``http://vllm-0:8000`` (a host with a scheme is
                                    taken as it is; else ``schema`` or ``http`` and ``port``)
+extra ``other_base_urls``          more servers of the same model: a JSON list or a comma-separated
+                                   string of root URLs (requests are spread over all; a server that
+                                   stops answering is left out until it answers again)
 password                           ``api_key`` (a server started with ``--api-key``)
 extra ``model``                    the local directory of the served model (tokenizer, head)
 extra ``served_model``             the model's name on the server (default: its first)
@@ -35,7 +38,7 @@ REQUEST_LIMITS: dict[str, type] = {
     for name in ServerSettings.field_names()
     if name not in ("served_model", "api_key")
 }
-VLLM_EXTRAS = ("model", "served_model", *REQUEST_LIMITS)
+VLLM_EXTRAS = ("model", "served_model", "other_base_urls", *REQUEST_LIMITS)
 
 
 def base_url_of(conn: Any) -> str:
@@ -58,11 +61,21 @@ def server_kwargs(conn: Any) -> dict[str, Any]:
     ``base_url`` and ``model`` included (``model`` ``None`` when the connection has none).
 
     Raises:
-        ValueError: no host, an unknown extra, or a limit that is not a number.
+        ValueError: no host, an unknown extra, a limit that is not a number, or other_base_urls
+            that are not URLs.
     """
     extra = connection_extras(conn, "vllm_server", VLLM_EXTRAS)
+    others = extra.get("other_base_urls") or []
+    if isinstance(others, str):
+        others = [u for u in (part.strip() for part in others.split(",")) if u]
+    if not isinstance(others, list) or not all(isinstance(u, str) and "://" in u for u in others):
+        raise ValueError(
+            f"connection {conn.conn_id!r}: extra 'other_base_urls' must be a list of root URLs "
+            f"(http://host:port), got {extra.get('other_base_urls')!r}"
+        )
     kwargs: dict[str, Any] = {
         "base_url": base_url_of(conn),
+        "other_base_urls": [u.rstrip("/") for u in others],
         "model": extra.get("model") or None,
         "served_model": extra.get("served_model") or None,
         "api_key": conn.password or None,
@@ -116,23 +129,27 @@ class VLLMServerHook(BaseHook):
                 ``RemoteLateChunker``.
         """
         kwargs = self.get_server_kwargs()
-        base_url, model = kwargs.pop("base_url"), model or kwargs.pop("model")
+        base_url, others = kwargs.pop("base_url"), kwargs.pop("other_base_urls")
+        model = model or kwargs.pop("model")
         kwargs.pop("model", None)
         if not model:
             raise ValueError(
                 f"connection {self.vllm_conn_id!r}: no model directory (the extra 'model' or the operator's model)"
             )
-        return RemoteLateChunker(base_url, model, **kwargs, **chunker_kwargs)
+        return RemoteLateChunker([base_url, *others] if others else base_url, model, **kwargs, **chunker_kwargs)
 
     def test_connection(self) -> tuple[bool, str]:
-        """The UI's "Test" button: ask the server for its models."""
+        """The UI's "Test" button: ask every server of the connection for its models."""
         import httpx
 
+        found = []
         try:
             kwargs = self.get_server_kwargs()
             headers = {"Authorization": f"Bearer {kwargs['api_key']}"} if kwargs["api_key"] else {}
-            resp = httpx.get(f"{kwargs['base_url']}/v1/models", headers=headers, timeout=10)
-            resp.raise_for_status()
+            for url in (kwargs["base_url"], *kwargs["other_base_urls"]):
+                resp = httpx.get(f"{url}/v1/models", headers=headers, timeout=10)
+                resp.raise_for_status()
+                found.append(f"{url}: {[m.get('id') for m in resp.json().get('data', [])]}")
         except Exception as exc:
-            return False, str(exc)
-        return True, f"models: {[m.get('id') for m in resp.json().get('data', [])]}"
+            return False, "; ".join([*found, str(exc)])
+        return True, "models: " + "; ".join(found)
