@@ -67,6 +67,9 @@ VLLM_SERVER_CONNECTION: dict[str, Any] = {
     "conn-fields": {
         "model": _text("Model directory", "Local copy of the served model (tokenizer, head): /models/all-MiniLM-L6-v2"),
         "served_model": _text("Served model name", "The model's name on the server (empty: its first)"),
+        "other_base_urls": _text(
+            "More servers", "Root URLs of more servers of the same model, comma-separated: http://vllm-1:8000"
+        ),
         "max_in_flight": _number("Requests in flight", "Requests in flight at once from one task", "integer", 4),
         "timeout_s": _number("Request timeout (s)", "Timeout of one request", "number", 120),
         "retries": _number("Retries", "Extra attempts on connection errors, timeouts, 429/5xx", "integer", 4),
