@@ -15,7 +15,7 @@ export TOKENIZERS_PARALLELISM := false
 $(VENV)/.installed: pyproject.toml
 	test -x $(VENV)/bin/python || $(PY) -m venv $(VENV)
 	$(VENV)/bin/pip install -q --upgrade pip 2>&1 | $(QUIET_PIP)
-	$(VENV)/bin/pip install -q -e ".[cpu,model,ui,dev,airflow]" 2>&1 | $(QUIET_PIP)
+	$(VENV)/bin/pip install -q -e ".[cpu,model,ui,dev,airflow,clients]" 2>&1 | $(QUIET_PIP)
 	# PyPI's torchvision/torchaudio/torchcodec break `import transformers` beside torch 2.13+cpu
 	$(VENV)/bin/pip uninstall -y -q torchvision torchaudio torchcodec 2>&1 | $(QUIET_PIP)
 	touch $@
