@@ -30,6 +30,7 @@ from latechunk_dagster.sink.database import LanceDBSettings
 from latechunk_dagster.sink.indexing import refresh_indexes
 from latechunk_dagster.sink.schema import METADATA_FIELDS
 from latechunk_dagster.sink.search import search
+from latechunk_dagster.sink.writes import migrate
 from latechunk_dagster.sources.files import DocumentStore
 
 warnings.filterwarnings("ignore", message=".*validate_default.*")  # pydantic, on importing llama_index
@@ -140,6 +141,35 @@ def test_migration_adds_two_column_files_and_rewrites_no_vector(project: Path, t
     ).sort_by("id")
     assert cli.main(["migrate", "--uri", str(dest)]) == 0
     assert capsys.readouterr().out.strip() == "table 'chunks': added nothing (already current)"
+
+
+def test_writers_migrating_one_table_at_once_make_one_migration(project: Path, tmp_path: Path) -> None:
+    """Four writers open an old table and migrate it at the same moment: one commit lands, no error."""
+    import threading
+
+    import lance
+
+    rows = sink.connect(uri(project)).open_table(OLD).to_arrow().drop_columns(["id", "metadata"])
+    sink.connect(str(tmp_path)).create_table("chunks", rows)
+    barrier, errors = threading.Barrier(4), []
+
+    def writer() -> None:
+        try:
+            table = sink.connect(str(tmp_path)).open_table("chunks")
+            barrier.wait()
+            migrate(table, sink.chunk_schema(384))
+        except Exception as exc:  # collected: the assertion below names it
+            errors.append(exc)
+
+    threads = [threading.Thread(target=writer) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    ds = lance.dataset(str(tmp_path / "chunks.lance"))
+    assert ds.version == 2 and [len(f.data_files()) for f in ds.get_fragments()] == [2] * len(ds.get_fragments())
+    assert sink.connect(str(tmp_path)).open_table("chunks").schema == sink.chunk_schema(384)
 
 
 def test_a_migrated_table_rematerializes_incrementally(project: Path, chunker: LateChunker, tmp_path: Path) -> None:

@@ -3,7 +3,7 @@
     latechunk sync-partitions          # add/remove dynamic partitions to match the store's shards
     latechunk search "query" -k 5      # top-k chunks from the LanceDB table (--hybrid: full-text + vector)
     latechunk migrate                  # add the columns of the current chunk schema to an older table
-    latechunk eval QUERIES.jsonl       # retrieval late vs naive on labeled queries (nDCG@10, R@k, MRR@10)
+    latechunk eval QUERIES.jsonl       # retrieval late vs naive (and hybrid) on labeled queries (nDCG@10, R@k, MRR@10)
     latechunk demo                     # what `make demo` runs
 
 Locations come from ``LATECHUNK_HOME`` / ``LATECHUNK_DOCUMENT_STORE`` (:mod:`latechunk_dagster.app.settings`).
@@ -37,7 +37,11 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--uri", default=None, help="LanceDB directory (default: $LATECHUNK_HOME/lancedb)")
     s.add_argument("--table", default=None, help="chunk table (default: chunks)")
     _model_options(s)
-    e = sub.add_parser("eval", help="retrieval late vs naive on labeled queries (JSONL), on the chunk table")
+    e = sub.add_parser(
+        "eval",
+        help="retrieval late vs naive on labeled queries (JSONL), on the chunk table; "
+        "and hybrid where the table has the full-text index",
+    )
     e.add_argument("queries", help="query file: JSONL with query, doc_id[, char_start, char_end]")
     e.add_argument("--k", type=int, default=10, help="cutoff of nDCG/MRR and the largest recall cutoff (default 10)")
     e.add_argument("--where", default=None, help="LanceDB SQL filter on the chunk rows, e.g. \"partition = 'a'\"")
@@ -177,7 +181,7 @@ def _check_where(table: object, where: str | None) -> None:
 
 
 def _eval(args: argparse.Namespace, table: object) -> int:
-    """``latechunk eval``: the late vs naive table on the existing chunk table (nothing is written)."""
+    """``latechunk eval``: the late vs naive (and hybrid) table on the existing chunk table (nothing is written)."""
     from latechunk_dagster.evaluation import evaluate_table, read_queries
 
     queries = read_queries(args.queries)  # a bad file fails before the model loads
