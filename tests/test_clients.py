@@ -149,7 +149,7 @@ def test_writers_migrating_one_table_at_once_make_one_migration(project: Path, t
 
     import lance
 
-    rows = sink.connect(uri(project)).open_table(OLD).to_arrow().drop_columns(["id", "metadata"])
+    rows = sink.connect(uri(project)).open_table(FRESH).to_arrow().drop_columns(["id", "metadata"])
     sink.connect(str(tmp_path)).create_table("chunks", rows)
     barrier, errors = threading.Barrier(4), []
 
