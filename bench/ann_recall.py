@@ -72,6 +72,7 @@ def queries_near(vectors: np.ndarray, n: int, *, noise: float = 0.3, seed: int =
 def chunk_rows(vectors: np.ndarray, *, partitions: int = 12) -> pa.Table:
     """A chunk table (``chunk_schema``) holding ``vectors``, spread over ``partitions`` partitions."""
     from latechunk_dagster.sink import chunk_id, chunk_schema
+    from latechunk_dagster.sink.schema import METADATA_FIELDS
 
     n, dim = vectors.shape
     now = datetime.now(UTC)
@@ -105,6 +106,8 @@ def chunk_rows(vectors: np.ndarray, *, partitions: int = 12) -> pa.Table:
         "materialized_at": [now] * n,
         "vector_config": ["bench"] * n,
     }
+    cols["id"] = cols["chunk_id"]
+    cols["metadata"] = [{name: cols[name][i] for name in METADATA_FIELDS} for i in range(n)]
     schema = chunk_schema(dim)
     return pa.table([pa.array(cols[f.name], f.type) if f.name != "vector" else cols[f.name] for f in schema], schema)
 

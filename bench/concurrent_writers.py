@@ -47,6 +47,7 @@ def rows(partition: str, run: str, n: int) -> pa.Table:
         "materialized_at": [datetime.now(UTC)] * n,
         "run_id": [run] * n,
     }
+    cols["id"] = cols["chunk_id"]
     for f in s:
         if f.name not in cols:
             cols[f.name] = (

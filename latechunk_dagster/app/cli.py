@@ -1,8 +1,9 @@
 """``latechunk``: command-line entry points of the embedded default.
 
     latechunk sync-partitions          # add/remove dynamic partitions to match the store's shards
-    latechunk search "query" -k 5      # top-k chunks from the LanceDB table
-    latechunk eval QUERIES.jsonl       # retrieval late vs naive on labeled queries (nDCG@10, R@k, MRR@10)
+    latechunk search "query" -k 5      # top-k chunks from the LanceDB table (--hybrid: full-text + vector)
+    latechunk migrate                  # add the columns of the current chunk schema to an older table
+    latechunk eval QUERIES.jsonl       # retrieval late vs naive (and hybrid) on labeled queries (nDCG@10, R@k, MRR@10)
     latechunk demo                     # what `make demo` runs
 
 Locations come from ``LATECHUNK_HOME`` / ``LATECHUNK_DOCUMENT_STORE`` (:mod:`latechunk_dagster.app.settings`).
@@ -28,10 +29,19 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--where", default=None, help="LanceDB SQL filter, e.g. \"partition = 'a'\"")
     s.add_argument("--model", default="", help="model directory (default: the shipped model)")
     s.add_argument("--exact", action="store_true", help="scan every row instead of the vector index (exact top k)")
+    s.add_argument(
+        "--hybrid",
+        action="store_true",
+        help="full-text (BM25) + vector search fused by LanceDB's RRF reranker (needs the full-text index)",
+    )
     s.add_argument("--uri", default=None, help="LanceDB directory (default: $LATECHUNK_HOME/lancedb)")
     s.add_argument("--table", default=None, help="chunk table (default: chunks)")
     _model_options(s)
-    e = sub.add_parser("eval", help="retrieval late vs naive on labeled queries (JSONL), on the chunk table")
+    e = sub.add_parser(
+        "eval",
+        help="retrieval late vs naive on labeled queries (JSONL), on the chunk table; "
+        "and hybrid where the table has the full-text index",
+    )
     e.add_argument("queries", help="query file: JSONL with query, doc_id[, char_start, char_end]")
     e.add_argument("--k", type=int, default=10, help="cutoff of nDCG/MRR and the largest recall cutoff (default 10)")
     e.add_argument("--where", default=None, help="LanceDB SQL filter on the chunk rows, e.g. \"partition = 'a'\"")
@@ -39,9 +49,13 @@ def main(argv: list[str] | None = None) -> int:
     e.add_argument("--uri", default=None, help="LanceDB directory (default: $LATECHUNK_HOME/lancedb)")
     e.add_argument("--table", default=None, help="chunk table (default: chunks)")
     _model_options(e)
+    m = sub.add_parser("migrate", help="add the id/metadata columns (LangChain, LlamaIndex) to an older chunk table")
+    m.add_argument("--uri", default=None, help="LanceDB directory (default: $LATECHUNK_HOME/lancedb)")
+    m.add_argument("--table", default=None, help="chunk table (default: chunks)")
     sub.add_parser("demo", help="run the main job on the embedded default and search")
     args = parser.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("LANCEDB_LOG", "error")  # no Rust-side deprecation notes between the results
     from latechunk_dagster.app.settings import quiet_dagster_warnings
     from latechunk_dagster.core.engines.vllm_local import quiet_engine_logs
 
@@ -114,6 +128,8 @@ def _run(args: argparse.Namespace) -> int:
     where = "--uri" if args.uri else "LATECHUNK_HOME"
     if "://" not in uri and not Path(uri).is_dir() or name not in sink.connect(uri).list_tables().tables:
         raise ValueError(f"no table {name!r} at {uri} ({where}): materialize the chunk asset first")
+    if args.command == "migrate":
+        return _migrate(sink.connect(uri), name)
     table = sink.connect(uri).open_table(name)
     _check_where(table, args.where)  # a bad filter fails before the model loads, in one line
     if args.command == "eval":
@@ -124,11 +140,33 @@ def _run(args: argparse.Namespace) -> int:
         raise ValueError(f"-k must be >= 1, got {args.k}")
     with _chunker(args) as chunker:
         hits = search(
-            args.query, chunker=chunker, uri=uri, table_name=name, k=args.k, where=args.where, exact=args.exact
+            args.query,
+            chunker=chunker,
+            uri=uri,
+            table_name=name,
+            k=args.k,
+            where=args.where,
+            exact=args.exact,
+            mode="hybrid" if args.hybrid else "vector",
         )
-    print("cosine_distance\tdoc_id\tchar_range\ttext")
+    print(("rrf_score\t" if args.hybrid else "") + "cosine_distance\tdoc_id\tchar_range\ttext")
     for h in hits:
-        print(f"{h.distance:.4f}\t{h.doc_id}\t{h.char_range}\t{' '.join((h.text or '').split())[:160]}")
+        score = f"{h.relevance:.4f}\t" if args.hybrid else ""
+        print(f"{score}{h.distance:.4f}\t{h.doc_id}\t{h.char_range}\t{' '.join((h.text or '').split())[:160]}")
+    return 0
+
+
+def _migrate(db: object, name: str) -> int:
+    """``latechunk migrate``: the chunk table gains the columns of the current schema it lacks."""
+    from latechunk_dagster import sink
+
+    table = db.open_table(name)  # type: ignore[attr-defined]
+    if "vector" not in table.schema.names:
+        raise ValueError(f"table {name!r} has no vector column: not a chunk table")
+    before = table.schema.names
+    table = sink.open_or_create(db, name, sink.chunk_schema(table.schema.field("vector").type.list_size))
+    added = [n for n in table.schema.names if n not in before]
+    print(f"table {name!r}: added {', '.join(added) if added else 'nothing (already current)'}")
     return 0
 
 
@@ -143,7 +181,7 @@ def _check_where(table: object, where: str | None) -> None:
 
 
 def _eval(args: argparse.Namespace, table: object) -> int:
-    """``latechunk eval``: the late vs naive table on the existing chunk table (nothing is written)."""
+    """``latechunk eval``: the late vs naive (and hybrid) table on the existing chunk table (nothing is written)."""
     from latechunk_dagster.evaluation import evaluate_table, read_queries
 
     queries = read_queries(args.queries)  # a bad file fails before the model loads

@@ -50,13 +50,17 @@ def plot_sweep(points: Sequence[SweepPoint], path: str | Path, *, metric: str | 
 
 
 def plot_report(report: EvalReport, path: str | Path) -> Path:
-    """Grouped bars: each metric for late and naive (percent). Writes ``path`` (PNG), returns it."""
+    """Grouped bars: each metric for late, naive (and hybrid when scored), in percent. Writes
+    ``path`` (PNG), returns it."""
     plt = _pyplot()
-    late, naive = report.mean("late"), report.mean("naive")
+    methods = report.methods()
+    width = 0.8 / len(methods)
     x = range(len(report.metrics))
     fig, ax = plt.subplots(figsize=(6.4, 3.6), dpi=100)
-    ax.bar([i - 0.2 for i in x], [late[m] for m in report.metrics], 0.4, label="late")
-    ax.bar([i + 0.2 for i in x], [naive[m] for m in report.metrics], 0.4, label="naive")
+    for j, method in enumerate(methods):
+        mean = report.mean(method)
+        offset = (j - (len(methods) - 1) / 2) * width
+        ax.bar([i + offset for i in x], [mean[m] for m in report.metrics], width, label=method)
     ax.set_xticks(list(x), [label(m) for m in report.metrics])
     ax.set_ylim(0, 100)
     ax.set_ylabel("%")

@@ -7,6 +7,10 @@
   embedding. Same boundaries, same engine, nothing written.
 * **retrieval**: exact cosine similarity over every candidate row in numpy (no ANN index, so the
   comparison carries no approximate-search noise); ties keep the row order.
+* **hybrid** (:func:`evaluate_table` on a table with the full-text index on ``text``): what
+  ``search(..., mode="hybrid", exact=True)`` returns, LanceDB's BM25 full-text search and the
+  exact cosine search over the late vectors fused by LanceDB's ``RRFReranker``, over the same
+  candidate rows.
 
 Rows without a char range (a chunk of special tokens only) have no text to embed naively; they
 are left out of both candidate sets and counted.
@@ -27,6 +31,7 @@ from latechunk_dagster.core.errors import DocumentError
 from latechunk_dagster.evaluation.metrics import judge, metric_names, query_metrics
 from latechunk_dagster.evaluation.queries import LabeledQuery, QueryFileError
 from latechunk_dagster.evaluation.report import EvalReport
+from latechunk_dagster.sink.indexing import has_fts_index, hybrid_query
 
 #: Columns read from the chunk table.
 COLUMNS = ["chunk_id", "doc_id", "partition", "char_start", "char_end", "text", "vector", "model_sha256", "strategy"]
@@ -85,10 +90,15 @@ def evaluate_rows(
     k: int = 10,
     bootstrap_samples: int = 2000,
     seed: int = 0,
+    hybrid: Any = None,
 ) -> EvalReport:
     """Late vs naive on ``rows`` (:data:`COLUMNS`): rank every candidate row for every query, score both.
 
     Queries none of whose documents are among the rows are skipped (counted in the report).
+
+    Args:
+        hybrid: ``(table, where)``: also score LanceDB's hybrid search on ``table`` (the one the
+            rows were read from, with ``where`` their filter; module docstring); ``None``: not.
 
     Raises:
         ValueError: the rows hold vectors of another model than ``chunker``'s; no row; no query
@@ -132,12 +142,17 @@ def evaluate_rows(
     naive = naive_vectors(chunker, usable.column("text").to_pylist(), usable.column("chunk_id").to_pylist())
     qvecs = chunker.embed_queries([q.query for q in kept])  # shape: [n_queries, dim]
     hits = list(zip(doc_ids, ranges))
-    per_method = {}
+    ranked: dict[str, list[list[tuple[str, tuple[int, int]]]]] = {}
     for method, vectors in (("late", late), ("naive", naive)):
         order = top_k(qvecs, vectors, k)
+        ranked[method] = [[hits[j] for j in order[i]] for i in range(len(kept))]
+    if hybrid is not None:
+        ranked["hybrid"] = hybrid_hits(hybrid[0], hybrid[1], [q.query for q in kept], qvecs, k)
+    per_method = {}
+    for method, lists in ranked.items():
         table = np.zeros((len(kept), len(names)))
         for i, q in enumerate(kept):
-            gains, found = judge([hits[j] for j in order[i]], q.passages)
+            gains, found = judge(lists[i], q.passages)
             m = query_metrics(gains, found, k)
             table[i] = [m[n] for n in names]
         per_method[method] = table
@@ -147,6 +162,7 @@ def evaluate_rows(
         queries=[q.query for q in kept],
         late=per_method["late"],
         naive=per_method["naive"],
+        hybrid=per_method.get("hybrid"),
         chunks=usable.num_rows,
         chunks_without_text=rows.num_rows - usable.num_rows,
         skipped=skipped,
@@ -154,6 +170,29 @@ def evaluate_rows(
         bootstrap_samples=bootstrap_samples,
         seed=seed,
     )
+
+
+def hybrid_hits(
+    table: Any, where: str | None, queries: Sequence[str], vectors: np.ndarray, k: int
+) -> list[list[tuple[str, tuple[int, int]]]]:
+    """Per query, the ``(doc_id, char range)`` of the top ``k`` of LanceDB's hybrid search
+    (:func:`~latechunk_dagster.sink.indexing.hybrid_query`, exact vector leg, default reranker) over
+    the rows matching ``where`` that have a char range (the candidate rows of :func:`evaluate_rows`).
+
+    Args:
+        queries: the query texts (full-text leg); vectors: their float32 ``[n_queries, dim]`` embeddings.
+    """
+    scope = "char_start IS NOT NULL" + (f" AND ({where})" if where else "")
+    out = []
+    for text, vec in zip(queries, vectors):
+        rows = (
+            hybrid_query(table, vec, text, k, exact=True)
+            .where(scope, prefilter=True)
+            .select(["doc_id", "char_start", "char_end"])
+            .to_list()
+        )
+        out.append([(r["doc_id"], (r["char_start"], r["char_end"])) for r in rows])
+    return out
 
 
 def evaluate_table(
@@ -165,8 +204,27 @@ def evaluate_table(
     where: str | None = None,
     bootstrap_samples: int = 2000,
     seed: int = 0,
+    hybrid: bool | None = None,
 ) -> EvalReport:
-    """:func:`evaluate_rows` on the rows of a LanceDB chunk table that match ``where``."""
+    """:func:`evaluate_rows` on the rows of a LanceDB chunk table that match ``where``.
+
+    Args:
+        hybrid: score LanceDB's hybrid search too (a ``hybrid`` row); ``None`` (default): when the
+            table has the full-text index on ``text`` (``refresh_indexes`` builds it).
+
+    Raises:
+        ValueError: as :func:`evaluate_rows`; ``hybrid=True`` on a table without the full-text index.
+    """
+    with_fts = has_fts_index(table)
+    if hybrid and not with_fts:
+        raise ValueError("hybrid evaluation needs the full-text index on text (sink.indexing.refresh_indexes)")
+    use_hybrid = with_fts if hybrid is None else hybrid
     return evaluate_rows(
-        chunker, read_chunk_rows(table, where), queries, k=k, bootstrap_samples=bootstrap_samples, seed=seed
+        chunker,
+        read_chunk_rows(table, where),
+        queries,
+        k=k,
+        bootstrap_samples=bootstrap_samples,
+        seed=seed,
+        hybrid=(table, where) if use_hybrid else None,
     )

@@ -57,6 +57,29 @@ def vector_query(table: Any, vector: np.ndarray | list[np.ndarray], k: int, *, e
     return q.ef(max(SEARCH_EF, k)).refine_factor(SEARCH_REFINE_FACTOR)
 
 
+def hybrid_query(
+    table: Any, vector: np.ndarray, text: str, k: int, *, exact: bool = False, reranker: Any = None
+) -> Any:
+    """LanceDB's hybrid query: full-text search of ``text`` on the ``text`` column's index and the
+    cosine vector search of ``vector`` (settings of :func:`vector_query`), ``k`` rows each, fused by
+    ``reranker`` (``None``: LanceDB's default, ``RRFReranker()``, reciprocal rank fusion with K=60)
+    into the best ``k``.
+
+    Returns:
+        A LanceDB hybrid query builder; add ``.where``/``.select`` and call ``.to_arrow()`` (rows
+        carry ``_relevance_score``, the reranker's score, best first).
+    """
+    q: Any = table.search(query_type="hybrid", vector_column_name="vector").vector(vector).text(text)
+    q = q.distance_type("cosine").limit(k)
+    q = q.bypass_vector_index() if exact else q.ef(max(SEARCH_EF, k)).refine_factor(SEARCH_REFINE_FACTOR)
+    return q if reranker is None else q.rerank(reranker)
+
+
+def has_fts_index(table: Any, column: str = "text") -> bool:
+    """Whether ``table`` has a full-text index on ``column`` (hybrid search needs it)."""
+    return any(i.index_type == "FTS" and list(i.columns) == [column] for i in table.list_indices())
+
+
 def search_settings() -> str:
     """The approximate search settings, as recorded in the index report."""
     return f"ef={SEARCH_EF}, refine_factor={SEARCH_REFINE_FACTOR}, nprobes=LanceDB default (>= 20)"

@@ -21,7 +21,7 @@ import pyarrow as pa
 from latechunk_dagster import __version__
 from latechunk_dagster.core.chunking import ChunkingStrategy
 from latechunk_dagster.core.results import ChunkedDocument, ChunkerSettings
-from latechunk_dagster.sink.schema import chunk_id, chunk_schema, rejection_id
+from latechunk_dagster.sink.schema import METADATA_FIELDS, chunk_id, chunk_schema, metadata_type, rejection_id
 from latechunk_dagster.sources.documents import Document, RejectedRow
 
 _TS = pa.timestamp("us", tz="UTC")
@@ -88,6 +88,11 @@ def chunk_batch(
     }
     for name, value in lineage.items():
         columns[name] = pa.repeat(pa.scalar(value, schema.field(name).type), n)
+    # the columns of the stock LangChain / LlamaIndex stores: copies of the ones above (sink.schema)
+    columns["id"] = columns["chunk_id"]
+    columns["metadata"] = pa.StructArray.from_arrays(
+        [columns[name] for name in METADATA_FIELDS], fields=list(metadata_type())
+    )
     return pa.RecordBatch.from_arrays([columns[f.name] for f in schema], schema=schema)
 
 

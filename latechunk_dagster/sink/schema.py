@@ -1,4 +1,12 @@
-"""Schemas of the two tables this package writes, and the deterministic row ids."""
+"""Schemas of the two tables this package writes, and the deterministic row ids.
+
+The chunk table also carries the two columns the stock LanceDB stores of LangChain
+(``langchain_community.vectorstores.LanceDB``) and LlamaIndex (``LanceDBVectorStore``) read:
+``id`` (the chunk id) and ``metadata`` (a struct of scalars: where the chunk lies). Both are
+functions of other columns (:data:`DERIVED_COLUMNS`), so a table written before they existed
+gains them by LanceDB's ``add_columns`` with SQL expressions: new column files beside the old
+ones, the vectors are not rewritten (:func:`latechunk_dagster.sink.writes.open_or_create`).
+"""
 
 from __future__ import annotations
 
@@ -11,6 +19,19 @@ from latechunk_dagster.sources.documents import key_of
 
 CHUNK_TABLE = "chunks"
 REJECTED_TABLE = "rejected_documents"
+
+#: Fields of the ``metadata`` struct, in order: scalars only (a list inside it, such as
+#: ``headings``, breaks LlamaIndex's ``node.to_json()``), each a copy of the column of that name.
+METADATA_FIELDS = (
+    "chunk_id", "doc_id", "partition", "chunk_index", "char_start", "char_end", "token_start", "token_end"
+)
+
+#: Columns that are functions of other columns: name -> the LanceDB (DataFusion) SQL expression
+#: that computes them from the row, used to add them to a table written before they existed.
+DERIVED_COLUMNS = {
+    "id": "chunk_id",
+    "metadata": "named_struct(" + ", ".join(f"'{name}', {name}" for name in METADATA_FIELDS) + ")",
+}
 
 
 def chunk_schema(dim: int) -> pa.Schema:
@@ -50,8 +71,20 @@ def chunk_schema(dim: int) -> pa.Schema:
             # what the vectors depend on besides the text (latechunk_dagster.pipeline.vector_config);
             # nullable and last, so a table written before it existed gains it with add_columns
             pa.field("vector_config", pa.string()),
+            # what the stock LangChain / LlamaIndex LanceDB stores read (module docstring); last,
+            # so a table written before them gains them with add_columns (DERIVED_COLUMNS); the
+            # types are the ones LanceDB gives those expressions (a struct of nullable fields)
+            pa.field("id", pa.string(), nullable=False),
+            pa.field("metadata", metadata_type()),
         ]
     )
+
+
+def metadata_type() -> pa.StructType:
+    """The ``metadata`` struct: :data:`METADATA_FIELDS` with their columns' types (ids string, positions
+    int32), every field nullable."""
+    ints = {"chunk_index", "char_start", "char_end", "token_start", "token_end"}
+    return pa.struct([pa.field(name, pa.int32() if name in ints else pa.string()) for name in METADATA_FIELDS])
 
 
 REJECTED_SCHEMA = pa.schema(

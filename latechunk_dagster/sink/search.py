@@ -1,18 +1,26 @@
-"""Search the chunk table with a query embedded by the same model and head."""
+"""Search the chunk table with a query embedded by the same model and head: by vector, or hybrid."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from latechunk_dagster import sink
 from latechunk_dagster.core.chunker import LateChunker
-from latechunk_dagster.sink.indexing import vector_query
+from latechunk_dagster.sink.indexing import has_fts_index, hybrid_query, vector_query
+
+#: ``vector``: nearest chunks by cosine distance; ``hybrid``: LanceDB's full-text search on ``text``
+#: and the vector search fused by a reranker (LanceDB's ``RRFReranker`` unless one is given).
+SEARCH_MODES = ("vector", "hybrid")
 
 
 @dataclass(frozen=True)
 class Hit:
-    """One search result: cosine ``distance`` (0 = same direction), where the chunk lies and its text."""
+    """One search result: where the chunk lies, its text, its cosine ``distance`` to the query
+    (0 = same direction, 1 = orthogonal) and, in hybrid mode, the reranker's ``relevance``
+    (higher is better; for RRF the sum of ``1 / (60 + rank)`` over the two result lists)."""
 
     doc_id: str
     partition: str
@@ -20,6 +28,8 @@ class Hit:
     char_range: tuple[int, int] | None
     text: str | None
     distance: float
+    chunk_id: str = ""
+    relevance: float | None = None
 
 
 def search(
@@ -31,28 +41,42 @@ def search(
     k: int = 5,
     where: str | None = None,
     exact: bool = False,
+    mode: str = "vector",
+    reranker: Any = None,
     connect_kwargs: dict[str, Any] | None = None,
 ) -> list[Hit]:
-    """Top-``k`` chunks for ``query`` by cosine distance.
+    """Top-``k`` chunks for ``query``: by cosine distance (``mode="vector"``) or hybrid.
 
     The query is embedded whole (mean of all its tokens, then the model's head, with the
     model's query prefix), the space the chunk vectors live in.
 
     Once :func:`~latechunk_dagster.sink.indexing.refresh_indexes` has built the vector index
-    (tables of ``ANN_MIN_ROWS`` rows or more) the search is approximate, with the settings of
-    :func:`~latechunk_dagster.sink.indexing.vector_query` (recall@10 >= 0.95 measured on hard
+    (tables of ``ANN_MIN_ROWS`` rows or more) the vector search is approximate, with the settings
+    of :func:`~latechunk_dagster.sink.indexing.vector_query` (recall@10 >= 0.95 measured on hard
     synthetic data; ``chunk_index``'s metadata holds the recall measured on your table).
+
+    ``mode="hybrid"`` runs LanceDB's hybrid query (:func:`~latechunk_dagster.sink.indexing.hybrid_query`):
+    the full-text index on ``text`` (BM25) and the vector search each return ``k`` rows, the
+    reranker fuses them and the best ``k`` are returned in its order; ``distance`` is then the
+    cosine distance of each hit's stored vector to the query vector (float64), also for a hit
+    that only the full-text search found.
 
     Args:
         connect_kwargs: options for ``lancedb.connect`` (``storage_options`` for an object store,
             ``api_key`` for LanceDB Cloud: what ``LanceDBResource.connect_kwargs()`` returns).
         where: optional LanceDB SQL filter (e.g. ``"partition = 'a'"``; quote with
-            :func:`latechunk_dagster.sink.sql_string`).
+            :func:`latechunk_dagster.sink.sql_string`); applied before the search (prefilter).
         exact: bypass the vector index and scan every row: the exact top ``k`` (cost linear in rows).
+        mode: one of :data:`SEARCH_MODES`.
+        reranker: hybrid only: a ``lancedb.rerankers.Reranker`` (default LanceDB's ``RRFReranker()``).
 
     Raises:
-        ValueError: the table was written by another model than ``chunker``'s, or does not exist.
+        ValueError: the table was written by another model than ``chunker``'s, or does not exist;
+            an unknown ``mode``; hybrid on a table without the full-text index (built by
+            ``refresh_indexes``, the index asset).
     """
+    if mode not in SEARCH_MODES:
+        raise ValueError(f"mode must be one of {SEARCH_MODES}, got {mode!r}")
     db = sink.connect(uri, **(connect_kwargs or {}))
     if table_name not in db.list_tables().tables:
         raise ValueError(f"no table {table_name!r} at {uri}: materialize chunk_vectors first")
@@ -69,11 +93,29 @@ def search(
             f"table {table_name!r} holds vectors of model {other[0]['model_sha256'][:12]}, "
             f"the query model is {chunker.card.fingerprint[:12]}: embed queries with the same model"
         )
+    if mode == "hybrid" and not has_fts_index(table):
+        raise ValueError(
+            f"table {table_name!r} has no full-text index on text, which hybrid search needs: "
+            "materialize the index asset (chunk_vectors_index) or call sink.indexing.refresh_indexes"
+        )
     [vec] = chunker.embed_queries([query])
-    q: Any = vector_query(table, vec, k, exact=exact)
+    columns = ["chunk_id", "doc_id", "partition", "chunk_index", "char_start", "char_end", "text"]
+    q: Any
+    if mode == "hybrid":
+        q = hybrid_query(table, vec, query, k, exact=exact, reranker=reranker)
+        columns.append("vector")
+    else:
+        q = vector_query(table, vec, k, exact=exact)
+        columns.append("_distance")
     if where:
         q = q.where(where, prefilter=True)
-    rows = q.select(["doc_id", "partition", "chunk_index", "char_start", "char_end", "text", "_distance"]).to_list()
+    rows = q.select(columns).to_arrow()
+    if mode == "hybrid":
+        distances = cosine_distances(vec, rows.column("vector").combine_chunks())
+        relevance = rows.column("_relevance_score").to_pylist()
+    else:
+        distances = np.asarray(rows.column("_distance").to_pylist(), dtype=np.float64)
+        relevance = [None] * rows.num_rows
     return [
         Hit(
             r["doc_id"],
@@ -81,7 +123,19 @@ def search(
             r["chunk_index"],
             (r["char_start"], r["char_end"]) if r["char_start"] is not None else None,
             r["text"],
-            float(r["_distance"]),
+            float(d),
+            r["chunk_id"],
+            None if s is None else float(s),
         )
-        for r in rows
+        for r, d, s in zip(rows.select(columns[:7]).to_pylist(), distances, relevance)
     ]
+
+
+def cosine_distances(query: np.ndarray, vectors: Any) -> np.ndarray:
+    """``1 - cos`` between ``query`` (float ``[dim]``) and each row of ``vectors`` (an Arrow
+    ``fixed_size_list<float32>[dim]`` array), in float64: float64 ``[n]``."""
+    dim = len(query)
+    v = vectors.flatten().to_numpy(zero_copy_only=False).reshape(-1, dim).astype(np.float64)  # shape: [n, dim]
+    q = np.asarray(query, dtype=np.float64)
+    norms = np.maximum(np.linalg.norm(v, axis=1) * np.linalg.norm(q), 1e-300)
+    return 1.0 - (v @ q) / norms

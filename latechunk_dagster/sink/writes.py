@@ -32,7 +32,7 @@ import lancedb
 import pyarrow as pa
 
 from latechunk_dagster.sink.retry import PRIMARY_KEY_METADATA, retry_commit
-from latechunk_dagster.sink.schema import sql_in, sql_string
+from latechunk_dagster.sink.schema import DERIVED_COLUMNS, sql_in, sql_string
 
 
 @dataclass(frozen=True)
@@ -57,7 +57,9 @@ def open_or_create(db: Any, name: str, schema: pa.Schema) -> Any:
     """Open table ``name``, creating it empty with ``schema``; refuse an existing table whose schema differs.
 
     A table created before its key column was marked as lance's unenforced primary key (the field
-    metadata of ``schema``'s first field) gains the mark (one metadata commit).
+    metadata of ``schema``'s first field) gains the mark (one metadata commit). A table written by
+    an earlier version, whose columns are a prefix of ``schema``'s, gains the trailing columns it
+    lacks (:func:`migrate`): nothing else about it changes, its vectors are not rewritten.
 
     Raises:
         ValueError: the table exists with another schema (e.g. another vector dimension: a
@@ -65,7 +67,7 @@ def open_or_create(db: Any, name: str, schema: pa.Schema) -> Any:
     """
     if name in db.list_tables().tables:
         table = db.open_table(name)
-        _add_missing_nullable_columns(table, schema)
+        migrate(table, schema)
         _mark_primary_key(table, schema)
         if table.schema.remove_metadata() != schema.remove_metadata():
             raise ValueError(
@@ -136,12 +138,47 @@ def _merge(
     )
 
 
-def _add_missing_nullable_columns(table: Any, schema: pa.Schema) -> None:
-    """A table written before a nullable trailing column (``vector_config``) existed gains it, null."""
+def migrate(table: Any, schema: pa.Schema) -> list[str]:
+    """Add to ``table`` the trailing columns of ``schema`` it lacks; returns their names (``[]``: none).
+
+    A table written by an earlier version has a prefix of ``schema``'s columns. Nullable columns
+    (``vector_config``) are added as nulls; the derived ones (``id``, ``metadata``:
+    :data:`~latechunk_dagster.sink.schema.DERIVED_COLUMNS`) are computed from each row's other
+    columns by LanceDB's ``add_columns`` with SQL expressions. Each ``add_columns`` is one commit
+    that writes new column files beside the existing ones (the vectors and other columns are not
+    rewritten); a concurrent writer that migrates the same table first makes it a no-op. A table
+    whose columns are not such a prefix is left alone (:func:`open_or_create` then refuses it).
+    """
     have = table.schema.names
-    missing = [f for f in schema if f.name not in have]
-    if missing and all(f.nullable for f in missing) and have == schema.names[: len(have)]:
-        table.add_columns([f for f in missing])
+    if have != schema.names[: len(have)]:
+        return []
+    missing = schema.names[len(have) :]
+    nulls = [schema.field(n) for n in missing if n not in DERIVED_COLUMNS]
+    derived = {n: DERIVED_COLUMNS[n] for n in missing if n in DERIVED_COLUMNS}
+    if not all(f.nullable for f in nulls) or list(missing) != [f.name for f in nulls] + list(derived):
+        return []  # not an earlier layout of this schema: refused by the schema comparison
+    what = f"add columns {missing} to {table.name!r}"
+    for columns in (nulls, derived):
+        if columns:
+            _add_columns(table, columns, what)
+    return list(missing)
+
+
+def _add_columns(table: Any, columns: list[pa.Field] | dict[str, str], what: str) -> None:
+    """``table.add_columns(columns)`` (one commit) unless another writer added them first; retried on conflicts."""
+    names = [f.name for f in columns] if isinstance(columns, list) else list(columns)
+
+    def commit() -> None:
+        if all(n in table.schema.names for n in names):
+            return
+        try:
+            table.add_columns(columns)
+        except Exception:
+            table.checkout_latest()  # lost the race to a writer that added them: nothing left to do
+            if not all(n in table.schema.names for n in names):
+                raise
+
+    retry_commit(commit, what=what, refresh=table.checkout_latest)
 
 
 def document_scope(partition: str, replaced: Collection[str], kept: Collection[str]) -> str:
