@@ -69,7 +69,7 @@ def start(spec: dict[str, Any], kill_at: str | None = None, staging: Path | None
     )
 
 
-def finish(proc: subprocess.Popen, timeout: float = 240) -> tuple[int, dict[str, Any] | None]:
+def finish(proc: subprocess.Popen, timeout: float = 600) -> tuple[int, dict[str, Any] | None]:
     out, err = proc.communicate(timeout=timeout)
     lines = [line for line in out.splitlines() if line.startswith("RESULT ")]
     if proc.returncode == 0 and not lines:
