@@ -7,8 +7,8 @@ Flow of :meth:`LateChunker.chunk` = :meth:`~LateChunker.prepare`, :meth:`~LateCh
              -> plan_windows                                                   [host]
     encode:  one engine call over every window of every document (an :class:`Engine`)
              native: the engine reduces FixedTokens spans itself (vLLM >= 0.33)   [engine]
-    finish:  token_states: mean_pool_spans -> apply_head_after_projection
-             -> non-finite check -> results in input order                      [host]
+    finish:  token_states: span_means (from the window rows) -> apply_head_after_projection
+             (once per batch) -> non-finite check -> results in input order       [host]
 
 The mean is in :mod:`latechunk_dagster.core.pooling`, the head in :mod:`latechunk_dagster.core.head`.
 """
@@ -46,7 +46,7 @@ from latechunk_dagster.core.model_card import (
     position_limits,
     read_model_card,
 )
-from latechunk_dagster.core.pooling import mean_pool_spans
+from latechunk_dagster.core.pooling import mean_pool_spans, span_means
 from latechunk_dagster.core.results import Chunk, ChunkedDocument, ChunkerSettings
 from latechunk_dagster.core.timebound import TimeLimitExceeded, WorkerCallError, call_with_time_limit
 from latechunk_dagster.core.tokenization import (
@@ -597,16 +597,28 @@ class LateChunker:
                     f"document {ids[i]!r}: the engine's chunk token ranges {got[:3]}... differ from ours"
                 )
             results[i] = self._result(i, ids[i], texts[i], tokens, spans, out.vectors, "native", 1)
-        k = 0
-        for i, tokens, spans, plan in prep.state_jobs:
-            win_rows = encoded.rows[k : k + len(plan.windows)]
-            k += len(plan.windows)
-            # shape: [n_tokens, dim]
-            states = plan.gather(win_rows)
-            vectors = apply_head_after_projection(mean_pool_spans(states, self.pooled_spans(spans)), self.head)
-            results[i] = self._result(i, ids[i], texts[i], tokens, spans, vectors, "token_states", len(plan.windows))
+        if prep.state_jobs:
+            # span means of every document, straight from its window rows (no gathered copy), then
+            # the head once over the whole batch; shape: [n_chunks of the batch, dim]
+            means: list[np.ndarray] = []
+            k = 0
+            for _i, _tokens, spans, plan in prep.state_jobs:
+                means.append(span_means(encoded.rows[k : k + len(plan.windows)], plan, self.pooled_spans(spans)))
+                k += len(plan.windows)
+            vectors = apply_head_after_projection(np.concatenate(means), self.head)
+            finite = np.isfinite(vectors).all(axis=1)
+            bounds = np.cumsum([0] + [len(m) for m in means]).tolist()
+            for n, (i, tokens, spans, plan) in enumerate(prep.state_jobs):
+                lo, hi = bounds[n], bounds[n + 1]
+                if not finite[lo:hi].all():
+                    bad = int((~finite[lo:hi]).sum())
+                    results[i] = NonFiniteVectorError(i, ids[i], f"{bad} of {hi - lo} chunk vectors are not finite")
+                    continue
+                results[i] = self._result(
+                    i, ids[i], texts[i], tokens, spans, vectors[lo:hi], "token_states", len(plan.windows)
+                )
         for i, r in enumerate(results):
-            if isinstance(r, ChunkedDocument) and not np.isfinite(r.vectors).all():
+            if isinstance(r, ChunkedDocument) and r.path == "native" and not np.isfinite(r.vectors).all():
                 bad = int((~np.isfinite(r.vectors).all(axis=1)).sum())
                 results[i] = NonFiniteVectorError(i, ids[i], f"{bad} of {len(r.chunks)} chunk vectors are not finite")
         failures = [r for r in results if isinstance(r, DocumentError)]
