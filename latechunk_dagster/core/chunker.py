@@ -558,17 +558,31 @@ class LateChunker:
 
         Only this step uses the engine; call it from one thread at a time.
         """
-        rows = self._token_rows(prepared.windows)
-        native: list[NativeChunks] = []
-        if prepared.native_jobs:
-            texts = prepared.texts
-            native = self._engine().native_chunks(
-                [encoder_text(self.prefix, texts[i]) for i, *_ in prepared.native_jobs],
-                prepared.strategy.chunk_size,  # type: ignore[attr-defined]
-                dimensions=self.head.dimensions,
-                normalize=self.head.normalize,
-            )
+        native_texts = [encoder_text(self.prefix, prepared.texts[i]) for i, *_ in prepared.native_jobs]
+        chunk_size = prepared.strategy.chunk_size if native_texts else 0  # type: ignore[attr-defined]
+        rows, native = self.encode_inputs(prepared.windows, native_texts, chunk_size)
         return EncodedBatch(prepared, rows, native)
+
+    def encode_inputs(
+        self, windows: list[list[int]], native_texts: list[str], chunk_size: int
+    ) -> tuple[list[np.ndarray], list[NativeChunks]]:
+        """The engine call of :meth:`encode` on its inputs alone (what a host worker process sends back).
+
+        Args:
+            windows: token ids of every encoder input (``PreparedBatch.windows``).
+            native_texts: encoder texts of the native-path documents (prefix prepended, no BOM).
+            chunk_size: the ``FixedTokens`` chunk size of the native path (unused without native texts).
+
+        Returns:
+            (float32 ``[len(window), dim]`` per window, the engine's chunk means per native text).
+        """
+        rows = self._token_rows(windows)
+        native: list[NativeChunks] = []
+        if native_texts:
+            native = self._engine().native_chunks(
+                native_texts, chunk_size, dimensions=self.head.dimensions, normalize=self.head.normalize
+            )
+        return rows, native
 
     def finish(
         self, encoded: EncodedBatch, *, errors: Literal["raise", "return"] = "return"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 
 from latechunk_dagster.core.chunker import LateChunker
 from latechunk_dagster.core.chunking import ChunkingStrategy, Sentences
@@ -39,6 +40,35 @@ def default_batch_tokens(chunker: LateChunker) -> int:
         return CPU_BATCH_TOKENS if on_cpu() else GPU_BATCH_TOKENS
     except Exception:  # no vLLM platform to ask: stay small
         return CPU_BATCH_TOKENS
+
+
+#: Host worker processes of a partition (:func:`default_host_workers`): measured in
+#: ``bench/host_ceiling.py`` (bench/README.md). Environment override: ``LATECHUNK_HOST_WORKERS``.
+HOST_WORKERS_ENV = "LATECHUNK_HOST_WORKERS"
+
+
+def default_host_workers() -> int:
+    """Host worker processes of :func:`~latechunk_dagster.pipeline.materialize_partition` by default.
+
+    ``LATECHUNK_HOST_WORKERS`` when set (an integer, ``0`` = in process); else ``0`` (the host work
+    in the calling and writer threads) on machines of at most 2 cores, where the measured ceiling
+    of 2 workers did not beat the threads, and ``cores - 2`` (one core for the engine's process and
+    one for the threads moving batches) on larger ones.
+
+    Raises:
+        ValueError: ``LATECHUNK_HOST_WORKERS`` is not an integer >= 0.
+    """
+    raw = os.environ.get(HOST_WORKERS_ENV)
+    if raw is not None and raw.strip():
+        try:
+            value = int(raw)
+        except ValueError:
+            value = -1
+        if value < 0:
+            raise ValueError(f"{HOST_WORKERS_ENV}={raw!r}: expected an integer >= 0 (0 = in process)")
+        return value
+    cores = os.cpu_count() or 1
+    return 0 if cores <= 2 else cores - 2
 
 
 def vector_config_fields(settings: ChunkerSettings, strategy: ChunkingStrategy) -> dict[str, object]:
