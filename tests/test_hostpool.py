@@ -100,16 +100,8 @@ def test_a_worker_that_dies_mid_partition_fails_it_and_leaves_the_old_rows(
     strategy = Sentences(max_tokens=32)
     _, chunks, rejected = materialize(chunker, docs, tmp_path, strategy, host_workers=0)
     before, version = rows_of(chunks), chunks.version
-    made: list[str] = []  # the names of the shared-memory blocks the stream makes (the real function, watched)
-    to_shared = hostpool._to_shared
-
-    def watched(rows):  # noqa: ANN001, ANN202
-        shm, layout = to_shared(rows)
-        made.append(shm.name)
-        return shm, layout
-
-    monkeypatch.setattr(hostpool, "_to_shared", watched)
     monkeypatch.setenv(TEST_WORKER_KILL_ENV, "finish")  # each worker SIGKILLs itself on its 2nd finish
+    pool = hostpool.host_pool(chunker, 2)  # the pool the call will use, started with the hook set
     changed = [Document.from_text(d.doc_id, d.text + " Changed.") if d.text.strip() else d for d in docs]
     with pytest.raises(HostWorkerError, match="died"):
         materialize_partition(
@@ -124,7 +116,8 @@ def test_a_worker_that_dies_mid_partition_fails_it_and_leaves_the_old_rows(
             host_workers=2,
         )
     assert chunks.version == version and rows_of(chunks).equals(before)
-    assert made and not [n for n in made if Path("/dev/shm", n.lstrip("/")).exists()]  # none left behind
+    assert pool.broken is not None and pool.closed
+    assert pool.made and not [n for n in pool.made if Path("/dev/shm", n.lstrip("/")).exists()]  # none left behind
     monkeypatch.delenv(TEST_WORKER_KILL_ENV)
     shutdown_host_pools()
     report = materialize_partition(

@@ -60,6 +60,12 @@ log = logging.getLogger(__name__)
 TEST_WORKER_KILL_ENV = "LATECHUNK_TEST_KILL_HOST_WORKER_AT"
 
 
+#: Shared-memory blocks a pool keeps for reuse, per worker (one being filled, one queued, one being
+#: read). Reusing them matters: a fresh block per batch cost ~4x the system time of the threaded
+#: stream in page faults (measured in bench/host_ceiling.py), since every page is new to both sides.
+BLOCKS_PER_WORKER = 3
+
+
 class HostWorkerError(LateChunkError):
     """A host worker process died or failed outside any one document; the partition is not written."""
 
@@ -133,6 +139,12 @@ class HostPool:
         self._lock = threading.Lock()
         self._pending: list[dict[int, Future]] = [{} for _ in range(workers)]
         self._send_locks = [threading.Lock() for _ in range(workers)]
+        self._blocks_lock = threading.Lock()
+        self._free: list[shared_memory.SharedMemory] = []  # kept blocks not in use
+        self._kept: set[str] = set()  # names of the blocks kept for reuse
+        self._forget: list[list[str]] = [[] for _ in range(workers)]  # evicted blocks each worker still maps
+        self.made: list[str] = []  # names of every block this pool created (diagnostics, tests)
+        self.closed = False
         ctx = multiprocessing.get_context("spawn")
         payload = _host_only(chunker)
         # one tokenizer thread per worker when the workers fill the cores (the user's setting wins)
@@ -170,20 +182,87 @@ class HostPool:
             context: ``(partition, lineage, dim)`` for the Arrow rows.
 
         Returns:
-            (a future of the :class:`FinishedBatch`, the shared-memory block to :func:`release` after it).
+            (a future of the :class:`FinishedBatch`, the shared-memory block to :meth:`release` after it).
         """
         if self.broken is not None:
             fut: Future = Future()
             fut.set_exception(HostWorkerError(f"the host worker pool is broken: {self.broken}"))
             return fut, None
-        shm, layout = _to_shared(rows)
+        shm, kept, layout = self._to_shared(rows)
         try:
-            body = (handle.seq, shm.name if shm else None, layout, native, context)
+            with self._blocks_lock:
+                forget, self._forget[handle.worker] = self._forget[handle.worker], []
+            body = (handle.seq, shm.name if shm else None, kept, forget, layout, native, context)
             fut = self._request(handle.worker, "finish", body)
         except BaseException:
-            release(shm)
+            self.release(shm)
             raise
         return fut, shm
+
+    # -- shared-memory blocks ---------------------------------------------------------------
+    def _to_shared(
+        self, rows: list[np.ndarray]
+    ) -> tuple[shared_memory.SharedMemory | None, bool, tuple[int, list[tuple[int, int]]] | None]:
+        """Every window's float32 rows back to back in one shared-memory block (the one copy).
+
+        Returns:
+            (the block, whether it is kept for reuse, ``(row width, [(row offset, n_rows) per window])``);
+            ``(None, False, None)`` without rows.
+        """
+        if not rows:
+            return None, False, None
+        dim = rows[0].shape[1]
+        counts = [len(r) for r in rows]
+        total = sum(counts)
+        shm, kept = self._acquire(total * dim * 4)
+        try:
+            # shape: [total rows of the batch, dim], float32
+            block = np.ndarray((total, dim), dtype=np.float32, buffer=shm.buf)
+            layout, at = [], 0
+            for r, n in zip(rows, counts):
+                block[at : at + n] = r
+                layout.append((at, n))
+                at += n
+            del block
+        except BaseException:
+            self.release(shm)
+            raise
+        return shm, kept, (dim, layout)
+
+    def _acquire(self, nbytes: int) -> tuple[shared_memory.SharedMemory, bool]:
+        """A free kept block of at least ``nbytes``, else a new one (kept when there is room)."""
+        evicted: shared_memory.SharedMemory | None = None
+        with self._blocks_lock:
+            for k, b in enumerate(self._free):
+                if b.size >= nbytes:
+                    return self._free.pop(k), True
+            if len(self._kept) >= BLOCKS_PER_WORKER * self.workers and self._free:
+                evicted = self._free.pop(0)  # too small for today's batches: make room for a larger one
+                self._kept.discard(evicted.name)
+                for names in self._forget:
+                    names.append(evicted.name)
+            keep = len(self._kept) < BLOCKS_PER_WORKER * self.workers and not self.closed
+        if evicted is not None:
+            _unlink(evicted)
+        size = max(nbytes * 5 // 4, 1 << 20) if keep else max(nbytes, 1)
+        shm = shared_memory.SharedMemory(create=True, size=size)
+        with self._blocks_lock:
+            self.made.append(shm.name)
+            if keep:
+                self._kept.add(shm.name)
+        return shm, keep
+
+    def release(self, shm: shared_memory.SharedMemory | None) -> None:
+        """A batch's block is no longer needed: back to the free list, or unlinked (``None``: nothing)."""
+        if shm is None:
+            return
+        with self._blocks_lock:
+            if shm.name in self._kept and not self.closed:
+                if all(b is not shm for b in self._free):
+                    self._free.append(shm)
+                return
+            self._kept.discard(shm.name)
+        _unlink(shm)
 
     def _request(self, w: int, kind: str, body: tuple) -> Future:
         fut: Future = Future()
@@ -248,46 +327,22 @@ class HostPool:
         for conn in self._conns:
             conn.close()
         self.broken = self.broken or HostWorkerError("the host worker pool was closed")
+        with self._blocks_lock:
+            self.closed = True
+            free, self._free = self._free, []
+            for b in free:
+                self._kept.discard(b.name)
+        for b in free:
+            _unlink(b)  # blocks still in use are unlinked when the stream releases them
 
 
-def release(shm: shared_memory.SharedMemory | None) -> None:
-    """Close and unlink a batch's shared-memory block (safe on ``None`` or twice)."""
-    if shm is None:
-        return
+def _unlink(shm: shared_memory.SharedMemory) -> None:
+    """Close and unlink a shared-memory block (safe twice)."""
     try:
         shm.close()
         shm.unlink()
     except FileNotFoundError:
         pass
-
-
-def _to_shared(
-    rows: list[np.ndarray],
-) -> tuple[shared_memory.SharedMemory | None, tuple[int, list[tuple[int, int]]] | None]:
-    """One shared-memory block holding every window's float32 rows back to back (the one copy).
-
-    Returns:
-        (the block, ``(row width, [(row offset, n_rows) per window])``); ``(None, None)`` without rows.
-    """
-    if not rows:
-        return None, None
-    dim = rows[0].shape[1]
-    counts = [len(r) for r in rows]
-    total = sum(counts)
-    shm = shared_memory.SharedMemory(create=True, size=max(total * dim * 4, 1))
-    try:
-        # shape: [total rows of the batch, dim], float32
-        block = np.ndarray((total, dim), dtype=np.float32, buffer=shm.buf)
-        layout, at = [], 0
-        for r, n in zip(rows, counts):
-            block[at : at + n] = r
-            layout.append((at, n))
-            at += n
-        del block
-    except BaseException:
-        release(shm)
-        raise
-    return shm, (dim, layout)
 
 
 # -- pools kept across calls -------------------------------------------------------------------
@@ -337,6 +392,7 @@ def _worker_main(conn: Any, payload: bytes, tokenizer_threads: str) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when to stop
     chunker: LateChunker = pickle.loads(payload)
     held: dict[int, tuple[list[Document], PreparedBatch]] = {}
+    maps: dict[str, shared_memory.SharedMemory] = {}  # the parent's kept blocks, mapped once
     seen = {"prepare": 0, "finish": 0}
     kill_at = os.environ.get(TEST_WORKER_KILL_ENV)
     while True:
@@ -353,7 +409,7 @@ def _worker_main(conn: Any, payload: bytes, tokenizer_threads: str) -> None:
             if kind == "prepare":
                 reply = _prepare(chunker, held, seq, *body)
             else:
-                reply = _finish(chunker, held, *body)
+                reply = _finish(chunker, held, maps, *body)
             conn.send(("prepared" if kind == "prepare" else "finished", seq, reply))
         except BaseException as exc:  # one request's failure fails its partition, not the worker
             held.pop(body[0] if kind == "finish" else seq, None)
@@ -375,8 +431,11 @@ def _prepare(
 def _finish(
     chunker: LateChunker,
     held: dict,
+    maps: dict[str, shared_memory.SharedMemory],
     seq: int,
     shm_name: str | None,
+    kept: bool,
+    forget: list[str],
     layout: tuple[int, list[tuple[int, int]]] | None,
     native: list[NativeChunks],
     context: tuple,
@@ -384,11 +443,19 @@ def _finish(
     from latechunk_dagster.sink.rows import chunk_batch
 
     t0 = time.perf_counter()
+    for name in forget:  # blocks the parent no longer keeps
+        old = maps.pop(name, None)
+        if old is not None:
+            old.close()
     partition, row_lineage, dim = context
     batch, prepared = held.pop(seq)
-    shm = shared_memory.SharedMemory(name=shm_name) if shm_name else None
+    shm = None
+    if shm_name is not None:
+        shm = maps.get(shm_name) or shared_memory.SharedMemory(name=shm_name)
+        if kept:
+            maps[shm_name] = shm
     try:
-        if shm is not None:
+        if shm is not None and layout is not None:
             width, spans = layout
             total = spans[-1][0] + spans[-1][1]
             # shape: [total rows of the batch, width], float32: the parent's block, read in place
@@ -399,7 +466,7 @@ def _finish(
         results = chunker.finish(EncodedBatch(prepared, rows, native), errors="return")
         del rows, block
     finally:
-        if shm is not None:
+        if shm is not None and not kept:
             shm.close()
     good = [(d, r) for d, r in zip(batch, results) if isinstance(r, ChunkedDocument)]
     record = chunk_batch(good, partition, row_lineage, dim) if good else None

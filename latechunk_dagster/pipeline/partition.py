@@ -95,7 +95,7 @@ from latechunk_dagster.core.errors import LateChunkError
 from latechunk_dagster.core.results import ChunkedDocument
 from latechunk_dagster.pipeline.accounting import PartitionReport, account_results, token_count
 from latechunk_dagster.pipeline.config import default_batch_tokens, default_host_workers, vector_config
-from latechunk_dagster.pipeline.hostpool import discard_host_pool, host_pool, release
+from latechunk_dagster.pipeline.hostpool import discard_host_pool, host_pool
 from latechunk_dagster.pipeline.memory import release_freed_memory
 from latechunk_dagster.pipeline.progress import Progress, ProgressMeter
 from latechunk_dagster.sink.rows import chunk_batch, lineage, rejected_row, rejection_row
@@ -459,7 +459,7 @@ class _PooledStream(_Stream):
             with self.blocks_lock:
                 blocks, self.blocks = self.blocks, None
             for shm in blocks or ():
-                release(shm)
+                self.pool.release(shm)
 
     def _track(self, shm: Any) -> None:
         """Keep a batch's shared-memory block until the writer releases it (at once if the call is over)."""
@@ -467,7 +467,7 @@ class _PooledStream(_Stream):
             if self.blocks is not None:
                 self.blocks.add(shm)
                 return
-        release(shm)  # an engine thread still running after a failure: nothing will read it
+        self.pool.release(shm)  # an engine thread still running after a failure: nothing will read it
 
     def _wait(self, fut: Future) -> Any:
         """A worker's answer; raises ``_Stopped`` when another thread failed meanwhile."""
@@ -526,7 +526,7 @@ class _PooledStream(_Stream):
                 with self.blocks_lock:
                     if self.blocks is not None:
                         self.blocks.discard(shm)
-                release(shm)
+                self.pool.release(shm)
                 good = run.account(batch, done.results)
                 if done.rows is not None:
                     stream.write_batch(done.rows)
