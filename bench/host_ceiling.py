@@ -24,6 +24,7 @@ demo corpus K times, ids made unique).
 from __future__ import annotations
 
 import argparse
+import inspect
 import os
 import statistics
 import sys
@@ -81,6 +82,8 @@ def main() -> None:
     strategy = Sentences(max_tokens=128)
     cores = os.cpu_count() or 1
     workers = [int(w) for w in args.workers.split(",")] if args.workers else sorted({1, 2, cores})
+    if "host_workers" not in inspect.signature(materialize_partition).parameters:  # a tree before issue 18
+        workers = []
     n_tokens = sum(len(t) for t in tokenize_documents(chunker.tokenizer, texts, indices=range(len(texts)), doc_ids=ids))
 
     def partition(w: int) -> Callable[[], None]:
@@ -89,6 +92,7 @@ def main() -> None:
                 db = lancedb.connect(d)
                 chunks = db.create_table("chunks", schema=chunk_schema(chunker.embedding_dim))
                 rejected = db.create_table("rejected", schema=REJECTED_SCHEMA)
+                kw = {"host_workers": w} if workers else {}
                 materialize_partition(
                     chunker,
                     docs,
@@ -98,7 +102,7 @@ def main() -> None:
                     rejected_table=rejected,
                     run_id="bench",
                     batch_tokens=args.batch_tokens,
-                    host_workers=w,
+                    **kw,
                 )
 
         return run
@@ -140,7 +144,8 @@ def main() -> None:
     if one:
         for name in names:
             print(f"{name} / 1 worker: {med[one] / med[name]:.2f}x")
-    print(f"best worker setting / threads: {med['partition, threads'] / min(med[n] for n in names):.2f}x")
+    if names:
+        print(f"best worker setting / threads: {med['partition, threads'] / min(med[n] for n in names):.2f}x")
 
 
 if __name__ == "__main__":

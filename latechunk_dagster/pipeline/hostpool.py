@@ -20,7 +20,9 @@ A worker that dies (killed, out of memory) fails every request it held with
 :class:`HostWorkerError`; the partition then raises before its commit, so the table keeps the
 partition's old rows. A pool that lost a worker is shut down and the next call starts a new one.
 Pools are kept per (chunker, worker count) across calls (:func:`host_pool`), since starting a
-worker (``spawn``: a fresh interpreter importing numpy, transformers, pyarrow) takes seconds.
+worker (``spawn``: a fresh interpreter importing numpy, transformers, pyarrow) takes seconds; they
+are closed when their chunker is garbage-collected, at interpreter exit, or by
+:func:`shutdown_host_pools`.
 """
 
 from __future__ import annotations
@@ -132,7 +134,6 @@ class HostPool:
         if workers < 1:
             raise ValueError(f"host_workers must be at least 1 for a pool, got {workers}")
         self.workers = workers
-        self.chunker = chunker
         self.broken: BaseException | None = None
         self._seq = itertools.count()
         self._next = itertools.count()
@@ -360,6 +361,7 @@ def host_pool(chunker: LateChunker, workers: int) -> HostPool:
             if pool is not None:
                 pool.close()
             pool = pools[workers] = HostPool(chunker, workers)
+            weakref.finalize(chunker, pool.close)  # the workers go when the chunker does
         return pool
 
 

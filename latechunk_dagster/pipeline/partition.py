@@ -10,6 +10,10 @@ Flow of :func:`materialize_partition` (three threads, bounded queues between the
                     -> Arrow rows (sink.rows.chunk_batch) -> staged to a local Arrow IPC file
     then            systemic-failure check -> ONE LanceDB commit streamed from the staged file
 
+With ``host_workers >= 1`` the same three threads only move batches: prepare runs in a worker
+process and finish with the Arrow rows in the same worker, the token states passing through shared
+memory (:mod:`latechunk_dagster.pipeline.hostpool`); order, staging and the one commit are unchanged.
+
 In the code, one step each: ``_begin`` (budget, vector configuration, stored documents),
 ``_Stream`` (the three threads), ``_count_reader_rejections``, ``_check_systemic``, ``_commit``,
 ``_final_report``.
