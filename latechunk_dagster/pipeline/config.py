@@ -51,9 +51,10 @@ def default_host_workers() -> int:
     """Host worker processes of :func:`~latechunk_dagster.pipeline.materialize_partition` by default.
 
     ``LATECHUNK_HOST_WORKERS`` when set (an integer, ``0`` = in process); else ``0`` (the host work
-    in the calling and writer threads) on machines of at most 2 cores, where the measured ceiling
-    of 2 workers did not beat the threads, and ``cores - 2`` (one core for the engine's process and
-    one for the threads moving batches) on larger ones.
+    in the calling and writer threads) on machines of at most 2 cores, where 2 workers measured no
+    faster than 1 and 1 no cheaper than the threads (``bench/host_ceiling.py``, bench/README.md), and
+    ``cores - 2`` on larger ones (one core left to the engine's process, one to the threads that move
+    batches): an extrapolation from the per-token CPU cost, not yet measured on such a machine.
 
     Raises:
         ValueError: ``LATECHUNK_HOST_WORKERS`` is not an integer >= 0.
