@@ -148,3 +148,20 @@ def test_host_workers_setting(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(HOST_WORKERS_ENV)
     cores = os.cpu_count() or 1
     assert default_host_workers() == (0 if cores <= 2 else cores - 2)
+
+
+def test_a_changed_chunker_setting_reaches_the_workers(chunker: LateChunker, tmp_path: Path) -> None:
+    docs = corpus()
+    first = hostpool.host_pool(chunker, 1)
+    assert hostpool.host_pool(chunker, 1) is first  # kept across calls
+    length = chunker.window_length
+    chunker.window_length = 64  # a setting the settings (and the rows' vector_config) follow
+    try:
+        threads, _, _ = materialize(chunker, docs, tmp_path / "threads", Sentences(max_tokens=32), host_workers=0)
+        report, _, _ = materialize(chunker, docs, tmp_path / "workers", Sentences(max_tokens=32), host_workers=1)
+        assert hostpool.host_pool(chunker, 1) is not first and first.closed
+        # the workers planned 64-token windows, as the threads did (long-a and long-b: 10+ and 19+ each)
+        assert (report.windows, report.window_tokens) == (threads.windows, threads.window_tokens)
+        assert report.windows >= len(docs) - 3 + 10 + 19
+    finally:
+        chunker.window_length = length

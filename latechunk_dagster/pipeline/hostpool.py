@@ -130,10 +130,12 @@ class HostPool:
         ValueError: ``workers`` < 1.
     """
 
-    def __init__(self, chunker: LateChunker, workers: int) -> None:
+    def __init__(self, chunker: LateChunker, workers: int, payload: bytes | None = None) -> None:
         if workers < 1:
             raise ValueError(f"host_workers must be at least 1 for a pool, got {workers}")
         self.workers = workers
+        #: the host-only chunker the workers hold, pickled (a pool is replaced when it changes)
+        self.payload = _host_only(chunker) if payload is None else payload
         self.broken: BaseException | None = None
         self._seq = itertools.count()
         self._next = itertools.count()
@@ -147,7 +149,7 @@ class HostPool:
         self.made: list[str] = []  # names of every block this pool created (diagnostics, tests)
         self.closed = False
         ctx = multiprocessing.get_context("spawn")
-        payload = _host_only(chunker)
+        payload = self.payload
         # one tokenizer thread per worker when the workers fill the cores (the user's setting wins)
         threads = "true" if workers < (os.cpu_count() or 1) else "false"
         self._conns, self._procs, self._readers = [], [], []
@@ -353,14 +355,17 @@ _POOLS_LOCK = threading.Lock()
 
 
 def host_pool(chunker: LateChunker, workers: int) -> HostPool:
-    """The live pool of ``workers`` processes for ``chunker``, started on first use (or after a failure)."""
+    """The live pool of ``workers`` processes for ``chunker``, started on first use, after a failure, or
+    when a setting of the chunker changed since (``window_length``, ``prefix``...: the workers hold a
+    pickled copy, compared byte for byte)."""
+    payload = _host_only(chunker)  # the chunker as it is now: a changed setting restarts the workers
     with _POOLS_LOCK:
         pools = _POOLS.setdefault(chunker, {})
         pool = pools.get(workers)
-        if pool is None or pool.broken is not None:
+        if pool is None or pool.broken is not None or pool.payload != payload:
             if pool is not None:
                 pool.close()
-            pool = pools[workers] = HostPool(chunker, workers)
+            pool = pools[workers] = HostPool(chunker, workers, payload)
             weakref.finalize(chunker, pool.close)  # the workers go when the chunker does
         return pool
 
