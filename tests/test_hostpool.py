@@ -165,3 +165,17 @@ def test_a_changed_chunker_setting_reaches_the_workers(chunker: LateChunker, tmp
         assert report.windows >= len(docs) - 3 + 10 + 19
     finally:
         chunker.window_length = length
+
+
+def test_a_strategy_the_workers_cannot_take_is_refused_by_name_or_kept_in_process(
+    chunker: LateChunker, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    class Local(Sentences):  # defined in a function: pickle cannot name it
+        pass
+
+    docs = corpus()[:4]
+    with pytest.raises(ValueError, match="host_workers=2: the strategy .* cannot be pickled"):
+        materialize(chunker, docs, tmp_path / "a", Local(max_tokens=32), host_workers=2)
+    monkeypatch.setenv(HOST_WORKERS_ENV, "2")  # the default, set by the environment: kept in process, said
+    report, _, _ = materialize(chunker, docs, tmp_path / "b", Local(max_tokens=32))
+    assert report.chunks_written > 0 and "host work stays in this process" in caplog.text

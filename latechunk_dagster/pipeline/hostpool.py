@@ -348,6 +348,22 @@ def _unlink(shm: shared_memory.SharedMemory) -> None:
         pass
 
 
+def pool_refusal(chunker: object, strategy: ChunkingStrategy) -> str | None:
+    """Why worker processes cannot do this partition's host work, or ``None`` when they can.
+
+    The workers get a pickled copy of the chunker (without its engine) and of the strategy, so a
+    chunker that is not a :class:`LateChunker` (a wrapper) or a strategy that does not pickle (a class
+    defined inside a function) cannot go to them.
+    """
+    if not isinstance(chunker, LateChunker):
+        return f"the chunker is a {type(chunker).__name__}, not a LateChunker the workers can copy"
+    try:
+        pickle.dumps(strategy)
+    except Exception as exc:
+        return f"the strategy {strategy!r} cannot be pickled for the worker processes ({exc})"
+    return None
+
+
 # -- pools kept across calls -------------------------------------------------------------------
 
 _POOLS: weakref.WeakKeyDictionary[LateChunker, dict[int, HostPool]] = weakref.WeakKeyDictionary()

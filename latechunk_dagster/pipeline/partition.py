@@ -99,7 +99,7 @@ from latechunk_dagster.core.errors import LateChunkError
 from latechunk_dagster.core.results import ChunkedDocument
 from latechunk_dagster.pipeline.accounting import PartitionReport, account_results, token_count
 from latechunk_dagster.pipeline.config import default_batch_tokens, default_host_workers, vector_config
-from latechunk_dagster.pipeline.hostpool import discard_host_pool, host_pool
+from latechunk_dagster.pipeline.hostpool import discard_host_pool, host_pool, pool_refusal
 from latechunk_dagster.pipeline.memory import release_freed_memory
 from latechunk_dagster.pipeline.progress import Progress, ProgressMeter
 from latechunk_dagster.sink.rows import chunk_batch, lineage, rejected_row, rejection_row
@@ -196,7 +196,9 @@ def materialize_partition(
     Raises:
         SystemicFailureError: the partition's documents failed for one reason; nothing written.
         HostWorkerError: a host worker process died; nothing written.
-        ValueError: ``host_workers`` is negative.
+        ValueError: ``host_workers`` is negative, or given while the worker processes cannot take the
+            chunker or the strategy (:func:`~latechunk_dagster.pipeline.hostpool.pool_refusal`; by
+            default the host work then stays in this process, with a warning).
         Exception: anything the iterator or the engine raises; nothing written.
     """
     if progress is None and log is not None:
@@ -204,6 +206,14 @@ def materialize_partition(
     workers = default_host_workers() if host_workers is None else int(host_workers)
     if workers < 0:
         raise ValueError(f"host_workers must be 0 (in this process) or more, got {host_workers}")
+    why_not = pool_refusal(chunker, strategy) if workers else None
+    if why_not is not None:
+        if host_workers is not None:
+            raise ValueError(f"host_workers={host_workers}: {why_not}; pass host_workers=0 to work in this process")
+        logging.getLogger(__name__).warning(
+            "partition %r: host work stays in this process (default host_workers=%d): %s", partition, workers, why_not
+        )
+        workers = 0
     meter = ProgressMeter(partition, expected_documents, progress, progress_interval)
     run = _begin(chunker, partition, strategy, chunk_table, run_id, batch_tokens, force, meter)
     remove_stale_staging(staging_dir)
