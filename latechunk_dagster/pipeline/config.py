@@ -51,10 +51,15 @@ def default_host_workers() -> int:
     """Host worker processes of :func:`~latechunk_dagster.pipeline.materialize_partition` by default.
 
     ``LATECHUNK_HOST_WORKERS`` when set (an integer, ``0`` = in process); else ``0`` (the host work
-    in the calling and writer threads) on machines of at most 2 cores, where 2 workers measured no
-    faster than 1 and 1 no cheaper than the threads (``bench/host_ceiling.py``, bench/README.md), and
-    ``cores - 2`` on larger ones (one core left to the engine's process, one to the threads that move
-    batches): an extrapolation from the per-token CPU cost, not yet measured on such a machine.
+    in the calling and writer threads) on machines of at most 2 cores, and ``cores - 2`` on larger
+    ones (one core left to the engine's process, one to the threads that move batches).
+
+    Measured on 2 shared cores (``bench/host_ceiling.py``, ``bench/gpu_proxy.py``, bench/README.md):
+    2 workers were slower than 1; 1 worker was 1.1-1.5x faster than the threads and kept the
+    in-process engine's own time at 1.18x of bare instead of 1.50x, at the same CPU cost but ~200 MB
+    more memory and a worker start of a few seconds per chunker. The 2-core default stays ``0``
+    until the whole test suite has run with ``LATECHUNK_HOST_WORKERS=1`` (its streaming and
+    incremental tests pass with it). ``cores - 2`` is an extrapolation, not yet measured.
 
     Raises:
         ValueError: ``LATECHUNK_HOST_WORKERS`` is not an integer >= 0.
