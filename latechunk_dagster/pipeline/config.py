@@ -50,16 +50,17 @@ HOST_WORKERS_ENV = "LATECHUNK_HOST_WORKERS"
 def default_host_workers() -> int:
     """Host worker processes of :func:`~latechunk_dagster.pipeline.materialize_partition` by default.
 
-    ``LATECHUNK_HOST_WORKERS`` when set (an integer, ``0`` = in process); else ``0`` (the host work
-    in the calling and writer threads) on machines of at most 2 cores, and ``cores - 2`` on larger
-    ones (one core left to the engine's process, one to the threads that move batches).
+    ``LATECHUNK_HOST_WORKERS`` when set (an integer, ``0`` = in process); else ``0``: the host work
+    runs in the calling and writer threads, on any machine.
 
     Measured on 2 shared cores (``bench/host_ceiling.py``, ``bench/gpu_proxy.py``, bench/README.md):
     2 workers were slower than 1; 1 worker was 1.1-1.5x faster than the threads and kept the
     in-process engine's own time at 1.18x of bare instead of 1.50x, at the same CPU cost but ~200 MB
-    more memory and a worker start of a few seconds per chunker. The 2-core default stays ``0``
-    until the whole test suite has run with ``LATECHUNK_HOST_WORKERS=1`` (its streaming and
-    incremental tests pass with it). ``cores - 2`` is an extrapolation, not yet measured.
+    more memory and a worker start of a few seconds per chunker. The default stays ``0`` until the
+    whole test suite has run with workers (its streaming and incremental tests pass with
+    ``LATECHUNK_HOST_WORKERS=1``) and the scaling has been measured on a machine with more cores;
+    set ``host_workers`` / ``LATECHUNK_HOST_WORKERS`` to use them (on a many-core GPU host: start
+    from 1 per 2-4 cores and measure with ``bench/host_ceiling.py``).
 
     Raises:
         ValueError: ``LATECHUNK_HOST_WORKERS`` is not an integer >= 0.
@@ -73,8 +74,7 @@ def default_host_workers() -> int:
         if value < 0:
             raise ValueError(f"{HOST_WORKERS_ENV}={raw!r}: expected an integer >= 0 (0 = in process)")
         return value
-    cores = os.cpu_count() or 1
-    return 0 if cores <= 2 else cores - 2
+    return 0
 
 
 def vector_config_fields(settings: ChunkerSettings, strategy: ChunkingStrategy) -> dict[str, object]:
