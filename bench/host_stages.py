@@ -9,7 +9,7 @@ Stages (document tokens per second, demo corpus, all-MiniLM-L6-v2 tokenizer):
   tok. per doc   the same, one call per document (the former path), for comparison
   spans          ``strategy.spans`` for every document
   windows        ``plan_windows`` for every document
-  mean+head      gather the window rows, span means, head
+  mean+head      span means from the window rows, the head once over the batch
   chunk()        ``LateChunker.chunk`` end to end (all of the above)
   arrow rows     ``latechunk_dagster.pipeline.oneshot.chunk_partition`` minus its ``chunk()`` time
   lancedb commit ``replace_partition`` of those rows into a fresh local table
@@ -69,7 +69,7 @@ def run(strategy_name: str, strategy: object, chunker: object, docs: list, reps:
     import lancedb
 
     from latechunk_dagster.core.head import apply_head_after_projection
-    from latechunk_dagster.core.pooling import mean_pool_spans
+    from latechunk_dagster.core.pooling import span_means
     from latechunk_dagster.core.tokenization import tokenize_document, tokenize_documents
     from latechunk_dagster.core.windows import plan_windows
     from latechunk_dagster.pipeline.oneshot import chunk_partition
@@ -94,9 +94,9 @@ def run(strategy_name: str, strategy: object, chunker: object, docs: list, reps:
     engine = chunker.engine
     states = [engine.token_states(p.windows) for p in plans]
 
-    def pool() -> None:
-        for p, win, sp in zip(plans, states, spans):
-            apply_head_after_projection(mean_pool_spans(p.gather(win), sp), chunker.head)
+    def pool() -> None:  # as LateChunker.finish: span means from the window rows, the head once per batch
+        means = [span_means(win, p, sp) for p, win, sp in zip(plans, states, spans)]
+        apply_head_after_projection(np.concatenate(means), chunker.head)
 
     dt, _ = best_of(reps, pool)
     rows.append(("mean+head", dt, n_tokens))

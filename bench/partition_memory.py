@@ -9,6 +9,8 @@ the wall time (time inside ``chunker.encode`` / partition wall time: near 1 when
 
 Rows:
   stream     latechunk_dagster.pipeline.materialize_partition (batch_tokens as given)
+  stream-w2  the same with ``host_workers=2`` (peak and base RSS summed over this process and its
+             two host worker processes)
   one-shot   pipeline.oneshot.chunk_partition: every document in one chunker.chunk call, rows built
              at once, one replace_partition (what chunk_vectors did before streaming)
 
@@ -49,11 +51,18 @@ def write_shard(path: Path, n: int) -> Path:
     return path
 
 
-def peak_kb() -> int:
-    for line in Path("/proc/self/status").read_text().splitlines():
+def peak_kb(pid: int | str = "self") -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmHWM:"):
             return int(line.split()[1])
     return 0
+
+
+def workers_of() -> list[int]:
+    """Pids of this process's live children (the host worker processes of ``stream-w2``)."""
+    import psutil
+
+    return [c.pid for c in psutil.Process().children(recursive=True)]
 
 
 def child(n: int, mode: str, model: str, batch_tokens: int) -> None:
@@ -71,10 +80,17 @@ def child(n: int, mode: str, model: str, batch_tokens: int) -> None:
         db = sink.connect(str(tmp / "db"))
         table = sink.open_or_create(db, sink.CHUNK_TABLE, sink.chunk_schema(chunker.embedding_dim))
         rejected = sink.open_or_create(db, sink.REJECTED_TABLE, sink.REJECTED_SCHEMA)
-        Path("/proc/self/clear_refs").write_text("5")  # reset the peak-RSS mark (Linux)
-        base = peak_kb()
+        workers = 2 if mode == "stream-w2" else 0
+        if workers:
+            from latechunk_dagster.pipeline.hostpool import host_pool
+
+            host_pool(chunker, workers)  # started before the peak mark: their start-up is not the partition's
+        pids: list[int | str] = ["self", *workers_of()] if workers else ["self"]
+        for pid in pids:
+            Path(f"/proc/{pid}/clear_refs").write_text("5")  # reset the peak-RSS mark (Linux)
+        base = sum(peak_kb(pid) for pid in pids)
         t0 = time.perf_counter()
-        if mode == "stream":
+        if mode.startswith("stream"):
             report = materialize_partition(
                 chunker,
                 store.iter_shard("shard"),
@@ -84,6 +100,7 @@ def child(n: int, mode: str, model: str, batch_tokens: int) -> None:
                 rejected_table=rejected,
                 run_id="bench",
                 batch_tokens=batch_tokens,
+                host_workers=workers,
             )
             tokens, engine = report.tokens_encoded, report.engine_seconds
         else:
@@ -95,7 +112,7 @@ def child(n: int, mode: str, model: str, batch_tokens: int) -> None:
             json.dumps(
                 {
                     "base_mb": base / 1024,
-                    "peak_mb": peak_kb() / 1024,
+                    "peak_mb": sum(peak_kb(pid) for pid in pids) / 1024,
                     "tokens": tokens,
                     "s": seconds,
                     "engine_s": engine,
@@ -138,8 +155,8 @@ def main() -> None:
     one_shot = (400, 3200)
     rows = []
     for n in sizes:
-        for mode in ("stream", "one-shot"):
-            if mode == "one-shot" and n not in one_shot:
+        for mode in ("stream", "stream-w2", "one-shot"):
+            if mode in ("one-shot", "stream-w2") and n not in one_shot:
                 continue
             r = measure(n, mode, model, args.batch_tokens)
             rows.append((mode, n, r))

@@ -13,7 +13,7 @@ import pytest
 from latechunk_dagster import LateChunker, Sentences
 from latechunk_dagster.core.chunking.base import Span
 from latechunk_dagster.core.errors import DocumentError, NoContentTokensError, StrategyTimeoutError
-from latechunk_dagster.core.pooling import mean_pool_spans
+from latechunk_dagster.core.pooling import mean_pool_spans, span_means
 from latechunk_dagster.core.timebound import TimeLimitExceeded, call_with_time_limit, shutdown_worker
 from latechunk_dagster.core.tokenization import tokenize_document, tokenize_documents
 from latechunk_dagster.core.windows import plan_windows
@@ -74,15 +74,32 @@ def test_window_gather_equals_the_per_token_pick(tok: Any) -> None:
     assert single.source is None and single.gather([rows[0]]) is rows[0]
 
 
-def test_blocked_means_equal_a_float64_mean(tok: Any) -> None:
+def test_span_means_equal_a_float64_mean(tok: Any) -> None:
     rng = np.random.default_rng(1)
     states = (rng.standard_normal((1000, 16)) + 8.0).astype(np.float32)
     spans = [Span(0, 3), Span(3, 700), Span(700, 710), Span(710, 1000)]
     exact = np.stack([states[s.start : s.end].astype(np.float64).mean(axis=0) for s in spans])
-    for block in (1, 7, 64, 4096):  # spans longer than a block, several spans per block, one block
-        got = mean_pool_spans(states, spans, block_tokens=block)
-        assert got.dtype == np.float32 and got.shape == (4, 16)
-        assert np.abs(got - exact).max() < 1e-6
+    got = mean_pool_spans(states, spans)
+    assert got.dtype == np.float32 and got.shape == (4, 16)
+    assert np.abs(got - exact).max() < 1e-6
+
+
+def test_windowed_span_means_equal_the_means_of_the_gathered_states(tok: Any) -> None:
+    # spans that cross window seams, lie inside one window, cover the header or the footer
+    tokens = tokenize_document(tok, " ".join(f"word{i}" for i in range(300)), prefix="passage: ")
+    plan = plan_windows(tokens, 64, 8)
+    n = len(tokens)
+    assert plan.source is not None and len(plan.windows) > 4
+    segments = plan.segments()
+    assert segments[0, 0] == 0 and segments[-1, 1] == n and (segments[1:, 0] == segments[:-1, 1]).all()
+    rng = np.random.default_rng(2)
+    rows = [(rng.standard_normal((len(w), 8)) * 50 + 3).astype(np.float32) for w in plan.windows]
+    cuts = [0, 1, 2, 5, 40, 57, 58, 120, 200, 333, n - 1, n]
+    spans = [Span(a, b) for a, b in zip(cuts, cuts[1:])]
+    gathered = np.stack([rows[w][p] for w, p in plan.source]).astype(np.float64)  # the per-token pick, in float64
+    exact = np.stack([gathered[s.start : s.end].mean(axis=0) for s in spans])
+    got = span_means(rows, plan, spans)
+    assert got.dtype == np.float64 and np.abs(got - exact).max() < 1e-9
 
 
 def test_time_limit_stops_pysbd_in_the_main_thread() -> None:

@@ -7,7 +7,9 @@ import torch
 
 from latechunk_dagster import FixedTokens, LateChunker
 from latechunk_dagster.core.chunking.base import Span
-from latechunk_dagster.core.pooling import mean_pool_spans
+from latechunk_dagster.core.head import Head, apply_head_after_projection
+from latechunk_dagster.core.pooling import mean_pool_spans, span_means, span_sums
+from latechunk_dagster.core.windows import WindowPlan
 from tests.reference import reference_chunk_vectors
 
 
@@ -33,3 +35,28 @@ def test_bf16_engine_stays_close_to_the_float64_reference(minilm_dir) -> None:
     print("bf16 engine: max abs dev", np.abs(doc.vectors - ref).max(), "min cos", cos.min())
     assert cos.min() > 0.999
     assert np.abs(doc.vectors - ref).max() < 1e-2
+
+
+def test_means_and_head_of_a_long_document_with_large_and_mixed_norms_match_float64() -> None:
+    # 8,192 tokens of mixed norms (0.01x, 1x, 100x) plus, on every token, a large common component
+    # (norm ~ 2e5), positive on the first half and negative on the second, so the means of the
+    # spans across the middle and of the whole document are small beside their tokens and beside
+    # the running sum (catastrophic cancellation for a float32 accumulator). Reference: numpy in float64 over
+    # the same float32 states, normalized by hand.
+    rng = np.random.default_rng(7)
+    n, dim = 8192, 384
+    scale = rng.choice([0.01, 1.0, 100.0], size=(n, 1))
+    common = rng.standard_normal(dim) * 1e4 * np.where(np.arange(n) < n // 2, 1.0, -1.0)[:, None]
+    states = (rng.standard_normal((n, dim)) * scale + 1.0 + common).astype(np.float32)
+    cuts = sorted({0, 1, 2, 17, 128, 129, 1000, 4000, 4097, 8000, 8191, n})
+    spans = [Span(a, b) for a, b in zip(cuts, cuts[1:])]
+    wide = states.astype(np.float64)
+    ref = np.stack([wide[s.start : s.end].mean(axis=0) for s in spans] + [wide.mean(axis=0)])
+    ref /= np.linalg.norm(ref, axis=1, keepdims=True)
+    means = np.concatenate([span_means([states], WindowPlan([], None), spans), span_sums(states, [Span(0, n)]) / n])
+    got = apply_head_after_projection(means, Head())
+    assert got.dtype == np.float32
+    assert np.abs(got - ref).max() < 1e-6
+    # a float32 running sum of the same states is off by far more: the accumulator matters here
+    f32 = np.cumsum(states, axis=0, dtype=np.float32)[-1] / n
+    assert np.abs(f32 / np.linalg.norm(f32) - ref[-1]).max() > 1e-6

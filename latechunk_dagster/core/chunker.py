@@ -7,8 +7,8 @@ Flow of :meth:`LateChunker.chunk` = :meth:`~LateChunker.prepare`, :meth:`~LateCh
              -> plan_windows                                                   [host]
     encode:  one engine call over every window of every document (an :class:`Engine`)
              native: the engine reduces FixedTokens spans itself (vLLM >= 0.33)   [engine]
-    finish:  token_states: mean_pool_spans -> apply_head_after_projection
-             -> non-finite check -> results in input order                      [host]
+    finish:  token_states: span_means (from the window rows) -> apply_head_after_projection
+             (once per batch) -> non-finite check -> results in input order       [host]
 
 The mean is in :mod:`latechunk_dagster.core.pooling`, the head in :mod:`latechunk_dagster.core.head`.
 """
@@ -46,7 +46,7 @@ from latechunk_dagster.core.model_card import (
     position_limits,
     read_model_card,
 )
-from latechunk_dagster.core.pooling import mean_pool_spans
+from latechunk_dagster.core.pooling import mean_pool_spans, span_means
 from latechunk_dagster.core.results import Chunk, ChunkedDocument, ChunkerSettings
 from latechunk_dagster.core.timebound import TimeLimitExceeded, WorkerCallError, call_with_time_limit
 from latechunk_dagster.core.tokenization import (
@@ -558,17 +558,31 @@ class LateChunker:
 
         Only this step uses the engine; call it from one thread at a time.
         """
-        rows = self._token_rows(prepared.windows)
-        native: list[NativeChunks] = []
-        if prepared.native_jobs:
-            texts = prepared.texts
-            native = self._engine().native_chunks(
-                [encoder_text(self.prefix, texts[i]) for i, *_ in prepared.native_jobs],
-                prepared.strategy.chunk_size,  # type: ignore[attr-defined]
-                dimensions=self.head.dimensions,
-                normalize=self.head.normalize,
-            )
+        native_texts = [encoder_text(self.prefix, prepared.texts[i]) for i, *_ in prepared.native_jobs]
+        chunk_size = prepared.strategy.chunk_size if native_texts else 0  # type: ignore[attr-defined]
+        rows, native = self.encode_inputs(prepared.windows, native_texts, chunk_size)
         return EncodedBatch(prepared, rows, native)
+
+    def encode_inputs(
+        self, windows: list[list[int]], native_texts: list[str], chunk_size: int
+    ) -> tuple[list[np.ndarray], list[NativeChunks]]:
+        """The engine call of :meth:`encode` on its inputs alone (what a host worker process sends back).
+
+        Args:
+            windows: token ids of every encoder input (``PreparedBatch.windows``).
+            native_texts: encoder texts of the native-path documents (prefix prepended, no BOM).
+            chunk_size: the ``FixedTokens`` chunk size of the native path (unused without native texts).
+
+        Returns:
+            (float32 ``[len(window), dim]`` per window, the engine's chunk means per native text).
+        """
+        rows = self._token_rows(windows)
+        native: list[NativeChunks] = []
+        if native_texts:
+            native = self._engine().native_chunks(
+                native_texts, chunk_size, dimensions=self.head.dimensions, normalize=self.head.normalize
+            )
+        return rows, native
 
     def finish(
         self, encoded: EncodedBatch, *, errors: Literal["raise", "return"] = "return"
@@ -597,16 +611,28 @@ class LateChunker:
                     f"document {ids[i]!r}: the engine's chunk token ranges {got[:3]}... differ from ours"
                 )
             results[i] = self._result(i, ids[i], texts[i], tokens, spans, out.vectors, "native", 1)
-        k = 0
-        for i, tokens, spans, plan in prep.state_jobs:
-            win_rows = encoded.rows[k : k + len(plan.windows)]
-            k += len(plan.windows)
-            # shape: [n_tokens, dim]
-            states = plan.gather(win_rows)
-            vectors = apply_head_after_projection(mean_pool_spans(states, self.pooled_spans(spans)), self.head)
-            results[i] = self._result(i, ids[i], texts[i], tokens, spans, vectors, "token_states", len(plan.windows))
+        if prep.state_jobs:
+            # span means of every document, straight from its window rows (no gathered copy), then
+            # the head once over the whole batch; shape: [n_chunks of the batch, dim]
+            means: list[np.ndarray] = []
+            k = 0
+            for _i, _tokens, spans, plan in prep.state_jobs:
+                means.append(span_means(encoded.rows[k : k + len(plan.windows)], plan, self.pooled_spans(spans)))
+                k += len(plan.windows)
+            vectors = apply_head_after_projection(np.concatenate(means), self.head)
+            finite = np.isfinite(vectors).all(axis=1)
+            bounds = np.cumsum([0] + [len(m) for m in means]).tolist()
+            for n, (i, tokens, spans, plan) in enumerate(prep.state_jobs):
+                lo, hi = bounds[n], bounds[n + 1]
+                if not finite[lo:hi].all():
+                    bad = int((~finite[lo:hi]).sum())
+                    results[i] = NonFiniteVectorError(i, ids[i], f"{bad} of {hi - lo} chunk vectors are not finite")
+                    continue
+                results[i] = self._result(
+                    i, ids[i], texts[i], tokens, spans, vectors[lo:hi], "token_states", len(plan.windows)
+                )
         for i, r in enumerate(results):
-            if isinstance(r, ChunkedDocument) and not np.isfinite(r.vectors).all():
+            if isinstance(r, ChunkedDocument) and r.path == "native" and not np.isfinite(r.vectors).all():
                 bad = int((~np.isfinite(r.vectors).all(axis=1)).sum())
                 results[i] = NonFiniteVectorError(i, ids[i], f"{bad} of {len(r.chunks)} chunk vectors are not finite")
         failures = [r for r in results if isinstance(r, DocumentError)]

@@ -29,6 +29,10 @@ class DocumentError(LateChunkError):
         self.detail = detail
         super().__init__(f"document {doc_id!r} (index {index}): {detail}")
 
+    def __reduce__(self) -> tuple:
+        # pickled with its fields (a host worker process sends it back), not the formatted message
+        return (type(self), (self.index, self.doc_id, self.detail))
+
 
 class EmptyDocumentError(DocumentError):
     """The text is empty or whitespace only."""

@@ -81,4 +81,3 @@ class ChunkerSettings:
     allow_windows: bool
     embedding_dim: int
     engine_version: str
-

@@ -15,6 +15,7 @@ the same rule (:func:`bom_length`). A U+FEFF anywhere else is text (a zero-width
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -158,7 +159,8 @@ def tokenize_documents(
     Each document is still tokenized exactly once (contract section 1), by the same call with
     the same arguments as :func:`tokenize_document`, so the results are identical (checked in
     ``tests/test_host_path.py``); the batch call runs the Rust tokenizer over the whole batch
-    (in parallel threads where ``TOKENIZERS_PARALLELISM`` allows).
+    (in parallel threads unless ``TOKENIZERS_PARALLELISM`` is false; the host worker processes of
+    :mod:`latechunk_dagster.pipeline.hostpool` share the cores out instead).
 
     Returns:
         One entry per text, in order: its :class:`Tokenization`, or the
@@ -169,19 +171,10 @@ def tokenize_documents(
         return []
     enc = tokenizer([encoder_text(prefix, t) for t in texts], **_ENCODE_KW)
     out: list[Tokenization | DocumentError] = []
-    for k, text in enumerate(texts):
+    columns = zip(enc["input_ids"], enc["offset_mapping"], enc["special_tokens_mask"])
+    for k, (ids, offsets, special) in enumerate(columns):
         try:
-            out.append(
-                _from_encoding(
-                    enc["input_ids"][k],
-                    enc["offset_mapping"][k],
-                    enc["special_tokens_mask"][k],
-                    text,
-                    prefix,
-                    indices[k],
-                    doc_ids[k],
-                )
-            )
+            out.append(_from_encoding(ids, offsets, special, texts[k], prefix, indices[k], doc_ids[k]))
         except DocumentError as exc:
             out.append(exc)
     return out
@@ -210,7 +203,7 @@ def _from_encoding(
         raise OffsetsError(index, doc_id, "tokenizer returned no offset for some tokens")
     special_arr = np.fromiter(special_mask, dtype=bool, count=n)
     special = special_arr.tolist()
-    pairs = np.array(raw, dtype=np.int64).reshape(n, 2)
+    pairs = np.fromiter(itertools.chain.from_iterable(raw), dtype=np.int64, count=2 * n).reshape(n, 2)
     starts, ends = pairs[:, 0], pairs[:, 1]
     n_pre = len(prefix)
     # The tokenizer saw prefix + text without a leading BOM: offsets move back by the prefix, on by the BOM.

@@ -51,6 +51,26 @@ class WindowPlan:
         src = np.asarray(self.source, dtype=np.int64)  # shape: [n_tokens, 2]
         return np.concatenate(rows)[first[src[:, 0]] + src[:, 1]]
 
+    def segments(self) -> np.ndarray:
+        """Runs of document tokens that take consecutive rows of one window.
+
+        Returns:
+            int64 ``[n_runs, 4]``: ``(doc_start, doc_end, window, row_start)`` per run, in order and
+            tiling ``[0, n_tokens)``: document tokens ``doc_start..doc_end-1`` take rows
+            ``row_start..`` of ``window``. One run for a one-window document (``source`` ``None``);
+            for a windowed one, one per change of window (the header, each window's stretch of the
+            body, the footer), because :attr:`source` picks consecutive rows within a window.
+        """
+        if self.source is None:
+            return np.array([[0, len(self.windows[0]) if self.windows else 0, 0, 0]], dtype=np.int64)
+        src = np.asarray(self.source, dtype=np.int64)
+        n = len(src)
+        # a run breaks where the window changes or the row is not the previous one's next
+        brk = np.flatnonzero((src[1:, 0] != src[:-1, 0]) | (src[1:, 1] != src[:-1, 1] + 1)) + 1
+        starts = np.concatenate(([0], brk))
+        ends = np.append(starts[1:], n)
+        return np.stack([starts, ends, src[starts, 0], src[starts, 1]], axis=1)
+
 
 def default_overlap(max_len: int) -> int:
     """Default overlap between windows: an eighth of the window, in tokens.

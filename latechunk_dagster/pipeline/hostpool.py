@@ -1,0 +1,508 @@
+"""Host worker processes: a partition's prepare (tokenize, spans, windows) and finish (means, head,
+Arrow rows) run in a pool of processes, so the host side scales with cores instead of one GIL.
+
+Used by :func:`~latechunk_dagster.pipeline.materialize_partition` when ``host_workers >= 1``::
+
+    calling thread  batch k -> worker k % W: prepare   -> the windows' token ids come back
+    engine thread   engine call -> token states copied ONCE into a shared-memory block
+                    -> the same worker: finish (its prepared batch is kept there)
+    writer thread   the worker's Arrow rows + per-document summaries, in batch order -> staging file
+
+A batch is prepared and finished by the same worker (its tokenizations, spans and window plans
+never cross the process boundary; only the windows' token ids go to the engine). Token states
+go to the worker as one ``multiprocessing.shared_memory`` block per batch: the engine's rows are
+copied into it once and the worker reads them in place (numpy views). The writer thread consumes
+results in batch order, so the staging file, the commit and its atomicity are those of the
+threaded stream; at most ``W`` batches are prepared ahead and ``W`` finishing, so memory stays
+bounded by the batch (times the worker count), not by the partition.
+
+A worker that dies (killed, out of memory) fails every request it held with
+:class:`HostWorkerError`; the partition then raises before its commit, so the table keeps the
+partition's old rows. A pool that lost a worker is shut down and the next call starts a new one.
+Pools are kept per (chunker, worker count) across calls (:func:`host_pool`), since starting a
+worker (``spawn``: a fresh interpreter importing numpy, transformers, pyarrow) takes seconds; they
+are closed when their chunker is garbage-collected, at interpreter exit, or by
+:func:`shutdown_host_pools`.
+"""
+
+from __future__ import annotations
+
+import atexit
+import copy
+import itertools
+import logging
+import multiprocessing
+import os
+import pickle
+import signal
+import threading
+import time
+import weakref
+from collections.abc import Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass
+from multiprocessing import shared_memory
+from typing import Any
+
+import numpy as np
+
+from latechunk_dagster.core.chunker import EncodedBatch, LateChunker, PreparedBatch
+from latechunk_dagster.core.chunking import ChunkingStrategy
+from latechunk_dagster.core.engines.base import Engine, NativeChunks
+from latechunk_dagster.core.errors import DocumentError, LateChunkError
+from latechunk_dagster.core.results import ChunkedDocument
+from latechunk_dagster.core.tokenization import encoder_text
+from latechunk_dagster.pipeline.accounting import DocumentSummary
+from latechunk_dagster.sources.documents import Document
+
+log = logging.getLogger(__name__)
+
+#: Test hook read by each worker: when it names a point (``prepare``, ``finish``), the worker
+#: SIGKILLs itself on its second request of that kind. For crash-safety tests only.
+TEST_WORKER_KILL_ENV = "LATECHUNK_TEST_KILL_HOST_WORKER_AT"
+
+
+#: Shared-memory blocks a pool keeps for reuse, per worker (one being filled, one queued, one being
+#: read). Reusing them matters: a fresh block per batch cost ~4x the system time of the threaded
+#: stream in page faults (measured in bench/host_ceiling.py), since every page is new to both sides.
+BLOCKS_PER_WORKER = 3
+
+
+class HostWorkerError(LateChunkError):
+    """A host worker process died or failed outside any one document; the partition is not written."""
+
+
+@dataclass
+class PreparedHandle:
+    """What the parent keeps of a batch prepared in a worker.
+
+    Attributes:
+        worker: the worker that holds the prepared batch; seq: its key there.
+        windows: token ids of every encoder input of the batch's token-state documents, in order.
+        native_texts: encoder texts (prefix included) of the documents the engine chunks itself.
+        chunk_size: the strategy's chunk size for the native path (0 when there is none).
+        seconds: the worker's time in ``chunker.prepare``.
+    """
+
+    worker: int
+    seq: int
+    windows: list[list[int]]
+    native_texts: list[str]
+    chunk_size: int
+    seconds: float
+
+
+@dataclass
+class FinishedBatch:
+    """A batch finished in a worker: its Arrow rows (``None``: no chunk) and one entry per document
+    (a :class:`DocumentSummary`, or the :class:`DocumentError` that refused it), in batch order."""
+
+    rows: Any
+    results: list[DocumentSummary | DocumentError]
+    seconds: float
+
+
+class _HostOnlyEngine(Engine):
+    """Stands for the parent's engine in a worker: its name, version and native support, no encoder."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.name, self.version, self.supports_native = engine.name, engine.version, engine.supports_native
+
+    def token_states(self, prompts: Sequence[Sequence[int]]) -> list[np.ndarray]:
+        raise RuntimeError("a host worker has no engine; token states come from the parent")
+
+
+def _host_only(chunker: LateChunker) -> bytes:
+    """The chunker pickled without its engine (tokenizer, strategy settings, head, windows)."""
+    clone = copy.copy(chunker)
+    clone.engine = _HostOnlyEngine(chunker._engine())
+    return pickle.dumps(clone)
+
+
+class HostPool:
+    """``workers`` processes, each holding a host-only copy of ``chunker``.
+
+    Args:
+        chunker: the partition's chunker; its engine stays in this process.
+        workers: number of worker processes (>= 1).
+
+    Raises:
+        ValueError: ``workers`` < 1.
+    """
+
+    def __init__(self, chunker: LateChunker, workers: int, payload: bytes | None = None) -> None:
+        if workers < 1:
+            raise ValueError(f"host_workers must be at least 1 for a pool, got {workers}")
+        self.workers = workers
+        #: the host-only chunker the workers hold, pickled (a pool is replaced when it changes)
+        self.payload = _host_only(chunker) if payload is None else payload
+        self.broken: BaseException | None = None
+        self._seq = itertools.count()
+        self._next = itertools.count()
+        self._lock = threading.Lock()
+        self._pending: list[dict[int, Future]] = [{} for _ in range(workers)]
+        self._send_locks = [threading.Lock() for _ in range(workers)]
+        self._blocks_lock = threading.Lock()
+        self._free: list[shared_memory.SharedMemory] = []  # kept blocks not in use
+        self._kept: set[str] = set()  # names of the blocks kept for reuse
+        self._forget: list[list[str]] = [[] for _ in range(workers)]  # evicted blocks each worker still maps
+        self.made: list[str] = []  # names of every block this pool created (diagnostics, tests)
+        self.closed = False
+        ctx = multiprocessing.get_context("spawn")
+        payload = self.payload
+        # one tokenizer thread per worker when the workers fill the cores (the user's setting wins)
+        threads = "true" if workers < (os.cpu_count() or 1) else "false"
+        self._conns, self._procs, self._readers = [], [], []
+        for w in range(workers):
+            parent, child = ctx.Pipe(duplex=True)
+            proc = ctx.Process(
+                target=_worker_main, args=(child, payload, threads), name=f"latechunk-host-{w}", daemon=True
+            )
+            proc.start()
+            child.close()
+            reader = threading.Thread(target=self._read, args=(w, parent), name=f"latechunk-host-reader-{w}")
+            reader.daemon = True
+            reader.start()
+            self._conns.append(parent)
+            self._procs.append(proc)
+            self._readers.append(reader)
+
+    # -- requests ---------------------------------------------------------------------------
+    def prepare(self, batch: Sequence[Document], strategy: ChunkingStrategy) -> Future:
+        """Prepare ``batch`` in the next worker (round robin); a future of its :class:`PreparedHandle`."""
+        w = next(self._next) % self.workers
+        docs = [(d.doc_id, d.text, d.sha256) for d in batch]
+        return self._request(w, "prepare", (docs, strategy))
+
+    def finish(
+        self, handle: PreparedHandle, rows: list[np.ndarray], native: list[NativeChunks], context: tuple
+    ) -> tuple[Future, shared_memory.SharedMemory | None]:
+        """Finish a prepared batch in its worker with the engine's ``rows`` (copied once into shared memory).
+
+        Args:
+            handle: from :meth:`prepare`; rows: float32 ``[len(window), dim]`` per window, in order;
+            native: the engine's chunk means of ``handle.native_texts``;
+            context: ``(partition, lineage, dim)`` for the Arrow rows.
+
+        Returns:
+            (a future of the :class:`FinishedBatch`, the shared-memory block to :meth:`release` after it).
+        """
+        if self.broken is not None:
+            fut: Future = Future()
+            fut.set_exception(HostWorkerError(f"the host worker pool is broken: {self.broken}"))
+            return fut, None
+        shm, kept, layout = self._to_shared(rows)
+        try:
+            with self._blocks_lock:
+                forget, self._forget[handle.worker] = self._forget[handle.worker], []
+            body = (handle.seq, shm.name if shm else None, kept, forget, layout, native, context)
+            fut = self._request(handle.worker, "finish", body)
+        except BaseException:
+            self.release(shm)
+            raise
+        return fut, shm
+
+    # -- shared-memory blocks ---------------------------------------------------------------
+    def _to_shared(
+        self, rows: list[np.ndarray]
+    ) -> tuple[shared_memory.SharedMemory | None, bool, tuple[int, list[tuple[int, int]]] | None]:
+        """Every window's float32 rows back to back in one shared-memory block (the one copy).
+
+        Returns:
+            (the block, whether it is kept for reuse, ``(row width, [(row offset, n_rows) per window])``);
+            ``(None, False, None)`` without rows.
+        """
+        if not rows:
+            return None, False, None
+        dim = rows[0].shape[1]
+        counts = [len(r) for r in rows]
+        total = sum(counts)
+        shm, kept = self._acquire(total * dim * 4)
+        try:
+            # shape: [total rows of the batch, dim], float32
+            block = np.ndarray((total, dim), dtype=np.float32, buffer=shm.buf)
+            layout, at = [], 0
+            for r, n in zip(rows, counts):
+                block[at : at + n] = r
+                layout.append((at, n))
+                at += n
+            del block
+        except BaseException:
+            self.release(shm)
+            raise
+        return shm, kept, (dim, layout)
+
+    def _acquire(self, nbytes: int) -> tuple[shared_memory.SharedMemory, bool]:
+        """A free kept block of at least ``nbytes``, else a new one (kept when there is room)."""
+        evicted: shared_memory.SharedMemory | None = None
+        with self._blocks_lock:
+            for k, b in enumerate(self._free):
+                if b.size >= nbytes:
+                    return self._free.pop(k), True
+            if len(self._kept) >= BLOCKS_PER_WORKER * self.workers and self._free:
+                evicted = self._free.pop(0)  # too small for today's batches: make room for a larger one
+                self._kept.discard(evicted.name)
+                for names in self._forget:
+                    names.append(evicted.name)
+            keep = len(self._kept) < BLOCKS_PER_WORKER * self.workers and not self.closed
+        if evicted is not None:
+            _unlink(evicted)
+        size = max(nbytes * 5 // 4, 1 << 20) if keep else max(nbytes, 1)
+        shm = shared_memory.SharedMemory(create=True, size=size)
+        with self._blocks_lock:
+            self.made.append(shm.name)
+            if keep:
+                self._kept.add(shm.name)
+        return shm, keep
+
+    def release(self, shm: shared_memory.SharedMemory | None) -> None:
+        """A batch's block is no longer needed: back to the free list, or unlinked (``None``: nothing)."""
+        if shm is None:
+            return
+        with self._blocks_lock:
+            if shm.name in self._kept and not self.closed:
+                if all(b is not shm for b in self._free):
+                    self._free.append(shm)
+                return
+            self._kept.discard(shm.name)
+        _unlink(shm)
+
+    def _request(self, w: int, kind: str, body: tuple) -> Future:
+        fut: Future = Future()
+        if self.broken is not None:
+            fut.set_exception(HostWorkerError(f"the host worker pool is broken: {self.broken}"))
+            return fut
+        seq = next(self._seq)
+        with self._lock:
+            self._pending[w][seq] = fut
+        try:
+            with self._send_locks[w]:
+                self._conns[w].send((kind, seq, body))
+        except (OSError, EOFError) as exc:
+            self._fail(w, HostWorkerError(f"host worker {w} (pid {self._procs[w].pid}) is gone: {exc}"))
+        return fut
+
+    def _read(self, w: int, conn: Any) -> None:
+        """Reader thread of worker ``w``: resolves its futures; on EOF fails them all."""
+        while True:
+            try:
+                kind, seq, body = conn.recv()
+            except (EOFError, OSError):
+                proc = self._procs[w] if w < len(self._procs) else None
+                if proc is not None:
+                    proc.join(timeout=1.0)
+                code = proc.exitcode if proc is not None else None
+                self._fail(w, HostWorkerError(f"host worker {w} died (exit code {code}) while it held a batch"))
+                return
+            with self._lock:
+                fut = self._pending[w].pop(seq, None)
+            if fut is None:
+                continue
+            if kind == "error":
+                fut.set_exception(body)
+            elif kind == "prepared":
+                windows, native_texts, chunk_size, seconds = body
+                fut.set_result(PreparedHandle(w, seq, windows, native_texts, chunk_size, seconds))
+            else:
+                fut.set_result(FinishedBatch(*body))
+
+    def _fail(self, w: int, exc: HostWorkerError) -> None:
+        self.broken = self.broken or exc
+        with self._lock:
+            pending, self._pending[w] = self._pending[w], {}
+        for fut in pending.values():
+            if not fut.done():
+                fut.set_exception(exc)
+
+    def close(self) -> None:
+        """Stop the workers (a worker still busy is terminated after 5 s). Safe to call twice."""
+        for w, conn in enumerate(self._conns):
+            try:
+                with self._send_locks[w]:
+                    conn.send(("stop", -1, ()))
+            except (OSError, EOFError, ValueError):
+                pass
+        for proc in self._procs:
+            proc.join(timeout=5)
+            if proc.is_alive():
+                proc.terminate()
+                proc.join(timeout=5)
+        for conn in self._conns:
+            conn.close()
+        self.broken = self.broken or HostWorkerError("the host worker pool was closed")
+        with self._blocks_lock:
+            self.closed = True
+            free, self._free = self._free, []
+            for b in free:
+                self._kept.discard(b.name)
+        for b in free:
+            _unlink(b)  # blocks still in use are unlinked when the stream releases them
+
+
+def _unlink(shm: shared_memory.SharedMemory) -> None:
+    """Close and unlink a shared-memory block (safe twice)."""
+    try:
+        shm.close()
+        shm.unlink()
+    except FileNotFoundError:
+        pass
+
+
+def pool_refusal(chunker: object, strategy: ChunkingStrategy) -> str | None:
+    """Why worker processes cannot do this partition's host work, or ``None`` when they can.
+
+    The workers get a pickled copy of the chunker (without its engine) and of the strategy, so a
+    chunker that is not a :class:`LateChunker` (a wrapper) or a strategy that does not pickle (a class
+    defined inside a function) cannot go to them.
+    """
+    if not isinstance(chunker, LateChunker):
+        return f"the chunker is a {type(chunker).__name__}, not a LateChunker the workers can copy"
+    try:
+        pickle.dumps(strategy)
+    except Exception as exc:
+        return f"the strategy {strategy!r} cannot be pickled for the worker processes ({exc})"
+    return None
+
+
+# -- pools kept across calls -------------------------------------------------------------------
+
+_POOLS: weakref.WeakKeyDictionary[LateChunker, dict[int, HostPool]] = weakref.WeakKeyDictionary()
+_POOLS_LOCK = threading.Lock()
+
+
+def host_pool(chunker: LateChunker, workers: int) -> HostPool:
+    """The live pool of ``workers`` processes for ``chunker``, started on first use, after a failure, or
+    when a setting of the chunker changed since (``window_length``, ``prefix``...: the workers hold a
+    pickled copy, compared byte for byte)."""
+    payload = _host_only(chunker)  # the chunker as it is now: a changed setting restarts the workers
+    with _POOLS_LOCK:
+        pools = _POOLS.setdefault(chunker, {})
+        pool = pools.get(workers)
+        if pool is None or pool.broken is not None or pool.payload != payload:
+            if pool is not None:
+                pool.close()
+            pool = pools[workers] = HostPool(chunker, workers, payload)
+            weakref.finalize(chunker, pool.close)  # the workers go when the chunker does
+        return pool
+
+
+def discard_host_pool(pool: HostPool) -> None:
+    """Close ``pool`` and forget it (after a failed partition: its workers may hold stale batches)."""
+    with _POOLS_LOCK:
+        for pools in _POOLS.values():
+            for k, p in list(pools.items()):
+                if p is pool:
+                    del pools[k]
+    pool.close()
+
+
+@atexit.register
+def shutdown_host_pools() -> None:
+    """Close every pool (at interpreter exit; tests call it to start afresh)."""
+    with _POOLS_LOCK:
+        pools = [p for d in _POOLS.values() for p in d.values()]
+        _POOLS.clear()
+    for p in pools:
+        p.close()
+
+
+# -- the worker process ------------------------------------------------------------------------
+
+
+def _worker_main(conn: Any, payload: bytes, tokenizer_threads: str) -> None:
+    """A worker's loop: prepare / finish requests, answered in order on ``conn``."""
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", tokenizer_threads)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when to stop
+    chunker: LateChunker = pickle.loads(payload)
+    held: dict[int, tuple[list[Document], PreparedBatch]] = {}
+    maps: dict[str, shared_memory.SharedMemory] = {}  # the parent's kept blocks, mapped once
+    seen = {"prepare": 0, "finish": 0}
+    kill_at = os.environ.get(TEST_WORKER_KILL_ENV)
+    while True:
+        try:
+            kind, seq, body = conn.recv()
+        except (EOFError, OSError):
+            return
+        if kind == "stop":
+            return
+        seen[kind] += 1
+        if kill_at == kind and seen[kind] == 2:
+            os.kill(os.getpid(), signal.SIGKILL)
+        try:
+            if kind == "prepare":
+                reply = _prepare(chunker, held, seq, *body)
+            else:
+                reply = _finish(chunker, held, maps, *body)
+            conn.send(("prepared" if kind == "prepare" else "finished", seq, reply))
+        except BaseException as exc:  # one request's failure fails its partition, not the worker
+            held.pop(body[0] if kind == "finish" else seq, None)
+            conn.send(("error", seq, _picklable(exc)))
+
+
+def _prepare(
+    chunker: LateChunker, held: dict, seq: int, docs: list[tuple[str, str, str]], strategy: ChunkingStrategy
+) -> tuple:
+    t0 = time.perf_counter()
+    batch = [Document(doc_id, text, sha) for doc_id, text, sha in docs]
+    prepared = chunker.prepare([d.text for d in batch], strategy, doc_ids=[d.doc_id for d in batch])
+    held[seq] = (batch, prepared)
+    native_texts = [encoder_text(chunker.prefix, prepared.texts[i]) for i, *_ in prepared.native_jobs]
+    chunk_size = int(getattr(strategy, "chunk_size", 0) or 0) if prepared.native_jobs else 0
+    return prepared.windows, native_texts, chunk_size, time.perf_counter() - t0
+
+
+def _finish(
+    chunker: LateChunker,
+    held: dict,
+    maps: dict[str, shared_memory.SharedMemory],
+    seq: int,
+    shm_name: str | None,
+    kept: bool,
+    forget: list[str],
+    layout: tuple[int, list[tuple[int, int]]] | None,
+    native: list[NativeChunks],
+    context: tuple,
+) -> tuple:
+    from latechunk_dagster.sink.rows import chunk_batch
+
+    t0 = time.perf_counter()
+    for name in forget:  # blocks the parent no longer keeps
+        old = maps.pop(name, None)
+        if old is not None:
+            old.close()
+    partition, row_lineage, dim = context
+    batch, prepared = held.pop(seq)
+    shm = None
+    if shm_name is not None:
+        shm = maps.get(shm_name) or shared_memory.SharedMemory(name=shm_name)
+        if kept:
+            maps[shm_name] = shm
+    try:
+        if shm is not None and layout is not None:
+            width, spans = layout
+            total = spans[-1][0] + spans[-1][1]
+            # shape: [total rows of the batch, width], float32: the parent's block, read in place
+            block = np.ndarray((total, width), dtype=np.float32, buffer=shm.buf)
+            rows = [block[a : a + n] for a, n in spans]
+        else:
+            block, rows = None, []
+        results = chunker.finish(EncodedBatch(prepared, rows, native), errors="return")
+        del rows, block
+    finally:
+        if shm is not None and not kept:
+            shm.close()
+    good = [(d, r) for d, r in zip(batch, results) if isinstance(r, ChunkedDocument)]
+    record = chunk_batch(good, partition, row_lineage, dim) if good else None
+    summaries: list[DocumentSummary | DocumentError] = [
+        DocumentSummary(len(r.token_ids), r.windows, r.path) if isinstance(r, ChunkedDocument) else r for r in results
+    ]
+    return record, summaries, time.perf_counter() - t0
+
+
+def _picklable(exc: BaseException) -> BaseException:
+    """``exc`` if it survives pickling, else a :class:`HostWorkerError` carrying its text."""
+    try:
+        pickle.loads(pickle.dumps(exc))
+        return exc
+    except Exception:
+        return HostWorkerError(f"{type(exc).__name__}: {exc}")
