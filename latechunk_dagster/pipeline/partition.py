@@ -532,7 +532,7 @@ class _PooledStream(_Stream):
         context = (run.partition, run.row_lineage, chunker.embedding_dim)
         while (item := _get(self.to_engine, self.stop)) is not _END:
             batch, handle = item
-            _test_kill_point("before_engine")
+            _test_kill_point("before_engine", run.partition)
             t0 = time.perf_counter()
             rows, native = chunker.encode_inputs(handle.windows, handle.native_texts, handle.chunk_size)
             run.report.engine_seconds += time.perf_counter() - t0
@@ -543,7 +543,7 @@ class _PooledStream(_Stream):
                 self._track(shm)
             _put(self.to_writer, (batch, fut, shm), self.stop)
             del item, handle
-            _test_kill_point("during_encode")
+            _test_kill_point("during_encode", run.partition)
         _put(self.to_writer, _END, self.stop)
 
     def _write(self) -> None:
