@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from latechunk_dagster import FixedTokens, LateChunker, RemoteLateChunker, Sentences
-from latechunk_dagster.core.engines.vllm_server import ServerError
+from latechunk_dagster.core.errors import ModelNotSupportedError
 from tests.native.test_native_path import DOCS
 from tests.reference import reference_chunk_vectors
 from tests.servers import ServerProcess, start_vllm_server
@@ -88,7 +88,8 @@ def test_a_server_without_late_chunking_falls_back_under_auto_and_is_refused_und
 ) -> None:
     """A server that answers ``/v1/embeddings`` without ``late_chunking`` in its answer (a model or a
     build whose late chunking does not take the request): ``engine_path="auto"`` uses the
-    token-state path for everything; ``engine_path="native"`` is refused at start, naming the server."""
+    token-state path for everything; ``engine_path="native"`` is refused at start
+    (``ModelNotSupportedError``, naming the server)."""
     plain = Proxy(server.url)
     plain.rewrite_response = lambda path, body: body.replace(b'"late_chunking"', b'"something_else"')
     try:
@@ -96,7 +97,7 @@ def test_a_server_without_late_chunking_falls_back_under_auto_and_is_refused_und
             assert not remote.engine.supports_native
             [doc] = remote.chunk([DOCS[0]], FixedTokens(7))
             assert doc.path == "token_states"
-        with pytest.raises(ServerError, match="late_chunking_params"):
+        with pytest.raises(ModelNotSupportedError, match=f"{plain.url}.*no native late chunking"):
             RemoteLateChunker(plain.url, minilm_dir, engine_path="native")
     finally:
         plain.close()
