@@ -190,8 +190,9 @@ class VLLMServerEngine(Engine):
     is up it is tried again and is back once it answers. Every server that answers at start is
     probed and must serve the same model, version, maximum length, state width, native support and
     tokenizer. A server that does not answer at start (while at least one other does) is left out:
-    every :attr:`retry_after_s` seconds a background thread probes it again with the same checks,
-    and it joins the rotation once it answers and matches; one that answers but differs is left out
+    at the first request after each :attr:`retry_after_s` seconds a background thread probes it
+    again with the same checks (no timer: an idle engine probes nothing), and it joins the
+    rotation once it answers and matches; one that answers but differs is left out
     for good, with an error in the log (:meth:`server_states` tells which is which).
 
     Args:
