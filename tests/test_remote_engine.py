@@ -241,6 +241,52 @@ def test_4xx_names_the_document_and_keeps_the_others(proxy: Proxy, minilm_dir: P
     _assert_same([out[0], out[2]], want)
 
 
+@pytest.mark.parametrize("host_workers", [0, 1])
+def test_4xx_in_a_partition_rejects_the_document_alone(
+    proxy: Proxy, minilm_dir: Path, chunker: LateChunker, tmp_path: Path, host_workers: int
+) -> None:
+    """The same 4xx through ``materialize_partition``, in this process and with a host worker process
+    (whose engine call goes through ``encode_inputs``): the document is a ``server_rejected`` row
+    naming it, the others' rows are those of the in-process engine."""
+    from latechunk_dagster import sink
+    from latechunk_dagster.pipeline import materialize_partition
+    from latechunk_dagster.pipeline.hostpool import shutdown_host_pools
+    from latechunk_dagster.sources.documents import Document
+
+    bad = "The zeppelin landed in Berlin yesterday. Nobody expected it."
+    [zid] = chunker.tokenizer("zeppelin", add_special_tokens=False)["input_ids"]
+    docs = [Document.from_text("a", DOCS[0]), Document.from_text("zeppelin-doc", bad), Document.from_text("c", DOCS[1])]
+    db = sink.connect(str(tmp_path / "db"))
+    chunks = sink.open_or_create(db, sink.CHUNK_TABLE, sink.chunk_schema(chunker.embedding_dim))
+    rejected = sink.open_or_create(db, sink.REJECTED_TABLE, sink.REJECTED_SCHEMA)
+    try:
+        with RemoteLateChunker(proxy.url, minilm_dir, max_inputs_per_request=8) as c:
+            proxy.rewrite = lambda b: re.sub(rb"(?<=[\[,])%d(?=[,\]])" % zid, b"99999", b)
+            report = materialize_partition(
+                c,
+                docs,
+                "p",
+                FixedTokens(16),
+                chunk_table=chunks,
+                rejected_table=rejected,
+                run_id="r",
+                host_workers=host_workers,
+            )
+    finally:
+        proxy.rewrite = None
+        shutdown_host_pools()
+    assert report.rejected == 1 and report.rejected_reasons == {"server_rejected": 1}
+    [row] = rejected.to_arrow().to_pylist()
+    assert row["doc_id"] == "zeppelin-doc" and row["reason"] == "server_rejected"
+    assert proxy.url in row["detail"] and "HTTP 400" in row["detail"] and "vocabulary" in row["detail"]
+    got = chunks.to_arrow().sort_by([("doc_id", "ascending"), ("chunk_index", "ascending")])
+    assert set(got["doc_id"].to_pylist()) == {"a", "c"}
+    want = chunker.chunk([DOCS[0], DOCS[1]], FixedTokens(16), engine_path="token_states")
+    np.testing.assert_allclose(
+        np.stack(got["vector"].to_numpy(zero_copy_only=False)), np.concatenate([d.vectors for d in want]), atol=1e-5
+    )
+
+
 def test_refuses_a_server_with_another_tokenizer(server: ServerProcess, minilm_dir: Path, tmp_path: Path) -> None:
     # The same weights, but a tokenizer that keeps case: "Berlin" gets other ids than the
     # server's lowercasing tokenizer gives it.

@@ -15,17 +15,13 @@ from typing import Any
 
 from latechunk_dagster.core.chunker import LateChunker
 from latechunk_dagster.core.chunking import ChunkingStrategy, strategy_from_config
-from latechunk_dagster.pipeline import PartitionReport, SystemicFailureError, materialize_partition
+from latechunk_dagster.pipeline import PartitionReport, materialize_partition
 from latechunk_dagster.pipeline.config import DEFAULT_STRATEGY
-from latechunk_dagster.pipeline.partition import record_shard_failure
+from latechunk_dagster.pipeline.partition import SHARD_ERRORS, record_shard_failure
 from latechunk_dagster.sink import REJECTED_SCHEMA, validation
 from latechunk_dagster.sink.database import LanceDBSettings
 from latechunk_dagster.sink.indexing import refresh_indexes
 from latechunk_dagster.sources.files import DocumentStore
-
-#: Errors of one shard that leave its old rows and are recorded as the shard's rejection
-#: (the same rule as the Dagster asset: the shard cannot be read, or failed systemically).
-SHARD_ERRORS = (ValueError, KeyError, OSError, TypeError, SystemicFailureError)
 
 
 class ChecksFailedError(Exception):
@@ -138,10 +134,9 @@ def chunk_shard(
             log=log,
         )
     except SHARD_ERRORS as exc:
-        reason = "systemic_failure" if isinstance(exc, SystemicFailureError) else "unreadable_shard"
+        reason = record_shard_failure(rejected_table, shard, exc, run_id)
         if log is not None:
             log.error(f"shard {shard}: {reason}, its old rows are kept: {exc}")
-        record_shard_failure(rejected_table, shard, reason, str(exc), run_id)
         raise
     if report.rejected and log is not None:
         log.warning(

@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -95,6 +95,53 @@ class PreparedBatch:
     def windows(self) -> list[list[int]]:
         """The encoder inputs of the token-state documents, in order (token ids)."""
         return [w for j in self.state_jobs for w in j[3].windows]
+
+    def refuse(self, refused: Mapping[int, DocumentError]) -> None:
+        """Take documents the engine refused out of the batch: each one's error in :attr:`results`,
+        its jobs removed (so :attr:`windows` and the native jobs match what the engine returned)."""
+        if not refused:
+            return
+        for i, err in refused.items():
+            self.results[i] = err
+        self.native_jobs = [j for j in self.native_jobs if j[0] not in refused]
+        self.state_jobs = [j for j in self.state_jobs if j[0] not in refused]
+
+
+@dataclass
+class EncoderInputs:
+    """What one engine call of a prepared batch sends, and which document each input belongs to.
+
+    Made by :meth:`LateChunker.encoder_inputs` (the one place that turns a prepared batch into
+    engine inputs); plain data, so a host worker process can send it to the engine's process.
+
+    Attributes:
+        windows: token ids of every encoder input of the token-state documents, in order.
+        window_docs: the batch index of the document of each window (same length as ``windows``).
+        native_texts: encoder texts (prefix prepended, no BOM) of the native-path documents.
+        native_docs: the batch index of each native text.
+        chunk_size: the ``FixedTokens`` chunk size of the native path (0 without native texts).
+        ids: the batch's document ids, by batch index (for errors that name the document).
+    """
+
+    windows: list[list[int]]
+    window_docs: list[int]
+    native_texts: list[str]
+    native_docs: list[int]
+    chunk_size: int
+    ids: list[str]
+
+    def without(self, docs: Collection[int]) -> EncoderInputs:
+        """These inputs less every window and native text of the documents ``docs``."""
+        keep_w = [k for k, i in enumerate(self.window_docs) if i not in docs]
+        keep_n = [k for k, i in enumerate(self.native_docs) if i not in docs]
+        return EncoderInputs(
+            [self.windows[k] for k in keep_w],
+            [self.window_docs[k] for k in keep_w],
+            [self.native_texts[k] for k in keep_n],
+            [self.native_docs[k] for k in keep_n],
+            self.chunk_size if keep_n else 0,
+            self.ids,
+        )
 
 
 @dataclass
@@ -558,31 +605,45 @@ class LateChunker:
 
         Only this step uses the engine; call it from one thread at a time.
         """
-        native_texts = [encoder_text(self.prefix, prepared.texts[i]) for i, *_ in prepared.native_jobs]
-        chunk_size = prepared.strategy.chunk_size if native_texts else 0  # type: ignore[attr-defined]
-        rows, native = self.encode_inputs(prepared.windows, native_texts, chunk_size)
+        rows, native, refused = self.encode_inputs(self.encoder_inputs(prepared))
+        prepared.refuse(refused)
         return EncodedBatch(prepared, rows, native)
 
+    def encoder_inputs(self, prepared: PreparedBatch) -> EncoderInputs:
+        """The engine inputs of a prepared batch: its windows, and the native path's texts (prefix
+        prepended, BOM left out: :func:`encoder_text`) with the strategy's chunk size."""
+        native_docs = [i for i, *_ in prepared.native_jobs]
+        return EncoderInputs(
+            windows=prepared.windows,
+            window_docs=[j[0] for j in prepared.state_jobs for _ in j[3].windows],
+            native_texts=[encoder_text(self.prefix, prepared.texts[i]) for i in native_docs],
+            native_docs=native_docs,
+            chunk_size=prepared.strategy.chunk_size if native_docs else 0,  # type: ignore[attr-defined]
+            ids=list(prepared.ids),
+        )
+
     def encode_inputs(
-        self, windows: list[list[int]], native_texts: list[str], chunk_size: int
-    ) -> tuple[list[np.ndarray], list[NativeChunks]]:
-        """The engine call of :meth:`encode` on its inputs alone (what a host worker process sends back).
+        self, inputs: EncoderInputs
+    ) -> tuple[list[np.ndarray], list[NativeChunks], dict[int, DocumentError]]:
+        """The engine call of :meth:`encode` on its inputs alone (the host worker pool calls it too).
 
         Args:
-            windows: token ids of every encoder input (``PreparedBatch.windows``).
-            native_texts: encoder texts of the native-path documents (prefix prepended, no BOM).
-            chunk_size: the ``FixedTokens`` chunk size of the native path (unused without native texts).
+            inputs: from :meth:`encoder_inputs`.
 
         Returns:
-            (float32 ``[len(window), dim]`` per window, the engine's chunk means per native text).
+            (float32 ``[len(window), dim]`` per window, the engine's chunk means per native text,
+            ``{batch index: error}`` of documents the engine refused). The in-process engine refuses
+            none; :class:`~latechunk_dagster.core.remote.RemoteLateChunker` refuses the documents a
+            server answers 4xx for, and the rows and means are then those of the other documents
+            (``inputs.without(refused)``), for :meth:`PreparedBatch.refuse` to match.
         """
-        rows = self._token_rows(windows)
+        rows = self._token_rows(inputs.windows)
         native: list[NativeChunks] = []
-        if native_texts:
+        if inputs.native_texts:
             native = self._engine().native_chunks(
-                native_texts, chunk_size, dimensions=self.head.dimensions, normalize=self.head.normalize
+                inputs.native_texts, inputs.chunk_size, dimensions=self.head.dimensions, normalize=self.head.normalize
             )
-        return rows, native
+        return rows, native, {}
 
     def finish(
         self, encoded: EncodedBatch, *, errors: Literal["raise", "return"] = "return"

@@ -10,7 +10,10 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-from latechunk_dagster.core.chunker import EncodedBatch, LateChunker, PreparedBatch
+import numpy as np
+
+from latechunk_dagster.core.chunker import EncoderInputs, LateChunker
+from latechunk_dagster.core.engines.base import NativeChunks
 from latechunk_dagster.core.engines.vllm_server import (
     PROBE_TEXTS,
     ServerRejectedDocumentError,
@@ -18,7 +21,7 @@ from latechunk_dagster.core.engines.vllm_server import (
     ServerSettings,
     VLLMServerEngine,
 )
-from latechunk_dagster.core.tokenization import encoder_text
+from latechunk_dagster.core.errors import DocumentError
 
 log = logging.getLogger(__name__)
 
@@ -98,35 +101,38 @@ class RemoteLateChunker(LateChunker):
             engine.close()
             raise
 
-    def encode(self, prepared: PreparedBatch) -> EncodedBatch:
-        """``LateChunker.encode``, with documents the server rejects (4xx) turned into document errors.
+    def encode_inputs(
+        self, inputs: EncoderInputs
+    ) -> tuple[list[np.ndarray], list[NativeChunks], dict[int, DocumentError]]:
+        """``LateChunker.encode_inputs``, with documents the server rejects (4xx) refused alone.
 
-        A rejected document leaves the batch (its place in ``prepared.results`` holds a
-        :class:`ServerRejectedDocumentError` naming it and the server's message) and the rest is sent again.
+        A document with a rejected input (a window or its native text) is refused with a
+        :class:`ServerRejectedDocumentError` naming it, the server and its message; the other
+        documents' inputs are sent again (so :meth:`encode` and the host worker pool both keep the
+        rest of the batch).
         """
+        refused: dict[int, DocumentError] = {}
         while True:
             try:
-                return super().encode(prepared)
+                rows, native, _ = super().encode_inputs(inputs)
+                return rows, native, refused
             except ServerRejectedError as exc:
-                bad = {}
-                for job in (*prepared.native_jobs, *prepared.state_jobs):
-                    msg = self._rejection(job, exc, prepared.texts)
-                    if msg is not None:
-                        bad[job[0]] = msg
+                bad = self._rejected_documents(inputs, exc)
                 if not bad:
                     raise
                 for i, msg in bad.items():
-                    prepared.results[i] = ServerRejectedDocumentError(
-                        i, prepared.ids[i], f"{self._engine().describe()}: {msg}"
-                    )
-                prepared.native_jobs = [j for j in prepared.native_jobs if j[0] not in bad]
-                prepared.state_jobs = [j for j in prepared.state_jobs if j[0] not in bad]
+                    refused[i] = ServerRejectedDocumentError(i, inputs.ids[i], f"{self._engine().describe()}: {msg}")
+                inputs = inputs.without(bad)
 
-    def _rejection(self, job: tuple, exc: ServerRejectedError, texts: Sequence[str]) -> str | None:
-        """The server's message for a rejected input of this document (a window or its text), else None."""
-        i, _tokens, _spans, plan = job
-        for (_k, msg), inp in zip(exc.rejected.items(), exc.inputs):
-            text = encoder_text(self.prefix, texts[i])  # the native input, as LateChunker.encode sends it
-            if (inp == text) if isinstance(inp, str) else any(w == inp for w in plan.windows):
-                return f"HTTP {exc.status}: {msg}"
-        return None
+    @staticmethod
+    def _rejected_documents(inputs: EncoderInputs, exc: ServerRejectedError) -> dict[int, str]:
+        """``{batch index: the server's message}`` of the documents whose inputs the server rejected."""
+        bad: dict[int, str] = {}
+        for msg, rejected in zip(exc.rejected.values(), exc.inputs):
+            if isinstance(rejected, str):
+                docs = [i for i, text in zip(inputs.native_docs, inputs.native_texts) if text == rejected]
+            else:
+                docs = [i for i, window in zip(inputs.window_docs, inputs.windows) if window == rejected]
+            for i in docs:
+                bad.setdefault(i, f"HTTP {exc.status}: {msg}")
+        return bad

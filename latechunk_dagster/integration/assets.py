@@ -20,9 +20,9 @@ from pydantic import Field
 
 from latechunk_dagster.core.chunking import ChunkingStrategy, strategy_from_config
 from latechunk_dagster.integration.wiring import TableWiring
-from latechunk_dagster.pipeline import PartitionReport, SystemicFailureError, materialize_partition
+from latechunk_dagster.pipeline import PartitionReport, materialize_partition
+from latechunk_dagster.pipeline.partition import SHARD_ERRORS, record_shard_failure
 from latechunk_dagster.pipeline.partition import UNREADABLE_SHARD as UNREADABLE_SHARD  # re-exported
-from latechunk_dagster.pipeline.partition import record_shard_failure
 from latechunk_dagster.sink.indexing import refresh_indexes
 from latechunk_dagster.sources.frames import iter_table_documents, partition_tables
 
@@ -203,13 +203,11 @@ def materialize_chunks(
                 expected_documents=expected,
                 log=context.log,
             )
-        except (ValueError, KeyError, OSError, TypeError, SystemicFailureError) as exc:
-            # The shard cannot be read (gone, a file unreadable, not a table) or its documents failed
-            # for one reason: its old chunk rows are kept, the reason is recorded, and the blocking
-            # `documents_accounted` check fails for it, while the other partitions of the run are
-            # written and recorded as usual.
-            reason = "systemic_failure" if isinstance(exc, SystemicFailureError) else "unreadable_shard"
-            _record_unreadable_shard(context, rejected_table, partition, exc, reason)
+        except SHARD_ERRORS as exc:
+            # The shard cannot be read or its documents failed for one reason: its old chunk rows
+            # are kept, the reason is recorded, and the blocking `documents_accounted` check fails
+            # for it, while the other partitions of the run are written and recorded as usual.
+            _record_unreadable_shard(context, rejected_table, partition, exc)
             totals["unreadable_shards"] += 1
             continue
         md = _partition_metadata(out, table)
@@ -250,10 +248,10 @@ def materialize_chunks(
 
 
 def _record_unreadable_shard(
-    context: dg.AssetExecutionContext, rejected_table: Any, partition: str, exc: Exception, reason: str
+    context: dg.AssetExecutionContext, rejected_table: Any, partition: str, exc: Exception
 ) -> None:
+    reason = record_shard_failure(rejected_table, partition, exc, context.run.run_id)
     context.log.error(f"partition {partition}: {reason}, its old rows are kept: {exc}")
-    record_shard_failure(rejected_table, partition, reason, str(exc), context.run.run_id)
     context.add_asset_metadata(
         {"shard_error": dg.MetadataValue.text(str(exc)), "partition_row_count": dg.MetadataValue.int(-1)},
         partition_key=partition,

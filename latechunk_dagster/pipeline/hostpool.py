@@ -46,12 +46,11 @@ from typing import Any
 
 import numpy as np
 
-from latechunk_dagster.core.chunker import EncodedBatch, LateChunker, PreparedBatch
+from latechunk_dagster.core.chunker import EncodedBatch, EncoderInputs, LateChunker, PreparedBatch
 from latechunk_dagster.core.chunking import ChunkingStrategy
 from latechunk_dagster.core.engines.base import Engine, NativeChunks
 from latechunk_dagster.core.errors import DocumentError, LateChunkError
 from latechunk_dagster.core.results import ChunkedDocument
-from latechunk_dagster.core.tokenization import encoder_text
 from latechunk_dagster.pipeline.accounting import DocumentSummary
 from latechunk_dagster.sources.documents import Document
 
@@ -78,17 +77,13 @@ class PreparedHandle:
 
     Attributes:
         worker: the worker that holds the prepared batch; seq: its key there.
-        windows: token ids of every encoder input of the batch's token-state documents, in order.
-        native_texts: encoder texts (prefix included) of the documents the engine chunks itself.
-        chunk_size: the strategy's chunk size for the native path (0 when there is none).
+        inputs: the batch's engine inputs (:meth:`LateChunker.encoder_inputs`, made in the worker).
         seconds: the worker's time in ``chunker.prepare``.
     """
 
     worker: int
     seq: int
-    windows: list[list[int]]
-    native_texts: list[str]
-    chunk_size: int
+    inputs: EncoderInputs
     seconds: float
 
 
@@ -175,13 +170,20 @@ class HostPool:
         return self._request(w, "prepare", (docs, strategy))
 
     def finish(
-        self, handle: PreparedHandle, rows: list[np.ndarray], native: list[NativeChunks], context: tuple
+        self,
+        handle: PreparedHandle,
+        rows: list[np.ndarray],
+        native: list[NativeChunks],
+        refused: dict[int, DocumentError],
+        context: tuple,
     ) -> tuple[Future, shared_memory.SharedMemory | None]:
         """Finish a prepared batch in its worker with the engine's ``rows`` (copied once into shared memory).
 
         Args:
             handle: from :meth:`prepare`; rows: float32 ``[len(window), dim]`` per window, in order;
-            native: the engine's chunk means of ``handle.native_texts``;
+            native: the engine's chunk means of ``handle.inputs.native_texts``;
+            refused: the documents the engine refused (``LateChunker.encode_inputs``), left out
+            of ``rows`` and ``native``;
             context: ``(partition, lineage, dim)`` for the Arrow rows.
 
         Returns:
@@ -195,7 +197,7 @@ class HostPool:
         try:
             with self._blocks_lock:
                 forget, self._forget[handle.worker] = self._forget[handle.worker], []
-            body = (handle.seq, shm.name if shm else None, kept, forget, layout, native, context)
+            body = (handle.seq, shm.name if shm else None, kept, forget, layout, native, refused, context)
             fut = self._request(handle.worker, "finish", body)
         except BaseException:
             self.release(shm)
@@ -301,8 +303,8 @@ class HostPool:
             if kind == "error":
                 fut.set_exception(body)
             elif kind == "prepared":
-                windows, native_texts, chunk_size, seconds = body
-                fut.set_result(PreparedHandle(w, seq, windows, native_texts, chunk_size, seconds))
+                inputs, seconds = body
+                fut.set_result(PreparedHandle(w, seq, inputs, seconds))
             else:
                 fut.set_result(FinishedBatch(*body))
 
@@ -446,9 +448,7 @@ def _prepare(
     batch = [Document(doc_id, text, sha) for doc_id, text, sha in docs]
     prepared = chunker.prepare([d.text for d in batch], strategy, doc_ids=[d.doc_id for d in batch])
     held[seq] = (batch, prepared)
-    native_texts = [encoder_text(chunker.prefix, prepared.texts[i]) for i, *_ in prepared.native_jobs]
-    chunk_size = int(getattr(strategy, "chunk_size", 0) or 0) if prepared.native_jobs else 0
-    return prepared.windows, native_texts, chunk_size, time.perf_counter() - t0
+    return chunker.encoder_inputs(prepared), time.perf_counter() - t0
 
 
 def _finish(
@@ -461,6 +461,7 @@ def _finish(
     forget: list[str],
     layout: tuple[int, list[tuple[int, int]]] | None,
     native: list[NativeChunks],
+    refused: dict[int, DocumentError],
     context: tuple,
 ) -> tuple:
     from latechunk_dagster.sink.rows import chunk_batch
@@ -472,6 +473,7 @@ def _finish(
             old.close()
     partition, row_lineage, dim = context
     batch, prepared = held.pop(seq)
+    prepared.refuse(refused)
     shm = None
     if shm_name is not None:
         shm = maps.get(shm_name) or shared_memory.SharedMemory(name=shm_name)

@@ -534,10 +534,10 @@ class _PooledStream(_Stream):
             batch, handle = item
             _test_kill_point("before_engine", run.partition)
             t0 = time.perf_counter()
-            rows, native = chunker.encode_inputs(handle.windows, handle.native_texts, handle.chunk_size)
+            rows, native, refused = chunker.encode_inputs(handle.inputs)
             run.report.engine_seconds += time.perf_counter() - t0
             run.report.batches += 1
-            fut, shm = self.pool.finish(handle, rows, native, context)
+            fut, shm = self.pool.finish(handle, rows, native, refused, context)
             del rows, native
             if shm is not None:
                 self._track(shm)
@@ -641,16 +641,30 @@ def _final_report(run: _Run, removed: set[str], chunk_table: Any) -> PartitionRe
     return report
 
 
-def record_shard_failure(rejected_table: Any, partition: str, reason: str, detail: str, run_id: str) -> None:
-    """Replace the partition's rejection rows with one :data:`UNREADABLE_SHARD` row (``reason``, ``detail``).
+#: What :func:`materialize_partition` raises for a whole shard, before either table is touched: the
+#: shard cannot be read (gone, a file unreadable, not a table: ``ValueError``, ``KeyError``,
+#: ``OSError``, ``TypeError``) or its documents failed for one reason (:class:`SystemicFailureError`).
+#: An orchestrator catches these, keeps the shard's old rows and records :func:`record_shard_failure`;
+#: the Dagster asset and the Airflow task share this one list.
+SHARD_ERRORS: tuple[type[Exception], ...] = (ValueError, KeyError, OSError, TypeError, SystemicFailureError)
 
-    What an orchestrator records when :func:`materialize_partition` raised for a whole shard (it
-    could not be read, or :class:`SystemicFailureError`): the chunk rows stay as they were, and the
-    ``documents_accounted`` check fails for the partition until a run succeeds (that run replaces
-    the partition's rejection rows again).
+
+def record_shard_failure(rejected_table: Any, partition: str, exc: Exception, run_id: str) -> str:
+    """Replace the partition's rejection rows with one :data:`UNREADABLE_SHARD` row for ``exc``.
+
+    What an orchestrator records when :func:`materialize_partition` raised one of
+    :data:`SHARD_ERRORS`: the chunk rows stay as they were, and the ``documents_accounted`` check
+    fails for the partition until a run succeeds (that run replaces the partition's rejection rows
+    again). The row's detail is ``str(exc)``.
+
+    Returns:
+        The recorded reason: ``"systemic_failure"`` for :class:`SystemicFailureError`, else
+        ``"unreadable_shard"``.
     """
-    row = rejection_row(UNREADABLE_SHARD, "", partition, reason, detail, run_id, datetime.now(UTC))
+    reason = "systemic_failure" if isinstance(exc, SystemicFailureError) else "unreadable_shard"
+    row = rejection_row(UNREADABLE_SHARD, "", partition, reason, str(exc), run_id, datetime.now(UTC))
     replace_partition(rejected_table, "rejection_id", partition, pa.Table.from_pylist([row], schema=REJECTED_SCHEMA))
+    return reason
 
 
 # -- helpers -------------------------------------------------------------------------------------
