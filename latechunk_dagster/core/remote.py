@@ -21,7 +21,7 @@ from latechunk_dagster.core.engines.vllm_server import (
     ServerSettings,
     VLLMServerEngine,
 )
-from latechunk_dagster.core.errors import DocumentError
+from latechunk_dagster.core.errors import DocumentError, ModelNotSupportedError
 
 log = logging.getLogger(__name__)
 
@@ -94,6 +94,16 @@ class RemoteLateChunker(LateChunker):
                 )
                 self.max_model_len = engine.max_model_len
                 self.window_length = min(self.window_length, engine.max_model_len)
+            limits = self.card.limits
+            if limits is not None and limits.dynamic_ntk and engine.max_model_len not in (None, limits.exact):
+                # the rule of engine_lengths: served at any other length, vLLM's rotary base differs
+                # from the model's own for the inputs we send (NaN below it, scaled above it)
+                raise ModelNotSupportedError(
+                    f"{engine.describe()}: the server's max_model_len is {engine.max_model_len}, but "
+                    f"{self.card.path} has dynamic NTK scaling ({limits.dynamic_ntk}) and must be served at "
+                    f"max_trained_positions={limits.exact}, where vLLM's states equal the model's own: "
+                    f"start the server with --max-model-len {limits.exact}"
+                )
             engine.check_tokenization(self.tokenizer, self.prefix)
             if self.query_prefix != self.prefix:
                 engine.check_tokenization(self.tokenizer, self.query_prefix, PROBE_TEXTS[:1])
