@@ -15,7 +15,7 @@ from latechunk_dagster.core.results import ChunkerSettings
 #: range: every stored row then no longer matches and is re-encoded on its next materialization.
 #: 2: ``chunk_id`` / ``rejection_id`` are hashes of JSON arrays of their fields (they were fields
 #: joined with U+001F, which collide across partitions), and char ranges extend over characters
-#: that produced no token (SPEC section 2). Rows of version 1 are re-encoded, and their old ids are
+#: that produced no token (contract section 2). Rows of version 1 are re-encoded, and their old ids are
 #: deleted by the same commit (they are not matched by any new row of their replaced documents).
 CHUNKING_VERSION = 2
 
