@@ -308,3 +308,25 @@ def test_readme_airflow_example_runs_as_written(
         sys.modules.pop("readme_latechunk_dag", None)
     rows = sink.connect(str(project / "data" / "lancedb")).open_table("chunks_minilm").to_arrow()
     assert set(rows.column("doc_id").to_pylist()) == {"pumps/acme.txt", "owls/owl.md"}
+
+
+def test_list_shards_names_an_undecodable_shard_and_lists_the_others(tmp_path: Path) -> None:
+    """The issue-16 store (a Latin-1 shard name beside a good shard) through what the list operator
+    runs (its task logger goes in as ``log``): the good shard is listed, the bad one is named in a
+    warning, nothing raises."""
+    import logging
+
+    from latechunk_dagster.airflow.tasks import list_shards
+    from tests.test_hostile_inputs import text_tree
+
+    seen: list[str] = []
+    log = logging.getLogger("test.list_shards")
+    handler = logging.Handler(logging.WARNING)
+    handler.emit = lambda record: seen.append(record.getMessage())  # type: ignore[method-assign]
+    log.addHandler(handler)
+    try:
+        assert list_shards(str(text_tree(tmp_path / "tree")), log) == ["good"]
+    finally:
+        log.removeHandler(handler)
+    [warning] = [m for m in seen if "skipped:" in m]
+    assert "caf\\xe9" in warning and "not valid UTF-8" in warning

@@ -75,13 +75,20 @@ def _int_text(value: Any) -> Any:
     return value
 
 
-def list_shards(store_path: str) -> list[str]:
+def list_shards(store_path: str, log: logging.Logger | Any | None = None) -> list[str]:
     """The store's shard names, sorted (one mapped late-chunk task per shard).
+
+    A shard whose name is not valid UTF-8 cannot be a task's shard: it is left out, and ``log``
+    (default: this module's logger) gets a warning naming it and why
+    (:meth:`DocumentStore.bad_shards`, as Dagster's partition sync does).
 
     Raises:
         FileNotFoundError: nothing at ``store_path``. ValueError: no documents of a known kind there.
     """
-    return sorted(DocumentStore.from_path(store_path).shards())
+    store = DocumentStore.from_path(store_path)
+    for bad in store.bad_shards():
+        (log or logging.getLogger(__name__)).warning(f"skipped: {bad.detail}")
+    return sorted(store.shards())
 
 
 def chunk_shard(

@@ -66,7 +66,7 @@ class ListShardsOperator(BaseOperator):
         self.store_path = store_path
 
     def execute(self, context: Context) -> list[str]:
-        shards = list_shards(self.store_path)
+        shards = list_shards(self.store_path, self.log)
         self.log.info("%d shards in %s: %s", len(shards), self.store_path, shards[:20])
         return shards
 
