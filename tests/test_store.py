@@ -221,6 +221,29 @@ def test_iter_shard_streams(tmp_path: Path) -> None:
     assert DocumentStore.from_path(path).count_documents("d") == 5000
 
 
+def test_count_shards_lists_a_directory_store_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The progress counts of a run over many partitions: right per shard (text files, JSONL lines,
+    Parquet rows; 0 for a shard that is not there) from one listing of the tree."""
+    import latechunk_dagster.sources.files as files
+
+    for shard, n in (("a", 3), ("b", 1), ("c", 2)):
+        (tmp_path / "tree" / shard).mkdir(parents=True)
+        for i in range(n):
+            (tmp_path / "tree" / shard / f"{i}.txt").write_text(f"doc {i}")
+    write_jsonl(tmp_path / "tables" / "x.jsonl", [{"id": str(i), "text": f"doc {i}"} for i in range(4)])
+    pq.write_table(pa.table({"id": ["1", "2"], "text": ["one", "two"]}), tmp_path / "tables" / "y.parquet")
+    walks: list[Path] = []
+    real_walk = files._walk
+    monkeypatch.setattr(files, "_walk", lambda root: walks.append(root) or real_walk(root))
+    tree = DocumentStore.from_path(tmp_path / "tree")
+    walks.clear()  # from_path looks at the tree once to tell its kind
+    assert tree.count_shards(["a", "b", "c", "gone"]) == {"a": 3, "b": 1, "c": 2, "gone": 0}
+    assert len(walks) == 1
+    assert DocumentStore.from_path(tmp_path / "tables" / "x.jsonl").count_shards(["x"]) == {"x": 4}
+    (tmp_path / "tables" / "x.jsonl").unlink()
+    assert DocumentStore.from_path(tmp_path / "tables").count_shards(["y"]) == {"y": 2}
+
+
 # ----------------------------------------------------------------------------- byte order marks
 
 

@@ -166,9 +166,12 @@ def _partition_sources(context: dg.AssetExecutionContext, w: TableWiring, upstre
             yield partition, docs, getattr(value, "num_rows", None)
         return
     st = w.resource(context, w.store_key).get_store()
-    # one scan of a single-file store for the whole run, not one per partition (shards x rows)
-    for partition, docs in st.iter_shards(list(context.partition_keys)):
-        yield partition, docs, st.count_documents(partition)
+    # one scan of a single-file store, one listing of a directory store, for the whole run (not
+    # one per partition: shards x rows)
+    keys = list(context.partition_keys)
+    counts = st.count_shards(keys)
+    for partition, docs in st.iter_shards(keys):
+        yield partition, docs, counts[partition]
 
 
 def _raise(exc: Exception) -> Any:

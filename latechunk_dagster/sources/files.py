@@ -244,13 +244,20 @@ class DocumentStore:
     def count_documents(self, shard: str) -> int | None:
         """A cheap estimate of the shard's rows, for progress: Parquet footers, JSONL newlines,
         text files; ``None`` for a single-file store with a ``shard`` column (unknown without a scan)."""
+        return self.count_shards([shard])[shard]
+
+    def count_shards(self, shards: Sequence[str]) -> dict[str, int | None]:
+        """:meth:`count_documents` of each of ``shards``, listing a directory store once (not once
+        per shard, as a run over many partitions would)."""
         if self.path.is_file():
             first = next(iter(self._single_file_rows(("shard",))), None)
             if first is None or (isinstance(first[1], Row) and "shard" in first[1].values):
-                return None
-            files = [self.path]
-        else:
-            files = self._shard_files().get(shard, [])
+                return dict.fromkeys(shards)
+            return dict.fromkeys(shards, self._count_rows([self.path]))
+        layout = self._shard_files()
+        return {shard: self._count_rows(layout.get(shard, [])) for shard in shards}
+
+    def _count_rows(self, files: list[Path]) -> int:
         if self.kind == "text":
             return len(files)
         total = 0
