@@ -64,6 +64,22 @@ def test_lancedb_connection_refuses_an_unknown_extra(monkeypatch: pytest.MonkeyP
         LanceDBHook("typo").get_settings()
 
 
+@pytest.mark.parametrize(
+    ("options", "why"),
+    [('{"region": "eu-west-1", "region": "us-east-1"}', r"repeated key\(s\) \['region'\]"), ("{region", "Expecting")],
+)
+def test_lancedb_connection_refuses_storage_options_it_cannot_read(
+    monkeypatch: pytest.MonkeyPatch, options: str, why: str
+) -> None:
+    """storage_options typed into the UI's text field: a key given twice (json.loads would keep the
+    last value silently) or text that is not JSON is refused naming the connection."""
+    from latechunk_dagster.airflow.hooks.lancedb import LanceDBHook
+
+    monkeypatch.setenv("AIRFLOW_CONN_TWICE", json.dumps({**LANCEDB_CONN, "extra": {"storage_options": options}}))
+    with pytest.raises(ValueError, match=rf"connection 'twice': storage_options is not a JSON object: .*{why}"):
+        LanceDBHook("twice").get_settings()
+
+
 def test_lancedb_hook_on_a_local_database(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from latechunk_dagster.airflow.hooks.lancedb import LanceDBHook
 

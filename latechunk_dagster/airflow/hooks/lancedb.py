@@ -24,12 +24,12 @@ A connection as an environment variable (Airflow's JSON form)::
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from airflow.sdk import BaseHook
 
 from latechunk_dagster.sink.database import LanceDBSettings
+from latechunk_dagster.sources.readers import loads_strict
 
 #: The extras a ``lancedb`` connection reads (anything else is refused, so a typo is not ignored).
 LANCEDB_EXTRAS = ("storage_options", "region", "host_override", "read_consistency_interval_s")
@@ -64,7 +64,10 @@ def settings_from_connection(conn: Any, owner: str = "LanceDBHook") -> LanceDBSe
     extra = connection_extras(conn, "lancedb", LANCEDB_EXTRAS)
     options = extra.get("storage_options") or {}
     if isinstance(options, str):  # the UI's text field holds the JSON object as a string
-        options = json.loads(options) if options.strip() else {}
+        try:
+            options = loads_strict(options) if options.strip() else {}
+        except ValueError as exc:  # not JSON, or a key given twice (which value is meant is ambiguous)
+            raise ValueError(f"connection {conn.conn_id!r}: storage_options is not a JSON object: {exc}") from None
     if not isinstance(options, dict):
         raise ValueError(f"connection {conn.conn_id!r}: storage_options must be a JSON object, got {options!r}")
     interval = extra.get("read_consistency_interval_s")
