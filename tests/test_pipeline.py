@@ -356,6 +356,44 @@ def test_bad_rows_are_rejected_alone_and_a_systemic_failure_keeps_its_partition(
     assert details["bad"]["not_in_store"] == ["*"]
 
 
+def test_a_shard_gone_from_the_store_keeps_its_rows_and_a_bug_fails_the_run(
+    env, tmp_path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Bad data and a bug are told apart. A partition whose shard left the store (not yet synced
+    away) is bad data: its old rows stay, an ``unreadable_shard`` row says why, and the blocking
+    ``documents_accounted`` check fails for it. A programming error (a fault injected here: the
+    partition pipeline raising a plain ``TypeError``) fails the run and records nothing."""
+    import latechunk_dagster.integration.assets as assets
+
+    store = write_store(tmp_path / "store", {"keep/a.txt": DOCS["alpha/acme.txt"], "gone/b.txt": DOCS["beta/owls.txt"]})
+    db = tmp_path / "lancedb"
+    defs = make_defs(store, db)
+    (tmp_path / "home").mkdir()
+    with dg.instance_for_test(temp_dir=str(tmp_path / "home")) as instance:
+        sync(instance, store)
+        assert run_partitions(defs, instance, "gone", "keep").success
+        before = table_rows(db)
+        shutil.rmtree(store / "gone")
+        result = run_partitions(defs, instance, "gone", "keep")
+        assert table_rows(db).equals(before)  # "keep" unchanged is skipped, "gone" keeps its rows
+        [row] = sink.connect(str(db)).open_table("rejected_documents").to_arrow().to_pylist()
+        assert (row["doc_id"], row["partition"], row["reason"]) == ("*", "gone", "unreadable_shard")
+        assert row["detail"] == f"unknown shard 'gone' in document store {DocumentStore.from_path(store).uri}"
+        checks = {c.check_name: c for c in result.get_asset_check_evaluations()}
+        assert not checks["documents_accounted"].passed
+
+        def bug(*args: Any, **kwargs: Any) -> None:
+            raise TypeError("a bug, not bad data")
+
+        monkeypatch.setattr(assets, "materialize_partition", bug)
+        failed = run_partitions(defs, instance, "keep", "keep")
+        assert not failed.success
+        [failure] = [e for e in failed.all_events if e.event_type_value == "STEP_FAILURE"]
+        assert "TypeError: a bug, not bad data" in str(failure.event_specific_data.error)
+    assert sink.connect(str(db)).open_table("rejected_documents").count_rows() == 1
+    assert table_rows(db).equals(before)
+
+
 def test_range_run_requests_group_contiguous_changes() -> None:
     from latechunk_dagster.integration.sensors import range_run_requests
 

@@ -24,6 +24,7 @@ from latechunk_dagster.pipeline import PartitionReport, materialize_partition
 from latechunk_dagster.pipeline.partition import SHARD_ERRORS, record_shard_failure
 from latechunk_dagster.pipeline.partition import UNREADABLE_SHARD as UNREADABLE_SHARD  # re-exported
 from latechunk_dagster.sink.indexing import refresh_indexes
+from latechunk_dagster.sources.documents import UnknownShardError
 from latechunk_dagster.sources.frames import iter_table_documents, partition_tables
 
 
@@ -157,7 +158,7 @@ def _partition_sources(context: dg.AssetExecutionContext, w: TableWiring, upstre
             if partition not in tables:
                 yield (
                     partition,
-                    iter(_raise(KeyError(f"the upstream asset has no data for partition {partition!r}"))),
+                    iter(_raise(UnknownShardError(f"the upstream asset has no data for partition {partition!r}"))),
                     None,
                 )
                 continue

@@ -116,7 +116,7 @@ from latechunk_dagster.pipeline.progress import Progress, ProgressMeter
 from latechunk_dagster.sink.rows import chunk_batch, lineage, rejected_row, rejection_row
 from latechunk_dagster.sink.schema import REJECTED_SCHEMA, chunk_schema, sql_string
 from latechunk_dagster.sink.writes import commit_documents, replace_partition
-from latechunk_dagster.sources.documents import Document, RejectedRow, fingerprint_of
+from latechunk_dagster.sources.documents import READ_ERRORS, Document, RejectedRow, fingerprint_of
 
 #: Most batches of documents between the document iterator and the staging file at any time.
 IN_FLIGHT_BATCHES = 5
@@ -641,12 +641,14 @@ def _final_report(run: _Run, removed: set[str], chunk_table: Any) -> PartitionRe
     return report
 
 
-#: What :func:`materialize_partition` raises for a whole shard, before either table is touched: the
-#: shard cannot be read (gone, a file unreadable, not a table: ``ValueError``, ``KeyError``,
-#: ``OSError``, ``TypeError``) or its documents failed for one reason (:class:`SystemicFailureError`).
+#: What :func:`materialize_partition` raises for a whole shard's data, before either table is
+#: touched: the shard cannot be read (:data:`~latechunk_dagster.sources.documents.READ_ERRORS`:
+#: gone, not a table, a column missing, a file unreadable or not Parquet) or its documents failed
+#: for one reason (:class:`SystemicFailureError`).
 #: An orchestrator catches these, keeps the shard's old rows and records :func:`record_shard_failure`;
-#: the Dagster asset and the Airflow task share this one list.
-SHARD_ERRORS: tuple[type[Exception], ...] = (ValueError, KeyError, OSError, TypeError, SystemicFailureError)
+#: anything else (a bad setting's ``ValueError``, a programming error's ``TypeError``) fails the run.
+#: The Dagster asset and the Airflow task share this one list.
+SHARD_ERRORS: tuple[type[Exception], ...] = (*READ_ERRORS, SystemicFailureError)
 
 
 def record_shard_failure(rejected_table: Any, partition: str, exc: Exception, run_id: str) -> str:

@@ -13,6 +13,7 @@ import numpy as np
 import pyarrow as pa
 
 from latechunk_dagster.sink.schema import sql_in
+from latechunk_dagster.sources.documents import READ_ERRORS
 from latechunk_dagster.sources.files import Document, DocumentStore
 
 Outcome = tuple[bool, dict[str, Any]]
@@ -46,7 +47,7 @@ def shards_documents(store: DocumentStore, partitions: list[str]) -> dict[str, d
     document counts as a document (its rejection record accounts for it)."""
     try:
         read = store.read_shards_with_rejections(partitions)
-    except (ValueError, KeyError, OSError) as exc:
+    except READ_ERRORS as exc:  # bad data fails the checks of these partitions; a bug fails the run
         return dict.fromkeys(partitions, f"shard cannot be read: {exc}")
     out: dict[str, dict[str, Document] | str] = {}
     for p in partitions:

@@ -15,6 +15,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import pyarrow as pa
+
 BOM = "\ufeff"
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
@@ -55,6 +57,38 @@ def strip_bom(text: str) -> str:
 def text_sha256(text: str) -> str:
     """Hex sha256 of the UTF-8 bytes of ``text`` (lone surrogates encoded with ``surrogatepass``)."""
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+class ShardError(Exception):
+    """A whole shard cannot be read as documents: gone from the store, not a table, a column missing.
+
+    Bad data, not a bug: an orchestrator keeps the shard's old rows and records the reason
+    (``unreadable_shard``; :data:`latechunk_dagster.pipeline.partition.SHARD_ERRORS`), while a
+    programming error (a plain ``TypeError``, ``KeyError``...) fails the run. Each subclass also
+    derives from the built-in error it used to be, so ``except KeyError`` still catches
+    :class:`UnknownShardError`.
+    """
+
+
+class UnknownShardError(ShardError, KeyError):
+    """The store has no shard of that name (removed since the partition was added, or a typo)."""
+
+    def __str__(self) -> str:  # KeyError's own str() quotes its message
+        return str(self.args[0]) if self.args else ""
+
+
+class NotATableError(ShardError, TypeError):
+    """A shard's value (an upstream asset's output) is not a table Arrow can read."""
+
+
+class MissingColumnError(ShardError, ValueError):
+    """A shard's table lacks the id or text column."""
+
+
+#: What reading a whole shard raises for bad data (the rule of :class:`ShardError`): the shard
+#: cannot be read (:class:`ShardError`), a file or directory is unreadable (``OSError``), or a file
+#: is not what its name says (pyarrow's errors, e.g. ``ArrowInvalid`` for a file that is not Parquet).
+READ_ERRORS: tuple[type[Exception], ...] = (ShardError, OSError, pa.ArrowException)
 
 
 @dataclass(frozen=True)

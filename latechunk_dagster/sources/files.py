@@ -55,6 +55,7 @@ from pathlib import Path
 from latechunk_dagster.sources.documents import (
     Document,
     RejectedRow,
+    UnknownShardError,
     fingerprint_of,
     first_of_each_id,
     is_valid_unicode,
@@ -311,11 +312,11 @@ class DocumentStore:
                     matched = True
                     yield item
             if not matched and shard not in self.shards():
-                raise KeyError(f"unknown shard {shard!r} in document store {self.uri}")
+                raise UnknownShardError(f"unknown shard {shard!r} in document store {self.uri}")
             return
         files = self._shard_files().get(shard)
         if files is None:
-            raise KeyError(f"unknown shard {shard!r} in document store {self.uri}")
+            raise UnknownShardError(f"unknown shard {shard!r} in document store {self.uri}")
         yield from self._files_items(files)
 
     def _files_items(self, files: list[Path]) -> Iterator[tuple[Document, str] | RejectedRow]:

@@ -15,7 +15,13 @@ from typing import Any
 
 import pyarrow as pa
 
-from latechunk_dagster.sources.documents import Document, RejectedRow, first_of_each_id
+from latechunk_dagster.sources.documents import (
+    Document,
+    MissingColumnError,
+    NotATableError,
+    RejectedRow,
+    first_of_each_id,
+)
 from latechunk_dagster.sources.readers import Row, column_values, document_from_row
 
 
@@ -23,7 +29,7 @@ def as_arrow(value: Any) -> pa.Table:
     """``value`` as a ``pyarrow.Table``.
 
     Raises:
-        TypeError: ``value`` is not a table (no Arrow export, no ``to_arrow()``).
+        NotATableError: ``value`` is not a table (no Arrow export, no ``to_arrow()``); a ``TypeError``.
     """
     if isinstance(value, pa.Table):
         return value
@@ -31,7 +37,7 @@ def as_arrow(value: Any) -> pa.Table:
         return pa.table(value)
     if hasattr(value, "to_arrow"):
         return pa.table(value.to_arrow())
-    raise TypeError(
+    raise NotATableError(
         f"documents must be a pyarrow.Table or a DataFrame that exports Arrow (pandas >= 2.2, polars), "
         f"got {type(value).__name__}"
     )
@@ -43,12 +49,12 @@ def iter_table_documents(
     """The documents of one table in row order, one record batch at a time.
 
     Raises:
-        TypeError: not a table. ValueError: ``id_column`` or ``text_column`` is missing.
+        NotATableError: not a table. MissingColumnError: ``id_column`` or ``text_column`` is missing.
     """
     table = as_arrow(value)
     missing = [c for c in (id_column, text_column) if c not in table.column_names]
     if missing:
-        raise ValueError(f"{where}: missing column(s) {missing} (columns: {table.column_names})")
+        raise MissingColumnError(f"{where}: missing column(s) {missing} (columns: {table.column_names})")
     yield from first_of_each_id(_table_rows(table, id_column, text_column, where))
 
 
