@@ -116,10 +116,11 @@ def chunk_shard(
         :func:`shard_summary` (small and JSON-able: counts, table URI and version, never vectors).
 
     Raises:
-        SystemicFailureError: the shard's documents failed for one reason. ValueError, KeyError,
-            OSError, TypeError: the shard cannot be read. In both cases nothing was written to the
-            chunk table (its old rows are kept) and the shard's rejection rows were replaced by one
-            row naming the error (``doc_id`` ``"*"``). ValueError also: a table of another schema.
+        SystemicFailureError: the shard's documents failed for one reason. ShardError, OSError or
+            a pyarrow error (``sources.documents.READ_ERRORS``): the shard cannot be read. In both
+            cases nothing was written to the chunk table (its old rows are kept) and the shard's
+            rejection rows were replaced by one row naming the error (``doc_id`` ``"*"``). Any other
+            error (a bad setting, a table of another schema) fails the task and records nothing.
     """
     rejected_table = db.rejected_table(rejected_table_name)  # a bad URI fails before the shard is read
     table = db.chunk_table(table_name, chunker.embedding_dim)
