@@ -330,3 +330,34 @@ def test_list_shards_names_an_undecodable_shard_and_lists_the_others(tmp_path: P
         log.removeHandler(handler)
     [warning] = [m for m in seen if "skipped:" in m]
     assert "caf\\xe9" in warning and "not valid UTF-8" in warning
+
+
+def test_a_shard_that_left_the_store_has_its_rows_deleted(env, tmp_path: Path, chunker: LateChunker) -> None:
+    """The example DAG (``ListShardsOperator(table_name=...)``) after a whole shard directory is
+    removed: its chunk and rejection rows are deleted; the other shard's rows are untouched."""
+    store = write_store(
+        tmp_path / "store",
+        {
+            "stay/one.txt": "The river floods every spring. Farmers plant after the water recedes.",
+            "leave/a.txt": "Glass is made from sand, soda and lime melted at high heat.",
+            "leave/blank.txt": "   ",
+        },
+    )
+    db = tmp_path / "lancedb"
+    set_lancedb_connection(db)
+    try:
+        conf = {**env["conf"], "store_path": str(store)}
+        assert str(run(env["dag"], chunker, **conf).state) == "success"
+        assert set(table(db).column("partition").to_pylist()) == {"stay", "leave"}
+        stay = table(db).filter(pa.compute.equal(table(db).column("partition"), "stay"))
+        rejected = sink.connect(str(db)).open_table("rejected_documents")
+        assert [r["partition"] for r in rejected.to_arrow().to_pylist()] == ["leave"]
+        shutil.rmtree(store / "leave")
+        dr = run(env["dag"], chunker, **conf)
+        assert str(dr.state) == "success", states(dr)
+        assert table(db).to_pylist() == stay.to_pylist()
+        assert sink.connect(str(db)).open_table("rejected_documents").count_rows() == 0
+        [checks] = xcoms(dr, "checks").values()
+        assert all(c["passed"] for c in checks.values())
+    finally:
+        set_lancedb_connection(env["db"])

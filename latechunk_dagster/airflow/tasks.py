@@ -21,6 +21,7 @@ from latechunk_dagster.pipeline.partition import SHARD_ERRORS, record_shard_fail
 from latechunk_dagster.sink import REJECTED_SCHEMA, validation
 from latechunk_dagster.sink.database import LanceDBSettings
 from latechunk_dagster.sink.indexing import refresh_indexes
+from latechunk_dagster.sink.writes import table_partitions
 from latechunk_dagster.sources.files import DocumentStore
 
 
@@ -89,6 +90,28 @@ def list_shards(store_path: str, log: logging.Logger | Any | None = None) -> lis
     for bad in store.bad_shards():
         (log or logging.getLogger(__name__)).warning(f"skipped: {bad.detail}")
     return sorted(store.shards())
+
+
+def drop_removed_shards(
+    db: LanceDBSettings, shards: Iterable[str], table_names: list[str], log: logging.Logger | Any | None = None
+) -> list[str]:
+    """Delete the rows of every partition that the chunk table (``table_names[0]``) holds but the
+    store no longer has, from each of ``table_names`` (so search never returns documents that left
+    the store, as Dagster's partition sync does). A missing table: nothing to do.
+
+    Returns:
+        The partitions whose rows were deleted, sorted.
+    """
+    table = db.open_table(table_names[0])
+    if table is None:
+        return []
+    removed = sorted(set(table_partitions(table)) - set(shards))
+    if removed:
+        deleted = db.drop_partitions(table_names, removed)
+        (log or logging.getLogger(__name__)).info(
+            f"shards gone from the store: {removed[:20]}; {deleted} rows deleted from {table_names}"
+        )
+    return removed
 
 
 def chunk_shard(

@@ -30,6 +30,7 @@ from typing import Any
 
 import lancedb
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from latechunk_dagster.sink.retry import PRIMARY_KEY_METADATA, retry_commit
 from latechunk_dagster.sink.schema import DERIVED_COLUMNS, sql_in, sql_string
@@ -226,6 +227,12 @@ def commit_documents(
     if rows is None:
         return _delete(table, scope, what)
     return _merge(table, "chunk_id", rows, scope, what)
+
+
+def table_partitions(table: Any) -> list[str]:
+    """The distinct ``partition`` values of a LanceDB table, sorted (one column read, no vectors)."""
+    column = table.search().select(["partition"]).limit(None).to_arrow().column("partition")
+    return sorted(pc.unique(column).to_pylist())
 
 
 def delete_partitions(db: Any, table_names: list[str], partitions: list[str]) -> int:

@@ -10,7 +10,7 @@ or put this file in the ``dags/`` folder. It needs:
 * the params ``store_path`` (default ``$LATECHUNK_STORE`` or ``data/documents``) and ``model``
   (default ``$LATECHUNK_MODEL`` or the shipped all-MiniLM-L6-v2).
 
-Every run encodes only new and changed documents; removed ones are deleted; the checks fail the
+Every run encodes only new and changed documents; removed documents and shards are deleted; the checks fail the
 run when a shard's rows do not match its documents.
 """
 
@@ -57,7 +57,7 @@ with DAG(
     },
     tags=["latechunk", "example"],
 ) as dag:
-    shards = ListShardsOperator(task_id="list_shards", store_path="{{ params.store_path }}")
+    shards = ListShardsOperator(task_id="list_shards", store_path="{{ params.store_path }}", table_name=TABLE)
     chunk = LateChunkShardOperator.partial(
         task_id="late_chunk",
         store_path="{{ params.store_path }}",

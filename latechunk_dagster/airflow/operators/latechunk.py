@@ -6,7 +6,7 @@ engine (:mod:`latechunk_dagster.airflow.engine`) and calls one function of
 
 A DAG (see :mod:`latechunk_dagster.airflow.example_dags.example_late_chunk`)::
 
-    shards = ListShardsOperator(task_id="shards", store_path=STORE)
+    shards = ListShardsOperator(task_id="shards", store_path=STORE, table_name="chunks")
     chunk = LateChunkShardOperator.partial(task_id="chunk", store_path=STORE, model=MODEL,
                                            pool=ENGINE_POOL).expand(shard=shards.output)
     checks = LateChunkChecksOperator(task_id="checks", store_path=STORE, results=chunk.output)
@@ -28,6 +28,7 @@ from latechunk_dagster.airflow.tasks import (
     ChecksFailedError,
     check_shards,
     chunk_shard,
+    drop_removed_shards,
     lineage_run_id,
     list_shards,
     refresh_table_indexes,
@@ -54,20 +55,40 @@ def table_asset(table_name: str, lancedb_conn_id: str = LanceDBHook.default_conn
 class ListShardsOperator(BaseOperator):
     """Return the shard names of a document store (XCom: ``list[str]``), to ``.expand(shard=...)`` over.
 
+    With ``table_name``, the rows of shards that left the store are deleted from that table and
+    ``rejected_table_name`` first (as Dagster's partition sync does), so the mapped tasks over the
+    listed shards leave a table of exactly the store's documents.
+
     Args:
         store_path: the store (a directory of ``.txt``/``.md``, a ``.jsonl``/``.parquet`` file or a
             directory of them; :class:`~latechunk_dagster.sources.files.DocumentStore`). Templated.
+        table_name: the chunk table to drop removed shards from (``None``: leave tables alone). Templated.
+        rejected_table_name, lancedb_conn_id: as :class:`LateChunkShardOperator`.
     """
 
-    template_fields: Sequence[str] = ("store_path",)
+    template_fields: Sequence[str] = ("store_path", "table_name", "rejected_table_name")
 
-    def __init__(self, *, store_path: str, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *,
+        store_path: str,
+        table_name: str | None = None,
+        rejected_table_name: str = REJECTED_TABLE,
+        lancedb_conn_id: str = LanceDBHook.default_conn_name,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(**kwargs)
         self.store_path = store_path
+        self.table_name = table_name
+        self.rejected_table_name = rejected_table_name
+        self.lancedb_conn_id = lancedb_conn_id
 
     def execute(self, context: Context) -> list[str]:
         shards = list_shards(self.store_path, self.log)
         self.log.info("%d shards in %s: %s", len(shards), self.store_path, shards[:20])
+        if self.table_name:
+            db = LanceDBHook(self.lancedb_conn_id).get_settings()
+            drop_removed_shards(db, shards, [self.table_name, self.rejected_table_name], self.log)
         return shards
 
 
