@@ -137,6 +137,37 @@ def test_time_limit_stops_pysbd_in_another_thread() -> None:
     assert got["stopped_after"] < 5.0
 
 
+def test_time_limit_stops_the_worker_when_this_process_ignores_sigterm() -> None:
+    """A process started in the background by a shell ignores SIGINT, and Dagster maps SIGTERM to
+    SIGINT's handler, so SIGTERM is ignored here and in every process spawned from here: the
+    worker still stops at its bound (it takes SIGTERM's default itself)."""
+    import signal
+
+    from latechunk_dagster.core.chunking.segmenters import sentence_starts
+
+    shutdown_worker()
+    previous = signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    got: dict[str, Any] = {}
+
+    def work() -> None:
+        t0 = time.perf_counter()
+        try:
+            call_with_time_limit(sentence_starts, (PATHOLOGICAL, "en", 0, "pysbd"), 1.0)
+        except TimeLimitExceeded:
+            got["stopped_after"] = time.perf_counter() - t0
+
+    try:
+        th = threading.Thread(target=work, daemon=True)
+        th.start()
+        th.join(120)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    # a stuck terminate() holds the worker lock: fail without waiting on it
+    assert not th.is_alive(), "the runaway worker was not stopped (SIGTERM ignored)"
+    shutdown_worker()
+    assert "stopped_after" in got and got["stopped_after"] < 60, got
+
+
 def test_pathological_document_is_rejected_alone(chunker: LateChunker) -> None:
     texts = ["A good document. It has two sentences.", PATHOLOGICAL, "Another good one."]
     old = chunker.strategy_timeout_s

@@ -82,6 +82,13 @@ def _noop() -> None:
     return None
 
 
+def _worker_start() -> None:
+    """The worker's own SIGTERM: the default (die). A spawned process inherits an ignored SIGTERM,
+    and Dagster maps SIGTERM to SIGINT's handler, which is "ignore" in a process started in the
+    background by a shell (``nohup ... &``): the pool's terminate() could then not stop a runaway."""
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
 _pool_lock = threading.Lock()
 _pool: Any = None
 
@@ -89,7 +96,7 @@ _pool: Any = None
 def _get_pool() -> Any:
     global _pool
     if _pool is None:
-        _pool = multiprocessing.get_context("spawn").Pool(1)
+        _pool = multiprocessing.get_context("spawn").Pool(1, initializer=_worker_start)
         _pool.apply(_noop)  # start-up is not part of any call's bound
     return _pool
 

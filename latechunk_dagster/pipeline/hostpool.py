@@ -329,6 +329,9 @@ class HostPool:
             if proc.is_alive():
                 proc.terminate()
                 proc.join(timeout=5)
+            if proc.is_alive():
+                proc.kill()
+                proc.join(timeout=5)
         for conn in self._conns:
             conn.close()
         self.broken = self.broken or HostWorkerError("the host worker pool was closed")
@@ -415,6 +418,7 @@ def _worker_main(conn: Any, payload: bytes, tokenizer_threads: str) -> None:
     """A worker's loop: prepare / finish requests, answered in order on ``conn``."""
     os.environ.setdefault("TOKENIZERS_PARALLELISM", tokenizer_threads)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when to stop
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # an ignored SIGTERM is inherited (see core.timebound)
     chunker: LateChunker = pickle.loads(payload)
     held: dict[int, tuple[list[Document], PreparedBatch]] = {}
     maps: dict[str, shared_memory.SharedMemory] = {}  # the parent's kept blocks, mapped once
