@@ -413,32 +413,30 @@ def test_servers_that_differ_or_do_not_answer_are_refused_at_start(server: Serve
 
 def test_a_dynamic_ntk_model_is_served_at_its_trained_length(tmp_path: Path, minilm_dir: Path) -> None:
     """NomicBert with dynamic NTK scaling (a tiny replica: trained at 128 positions of 512) on a real
-    server: served at ``max_trained_positions`` its windowed chunk vectors equal the in-process
-    engine's; a server of another ``max_model_len`` (vLLM's states then differ from the model's own
-    code) is refused, saying how to start it."""
+    server: served at ``max_trained_positions`` its windowed chunk vectors equal the float64
+    reference forward (``families.nomic_states``, windowed by ``families.windowed_states``); a
+    server of another ``max_model_len`` (vLLM's states then differ from the model's own code) is
+    refused, saying how to start it."""
     from latechunk_dagster import ModelNotSupportedError
     from tests import families as F
+    from tests.test_model_families import OVERLAP, TOLERANCE, Family, check_document
 
     model = F.build_nomic(
         tmp_path / "nomic", minilm_dir, n_positions=512, max_trained_positions=128, rotary_scaling_factor=2.0, seed=8
     )
+    fam = Family("nomic-remote", lambda d, m: d, states=F.nomic_states, kwargs={"trust_remote_code": True})
     text = " ".join(f"Unit {j} of the harbour crane is inspected by its team every {j + 2} weeks." for j in range(30))
     srv = start_vllm_server(model, max_model_len=128, extra_args=["--trust-remote-code"])
     odd = Proxy(srv.url)
     odd.rewrite_response = lambda path, body: body.replace(b'"max_model_len":128', b'"max_model_len":512')
     try:
-        with RemoteLateChunker(srv.url, model, trust_remote_code=True) as remote:
-            assert remote.max_model_len == 128
-            [got] = remote.chunk([text], Sentences(max_tokens=48))
+        with RemoteLateChunker(srv.url, model, trust_remote_code=True, window_overlap=OVERLAP) as remote:
+            assert (remote.max_model_len, remote.window_length) == (128, 128)
+            [doc] = remote.chunk([text], Sentences(max_tokens=48))
+            assert doc.windows > 1
+            assert check_document(fam, model, remote, text, doc) < TOLERANCE
         with pytest.raises(ModelNotSupportedError, match=r"max_model_len is 512.*--max-model-len 128"):
             RemoteLateChunker(odd.url, model, trust_remote_code=True)
     finally:
         odd.close()
         srv.stop()
-    with LateChunker(
-        model, trust_remote_code=True, dtype="float32", enforce_eager=True, gpu_memory_utilization=0.05
-    ) as local:
-        [want] = local.chunk([text], Sentences(max_tokens=48))
-    assert got.windows == want.windows > 1
-    assert [c.token_range for c in got.chunks] == [c.token_range for c in want.chunks]
-    np.testing.assert_allclose(got.vectors, want.vectors, atol=1e-5, rtol=0)
