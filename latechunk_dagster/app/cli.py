@@ -43,7 +43,9 @@ def main(argv: list[str] | None = None) -> int:
         "and hybrid where the table has the full-text index",
     )
     e.add_argument("queries", help="query file: JSONL with query, doc_id[, char_start, char_end]")
-    e.add_argument("--k", type=int, default=10, help="cutoff of nDCG/MRR and the largest recall cutoff (default 10)")
+    e.add_argument(
+        "-k", "--k", type=int, default=10, help="cutoff of nDCG/MRR and the largest recall cutoff (default 10)"
+    )
     e.add_argument("--where", default=None, help="LanceDB SQL filter on the chunk rows, e.g. \"partition = 'a'\"")
     e.add_argument("--model", default="", help="model directory (default: the shipped model)")
     e.add_argument("--uri", default=None, help="LanceDB directory (default: $LATECHUNK_HOME/lancedb)")
@@ -55,8 +57,9 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("demo", help="run the main job on the embedded default and search")
     args = parser.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("LANCEDB_LOG", "error")  # no Rust-side deprecation notes between the results
-    from latechunk_dagster.app.settings import quiet_dagster_warnings
+    from latechunk_dagster.app.settings import quiet_dagster_warnings, quiet_table_logs
+
+    quiet_table_logs()
     from latechunk_dagster.core.engines.vllm_local import quiet_engine_logs
 
     quiet_engine_logs()  # errors only; VLLM_LOGGING_LEVEL=INFO shows the engine's full log

@@ -53,6 +53,13 @@ def ensure_dagster_home() -> Path:
     return path
 
 
+def quiet_table_logs() -> None:
+    """LanceDB's Rust-side log at errors only on the terminal of the demo and the CLI (its scanner's
+    deprecation notes would print between the results); a ``LANCEDB_LOG`` the user set is kept.
+    Call it before the first LanceDB connection."""
+    os.environ.setdefault("LANCEDB_LOG", "error")
+
+
 def quiet_dagster_warnings() -> None:
     """Hide Dagster's beta/preview notices (backfill policies, observable source assets) on the terminal
     of the demo and the CLI; ``PYTHONWARNINGS=default`` shows them again."""

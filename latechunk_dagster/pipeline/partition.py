@@ -583,7 +583,9 @@ def _check_systemic(run: _Run, max_share: float, min_documents: int) -> None:
     """Step 4: the systemic-failure rule (module docstring); raises before anything is written."""
     state, partition, total = run.state, run.partition, run.report.documents
     for row in state.reader_rejections:
-        if row.reason == "unreadable_file":
+        # a file that cannot be read, or one cut off mid-write: the rows after the cut would read
+        # as deleted documents, so the partition keeps its old rows
+        if row.reason in ("unreadable_file", "truncated_file"):
             raise SystemicFailureError(partition, row.reason, 1, total, row.detail)
     if state.rejections:
         reason, count = Counter(r["reason"] for r in state.rejections).most_common(1)[0]

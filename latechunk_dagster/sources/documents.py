@@ -119,7 +119,8 @@ class RejectedRow:
         where: ``"<file>: row <n>"`` (or ``"<file>"``), from 1, as the file counts lines/rows.
         reason: ``missing_id`` | ``bad_id`` (an id that is not valid Unicode included) | ``bad_text`` |
             ``bad_shard`` | ``invalid_json`` | ``duplicate_key`` (a JSON object repeats a key) |
-            ``duplicate_id`` | ``unreadable_file``.
+            ``duplicate_id`` | ``unreadable_file`` | ``truncated_file`` (a JSONL file whose last line
+            is cut off: no newline and not valid JSON; its partition keeps its old rows).
         detail: a sentence naming the file, the row and what is wrong.
     """
 

@@ -166,13 +166,17 @@ def jsonl_row(raw: bytes, number: int, name: str) -> Row | RejectedRow | None:
     (not a JSON object), or ``None`` for a blank line. A leading BOM is removed."""
     if raw.startswith(_BOM_BYTES):
         raw = raw[len(_BOM_BYTES) :]
-    line = raw.decode("utf-8", errors="surrogateescape")
+    # the line's own end is not JSON: without it a parser error names a column of this line
+    line = raw.decode("utf-8", errors="surrogateescape").rstrip("\r\n")
     if not line.strip():
         return None
     where = f"{name}: row {number}"
     try:
         values, repeated = loads_with_repeated_keys(line)
     except json.JSONDecodeError as exc:
+        if not raw.endswith(b"\n"):  # only a file's last line lacks its newline: the file was cut off
+            detail = f"{where}: the last line is cut off (no newline, not valid JSON: {exc}); a truncated file?"
+            return RejectedRow(f"row {number}", where, "truncated_file", detail)
         return RejectedRow(f"row {number}", where, "invalid_json", f"{where}: invalid JSON: {exc}")
     if not isinstance(values, dict):
         detail = f"{where}: expected a JSON object, got {type(values).__name__}"

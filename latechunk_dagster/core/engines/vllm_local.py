@@ -8,12 +8,14 @@ project's machines (see ``shared/ENVIRONMENT.md``).
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import logging
 import os
+import sys
 import time
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +51,38 @@ def check_architecture(model: str | os.PathLike[str], architectures: Sequence[st
             f"{model}: vLLM {version} cannot run the architecture {list(architectures)} (not in its model "
             "registry); encoders it runs include BertModel, XLMRobertaModel, NomicBertModel and ModernBertModel"
         )
+
+
+@contextlib.contextmanager
+def context_proxies_hidden() -> Iterator[None]:
+    """While vLLM starts an engine, werkzeug's context-local proxies are out of module namespaces.
+
+    On a CPU without Triton, vLLM binds its C++ kernels by scanning every attribute of every module
+    in ``sys.modules`` with ``hasattr(value, "__dict__")`` (``vllm.triton_utils.dispatcher``).
+    ``hasattr`` only swallows ``AttributeError``, and a werkzeug ``LocalProxy`` (``flask.g``,
+    ``flask.request``, ...) raises ``RuntimeError`` outside a Flask context, so the engine start
+    fails in any process that imported Flask: an Airflow task run by ``dag.test()`` is one.
+    Each such attribute is swapped for ``None`` for the start and put back after (the proxies are
+    unbound then anyway). Nothing is done where werkzeug was not imported.
+    """
+    local = sys.modules.get("werkzeug.local")
+    proxy_type = getattr(local, "LocalProxy", None)
+    swapped: list[tuple[dict[str, Any], str, Any]] = []
+    if proxy_type is not None:
+        for module in list(sys.modules.values()):
+            namespace = getattr(module, "__dict__", None)
+            if not isinstance(namespace, dict):
+                continue
+            for name, value in list(namespace.items()):
+                if type(value) is proxy_type:  # type(), not isinstance(): a proxy forwards __class__
+                    swapped.append((namespace, name, value))
+    try:
+        for namespace, name, _ in swapped:
+            namespace[name] = None
+        yield
+    finally:
+        for namespace, name, value in swapped:
+            namespace[name] = value
 
 
 def native_late_chunking_available() -> bool:
@@ -163,16 +197,17 @@ class VLLMEngine(Engine):
             engine_kwargs["hf_overrides"] = overrides
         t0 = time.perf_counter()
         try:
-            self.llm: Any = LLM(
-                model=str(Path(model)),
-                runner="pooling",
-                pooler_config=PoolerConfig(task="token_embed"),
-                max_model_len=max_model_len,
-                dtype=self.dtype,
-                gpu_memory_utilization=mem,
-                trust_remote_code=trust_remote_code,
-                **engine_kwargs,
-            )
+            with context_proxies_hidden():
+                self.llm: Any = LLM(
+                    model=str(Path(model)),
+                    runner="pooling",
+                    pooler_config=PoolerConfig(task="token_embed"),
+                    max_model_len=max_model_len,
+                    dtype=self.dtype,
+                    gpu_memory_utilization=mem,
+                    trust_remote_code=trust_remote_code,
+                    **engine_kwargs,
+                )
         except _CONFIG_ERRORS as exc:
             # vLLM's own refusals of a model's configuration surface as raw errors from deep inside
             # its start-up (AttributeError on a missing config field, pydantic ValidationError,
