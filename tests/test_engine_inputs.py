@@ -134,3 +134,16 @@ def test_api_misuse_is_refused_up_front(chunker: LateChunker) -> None:
     with pytest.raises(ValueError, match="2 texts but 1 doc_ids"):
         chunker.chunk(["a", "b"], FixedTokens(4), doc_ids=["x"])
     assert chunker.chunk([], FixedTokens(4)) == []
+
+
+def test_text_that_is_not_utf8_is_named_as_such() -> None:
+    """A Latin-1 file read by a store (bytes that are not UTF-8 are escaped as U+DC80-U+DCFF) is
+    refused naming the byte; a lone surrogate from elsewhere is named as one."""
+    from latechunk_dagster.core.tokenization import check_text
+    from latechunk_dagster.sources.readers import decode
+
+    latin1 = decode("Café au lait".encode("latin-1"))
+    with pytest.raises(InvalidUnicodeError, match=r"not valid UTF-8: byte 0xe9 at character 3 \(a file in Latin-1"):
+        check_text(latin1, 0, "menu.txt")
+    with pytest.raises(InvalidUnicodeError, match=r"a lone surrogate U\+D800 at character 3"):
+        check_text("bad\ud800", 0, "x")

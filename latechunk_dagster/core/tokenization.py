@@ -96,6 +96,17 @@ class Tokenization:
         return self.offset_arrays()[0] >= 0
 
 
+def _invalid_unicode(text: str, at: int) -> str:
+    """Why ``text`` is not valid Unicode at character ``at`` (a lone surrogate there)."""
+    code = ord(text[at])
+    if 0xDC80 <= code <= 0xDCFF:  # a byte that is not UTF-8, as a store reader escapes it (surrogateescape)
+        return (
+            f"not valid UTF-8: byte 0x{code - 0xDC00:02x} at character {at} "
+            "(a file in Latin-1 or another legacy encoding? convert it to UTF-8)"
+        )
+    return f"not valid Unicode: a lone surrogate U+{code:04X} at character {at}"
+
+
 def check_text(text: object, index: int, doc_id: str) -> str:
     """Return ``text`` if it can be late-chunked, else raise the error naming the document.
 
@@ -108,7 +119,7 @@ def check_text(text: object, index: int, doc_id: str) -> str:
     try:
         text.encode("utf-8")
     except UnicodeEncodeError as exc:
-        raise InvalidUnicodeError(index, doc_id, f"not valid Unicode at code point {exc.start}: {exc.reason}") from None
+        raise InvalidUnicodeError(index, doc_id, _invalid_unicode(text, exc.start)) from None
     if not text[bom_length(text) :].strip():
         raise EmptyDocumentError(index, doc_id, "text is empty or whitespace only")
     return text
