@@ -13,6 +13,7 @@ text, and the worst deviation is printed (``pytest -s``).
 from __future__ import annotations
 
 import json
+import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -253,6 +254,11 @@ def test_what_the_engine_cannot_run_is_refused_before_any_document(tmp_path: Pat
     )
     with pytest.raises(ModelNotSupportedError, match="causal .*allow_causal=True"):
         LateChunker(causal, **ENGINE)
+    # a model directory copied without its weights: one sentence, before vLLM starts
+    bare = Path(shutil.copytree(unknown, tmp_path / "no-weights", ignore=shutil.ignore_patterns("*.safetensors")))
+    (bare / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(ModelNotSupportedError, match=r"no-weights: no model weights in the directory"):
+        LateChunker(bare, **ENGINE)
 
 
 def test_the_opt_in_reaches_every_place_a_model_is_loaded(

@@ -85,6 +85,25 @@ def context_proxies_hidden() -> Iterator[None]:
             namespace[name] = value
 
 
+#: File patterns of the weights vLLM loads from a model directory (safetensors, shards, PyTorch bins).
+WEIGHT_PATTERNS = ("*.safetensors", "*.safetensors.index.json", "*.bin", "*.pt", "*.pth")
+
+
+def check_weights(model: str | os.PathLike[str]) -> None:
+    """Refuse a local model directory without weights before vLLM starts (it would fail deep in its
+    start-up with a long traceback). A server engine needs only the tokenizer and config locally.
+
+    Raises:
+        ModelNotSupportedError: naming the directory and the file kinds looked for.
+    """
+    path = Path(model)
+    if path.is_dir() and not any(next(path.glob(pattern), None) for pattern in WEIGHT_PATTERNS):
+        raise ModelNotSupportedError(
+            f"{path}: no model weights in the directory (looked for {', '.join(WEIGHT_PATTERNS)}); "
+            "an in-process engine needs them (a vLLM server engine needs only the tokenizer and config here)"
+        )
+
+
 def native_late_chunking_available() -> bool:
     """True when the installed vLLM has ``vllm.pooling_params.LateChunkingParams`` (vLLM >= 0.33)."""
     try:
@@ -192,6 +211,7 @@ class VLLMEngine(Engine):
         self.version = vllm.__version__
         self.supports_native = native_late_chunking_available()
         check_architecture(model, architectures, self.version)
+        check_weights(model)
         overrides = {**(hf_overrides or {}), **(engine_kwargs.pop("hf_overrides", None) or {})}
         if overrides:
             engine_kwargs["hf_overrides"] = overrides
