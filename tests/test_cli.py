@@ -51,12 +51,21 @@ def test_search_arguments_are_checked_before_the_model_loads(tmp_path: Path) -> 
     (with LanceDB's wording); `--uri/--table` reach a user's own table."""
     import lancedb
 
-    from latechunk_dagster.sink import chunk_schema
+    from latechunk_dagster.sink import REJECTED_SCHEMA, chunk_schema
 
     db = tmp_path / "db"
     lancedb.connect(str(db)).create_table("mine", schema=chunk_schema(384))
+    lancedb.connect(str(db)).create_table("rejected_documents", schema=REJECTED_SCHEMA)
     for args, message in (
         (["search", "pumps", "--uri", str(db), "--table", "nope"], "no table 'nope'"),
+        (
+            ["search", "pumps", "--uri", str(db), "--table", "rejected_documents"],
+            "table 'rejected_documents' is not a chunk table (no vector, model_sha256",
+        ),
+        (
+            ["search", "pumps", "--uri", str(db), "--table", "mine", "--dimensions", "100"],
+            "holds 384-dimensional vectors, not --dimensions 100",
+        ),
         (["search", "pumps", "--uri", str(db), "--table", "mine", "-k", "0"], "-k must be >= 1"),
         (["search", "  ", "--uri", str(db), "--table", "mine"], "the query is empty"),
         (["search", "pumps", "--uri", str(db), "--table", "mine", "--where", "nope = 'a'"], "bad --where filter"),

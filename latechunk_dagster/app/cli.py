@@ -134,6 +134,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.command == "migrate":
         return _migrate(sink.connect(uri), name)
     table = sink.connect(uri).open_table(name)
+    _check_chunk_table(table, name, args.dimensions)  # before the model loads, in one line
     _check_where(table, args.where)  # a bad filter fails before the model loads, in one line
     if args.command == "eval":
         return _eval(args, table)
@@ -157,6 +158,17 @@ def _run(args: argparse.Namespace) -> int:
         score = f"{h.relevance:.4f}\t" if args.hybrid else ""
         print(f"{score}{h.distance:.4f}\t{h.doc_id}\t{h.char_range}\t{' '.join((h.text or '').split())[:160]}")
     return 0
+
+
+def _check_chunk_table(table: object, name: str, dimensions: int | None) -> None:
+    """Refuse a table that is not a chunk table, or whose vectors are not ``dimensions`` wide."""
+    schema = table.schema  # type: ignore[attr-defined]
+    missing = [c for c in ("vector", "model_sha256", "doc_id", "text") if c not in schema.names]
+    if missing:
+        raise ValueError(f"table {name!r} is not a chunk table (no {', '.join(missing)} column): pass --table of one")
+    width = schema.field("vector").type.list_size
+    if dimensions is not None and dimensions != width:
+        raise ValueError(f"table {name!r} holds {width}-dimensional vectors, not --dimensions {dimensions}")
 
 
 def _migrate(db: object, name: str) -> int:
