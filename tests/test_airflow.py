@@ -7,6 +7,7 @@ and LanceDB are real. The rows are compared with what the Dagster asset writes f
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import os
@@ -101,6 +102,18 @@ def xcoms(dr: Any, task_id: str) -> dict[int, Any]:
 
 def by_partition(dr: Any) -> dict[str, dict[str, Any]]:
     return {v["partition"]: v for v in xcoms(dr, "late_chunk").values()}
+
+
+@contextlib.contextmanager
+def own_store(env: dict[str, Any], tmp_path: Path, docs: dict[str, str]) -> Iterator[tuple[Path, Path, dict]]:
+    """A store of ``docs`` and a LanceDB directory of this test's own (the connection points at it
+    until the block ends). Yields ``(store, table directory, the DAG's run conf)``."""
+    store, db = write_store(tmp_path / "store", docs), tmp_path / "lancedb"
+    set_lancedb_connection(db)
+    try:
+        yield store, db, {**env["conf"], "store_path": str(store)}
+    finally:
+        set_lancedb_connection(env["db"])
 
 
 def table(db: Path, name: str = "chunks") -> pa.Table:
@@ -247,18 +260,12 @@ def test_edited_removed_and_added_documents(env, chunker: LateChunker) -> None:
 
 
 def test_systemic_failure_fails_its_task_and_keeps_old_rows(env, tmp_path: Path, chunker: LateChunker) -> None:
-    store = write_store(
-        tmp_path / "store",
-        {
-            "good/one.txt": "The river floods every spring. Farmers plant after the water recedes.",
-            "bad/a.txt": "Glass is made from sand, soda and lime melted at high heat.",
-            "bad/b.txt": "Bronze is an alloy of copper and tin.",
-        },
-    )
-    db = tmp_path / "lancedb"
-    set_lancedb_connection(db)
-    try:
-        conf = {**env["conf"], "store_path": str(store)}
+    docs = {
+        "good/one.txt": "The river floods every spring. Farmers plant after the water recedes.",
+        "bad/a.txt": "Glass is made from sand, soda and lime melted at high heat.",
+        "bad/b.txt": "Bronze is an alloy of copper and tin.",
+    }
+    with own_store(env, tmp_path, docs) as (store, db, conf):
         assert str(run(env["dag"], chunker, **conf).state) == "success"
         old = table(db).filter(pa.compute.equal(table(db).column("partition"), "bad"))
         assert old.num_rows >= 2
@@ -280,8 +287,6 @@ def test_systemic_failure_fails_its_task_and_keeps_old_rows(env, tmp_path: Path,
         assert good[0]["text"].startswith("The river floods every spring and every autumn.")
         rejected = sink.connect(str(db)).open_table("rejected_documents").to_arrow().to_pylist()
         assert [(r["doc_id"], r["partition"], r["reason"]) for r in rejected] == [("*", "bad", "systemic_failure")]
-    finally:
-        set_lancedb_connection(env["db"])
 
 
 def test_readme_airflow_example_runs_as_written(
@@ -335,18 +340,12 @@ def test_list_shards_names_an_undecodable_shard_and_lists_the_others(tmp_path: P
 def test_a_shard_that_left_the_store_has_its_rows_deleted(env, tmp_path: Path, chunker: LateChunker) -> None:
     """The example DAG (``ListShardsOperator(table_name=...)``) after a whole shard directory is
     removed: its chunk and rejection rows are deleted; the other shard's rows are untouched."""
-    store = write_store(
-        tmp_path / "store",
-        {
-            "stay/one.txt": "The river floods every spring. Farmers plant after the water recedes.",
-            "leave/a.txt": "Glass is made from sand, soda and lime melted at high heat.",
-            "leave/blank.txt": "   ",
-        },
-    )
-    db = tmp_path / "lancedb"
-    set_lancedb_connection(db)
-    try:
-        conf = {**env["conf"], "store_path": str(store)}
+    docs = {
+        "stay/one.txt": "The river floods every spring. Farmers plant after the water recedes.",
+        "leave/a.txt": "Glass is made from sand, soda and lime melted at high heat.",
+        "leave/blank.txt": "   ",
+    }
+    with own_store(env, tmp_path, docs) as (store, db, conf):
         assert str(run(env["dag"], chunker, **conf).state) == "success"
         assert set(table(db).column("partition").to_pylist()) == {"stay", "leave"}
         stay = table(db).filter(pa.compute.equal(table(db).column("partition"), "stay"))
@@ -359,5 +358,3 @@ def test_a_shard_that_left_the_store_has_its_rows_deleted(env, tmp_path: Path, c
         assert sink.connect(str(db)).open_table("rejected_documents").count_rows() == 0
         [checks] = xcoms(dr, "checks").values()
         assert all(c["passed"] for c in checks.values())
-    finally:
-        set_lancedb_connection(env["db"])

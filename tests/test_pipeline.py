@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 from collections.abc import Iterator
@@ -75,6 +76,21 @@ def run_partitions(defs: dg.Definitions, instance: dg.DagsterInstance, first: st
         raise_on_error=False,
         **kw,
     )
+
+
+@contextlib.contextmanager
+def materialized(
+    tmp_path: Path, store: Path, first: str, last: str
+) -> Iterator[tuple[dg.Definitions, dg.DagsterInstance, Path]]:
+    """A fresh instance and table over ``store``: its partitions synced and ``first``..``last``
+    materialized once (asserted successful). Yields ``(defs, instance, table directory)``."""
+    db = tmp_path / "lancedb"
+    defs = make_defs(store, db)
+    (tmp_path / "home").mkdir()
+    with dg.instance_for_test(temp_dir=str(tmp_path / "home")) as instance:
+        sync(instance, store)
+        assert run_partitions(defs, instance, first, last).success
+        yield defs, instance, db
 
 
 def table_rows(db: Path) -> pa.Table:
@@ -366,12 +382,7 @@ def test_a_shard_gone_from_the_store_keeps_its_rows_and_a_bug_fails_the_run(
     import latechunk_dagster.integration.assets as assets
 
     store = write_store(tmp_path / "store", {"keep/a.txt": DOCS["alpha/acme.txt"], "gone/b.txt": DOCS["beta/owls.txt"]})
-    db = tmp_path / "lancedb"
-    defs = make_defs(store, db)
-    (tmp_path / "home").mkdir()
-    with dg.instance_for_test(temp_dir=str(tmp_path / "home")) as instance:
-        sync(instance, store)
-        assert run_partitions(defs, instance, "gone", "keep").success
+    with materialized(tmp_path, store, "gone", "keep") as (defs, instance, db):
         before = table_rows(db)
         shutil.rmtree(store / "gone")
         result = run_partitions(defs, instance, "gone", "keep")
@@ -403,12 +414,7 @@ def test_a_jsonl_file_cut_off_mid_write_keeps_its_partition(env, tmp_path) -> No
     rows = [{"id": f"d{i}", "text": f"Document {i} is about the harbour crane number {i}."} for i in range(4)]
     text = "".join(json.dumps(r) + "\n" for r in rows)
     (store / "cranes.jsonl").write_text(text)
-    db = tmp_path / "lancedb"
-    defs = make_defs(store, db)
-    (tmp_path / "home").mkdir()
-    with dg.instance_for_test(temp_dir=str(tmp_path / "home")) as instance:
-        sync(instance, store)
-        assert run_partitions(defs, instance, "cranes", "cranes").success
+    with materialized(tmp_path, store, "cranes", "cranes") as (defs, instance, db):
         before = table_rows(db)
         assert set(before.column("doc_id").to_pylist()) == {"d0", "d1", "d2", "d3"}
         (store / "cranes.jsonl").write_text(text[: len(json.dumps(rows[0])) + 1 + 20])  # d0 whole, d1 cut
