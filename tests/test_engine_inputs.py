@@ -33,7 +33,7 @@ def test_bad_documents_fail_alone_with_typed_errors(chunker: LateChunker) -> Non
         "ChunkedDocument",
     ]
     assert [f.doc_id for f in info.value.failures] == ["empty", "blank", "surrogate"]
-    assert "'surrogate' (index 3)" in str(results[3]) and "code point 4" in str(results[3])
+    assert "'surrogate' (index 3)" in str(results[3]) and "a lone surrogate U+D800 at character 4" in str(results[3])
     assert all(isinstance(f, DocumentError) for f in info.value.failures)
     assert results[4].doc_id == "good-2" and results[4].vectors.shape[1] == 384
 
