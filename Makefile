@@ -42,7 +42,7 @@ test-airflow: $(VENV)/.installed
 test-native:
 	@status=0; bash scripts/native-venv.sh "$(VLLM033_WHEELS)" "$(PY)" "$(NATIVE_VENV)" || status=$$?; \
 	if [ $$status -eq 3 ]; then exit 0; elif [ $$status -ne 0 ]; then exit $$status; fi; \
-	$(NATIVE_VENV)/bin/python -m pytest -m native tests
+	$(NATIVE_VENV)/bin/python -m pytest -m native tests/native
 
 test: lint test-main test-airflow test-native
 
