@@ -176,8 +176,7 @@ def _migrate(db: object, name: str) -> int:
     from latechunk_dagster import sink
 
     table = db.open_table(name)  # type: ignore[attr-defined]
-    if "vector" not in table.schema.names:
-        raise ValueError(f"table {name!r} has no vector column: not a chunk table")
+    _check_chunk_table(table, name, None)
     before = table.schema.names
     table = sink.open_or_create(db, name, sink.chunk_schema(table.schema.field("vector").type.list_size))
     added = [n for n in table.schema.names if n not in before]

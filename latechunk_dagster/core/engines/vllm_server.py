@@ -288,7 +288,7 @@ class VLLMServerEngine(Engine):
             srv.verified = False
             srv.down_until = time.monotonic() + self.retry_after_s
             log.warning(
-                "%s does not answer (%s); left out of the rotation and probed again every %.0f s",
+                "%s does not answer (%s); left out of the rotation, probed again at the first request after %.0f s",
                 srv.url,
                 exc,
                 self.retry_after_s,
