@@ -47,6 +47,48 @@ def test_batch_tokenization_equals_one_document_at_a_time(tok: Any, prefix: str)
     assert sum(batch[1].special) == 2 and batch[1].n_prefix == (2 if prefix else 0)  # "passage", ":"
 
 
+@pytest.fixture(scope="module", params=["wordpiece", "unigram", "byte-bpe"])
+def family_tok(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, minilm_dir: Path) -> Any:
+    """A tokenizer of each kind the families use (MiniLM's WordPiece, XLM-R's Unigram, ModernBERT's byte BPE)."""
+    from families import byte_bpe_tokenizer, unigram_tokenizer
+    from transformers import AutoTokenizer
+
+    if request.param == "wordpiece":
+        return AutoTokenizer.from_pretrained(str(minilm_dir))
+    out = tmp_path_factory.mktemp(request.param)
+    (unigram_tokenizer if request.param == "unigram" else byte_bpe_tokenizer)(out)
+    return AutoTokenizer.from_pretrained(str(out))
+
+
+@pytest.mark.parametrize("prefix", ["", "passage: "])
+def test_direct_tokenizer_call_equals_the_transformers_call(
+    family_tok: Any, prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The Rust tokenizer called directly (the host path) gives transformers' ids, offsets and special
+    marks; a backend left with truncation on is not called directly, and nothing is cut."""
+    from families import MULTILINGUAL
+
+    from latechunk_dagster.core import tokenization
+
+    texts = TEXTS + MULTILINGUAL
+    kw = {"prefix": prefix, "indices": range(len(texts)), "doc_ids": [str(k) for k in range(len(texts))]}
+    family_tok(["warm up"], truncation=False, padding=False)  # what a transformers call leaves on the backend
+    assert tokenization._backend(family_tok) is not None  # the direct call is taken
+    direct = tokenize_documents(family_tok, texts, **kw)
+    enc = family_tok([tokenization.encoder_text(prefix, t) for t in texts], **tokenization._ENCODE_KW)
+    for k, got in enumerate(direct):
+        assert not isinstance(got, DocumentError)
+        assert got.token_ids == enc["input_ids"][k]
+        assert got.special == [bool(m) for m in enc["special_tokens_mask"][k]]
+    with monkeypatch.context() as m:  # the same documents through transformers' own batch call
+        m.setattr(tokenization, "_backend", lambda tokenizer: None)
+        assert tokenize_documents(family_tok, texts, **kw) == direct
+    family_tok.backend_tokenizer.enable_truncation(8)  # a state transformers' call would undo first
+    assert tokenization._backend(family_tok) is None
+    assert tokenize_documents(family_tok, texts, **kw) == direct
+    assert tokenization._backend(family_tok) is not None
+
+
 def test_batch_tokenization_refuses_one_document_alone(tok: Any) -> None:
     # a text of zero-width spaces only: the tokenizer's normalizer drops them, nothing is left to pool
     out = tokenize_documents(tok, ["\u200b\u200b", "fine text"], indices=[0, 1], doc_ids=["a", "b"])

@@ -271,3 +271,13 @@ def test_an_emptied_shard_keeps_the_partitions_rows(chunker: LateChunker, tmp_pa
     with pytest.raises(SystemicFailureError, match=r"read 0 documents but the partition holds \d+"):
         run(chunker, [], tmp_path, tables=(chunks, rejected))
     assert rows_of(chunks).equals(before)
+
+
+def test_the_heap_is_trimmed_once_enough_states_were_freed(monkeypatch: pytest.MonkeyPatch) -> None:
+    from latechunk_dagster.pipeline import memory
+
+    trims: list[int] = []
+    monkeypatch.setattr(memory, "release_freed_memory", lambda: trims.append(1) or True)
+    freed = memory.FreedMemory(every=100)
+    assert [freed.freed(n) for n in (40, 40, 40, 10, 200, 0)] == [False, False, True, False, True, False]
+    assert len(trims) == 2 and freed.pending == 0

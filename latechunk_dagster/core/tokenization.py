@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -55,7 +54,6 @@ def encoder_text(prefix: str, text: str) -> str:
     return prefix + text[bom_length(text) :]
 
 
-@dataclass(frozen=True)
 class Tokenization:
     """Token ids and per-token source ranges of one document.
 
@@ -64,19 +62,73 @@ class Tokenization:
             special tokens and instruction-prefix tokens included.
         offsets: ``list[tuple[int, int] | None]`` of length ``n_tokens``: half-open code-point
             range of each token in the document text, ``None`` for a token without a source
-            range (special tokens, prefix tokens).
+            range (special tokens, prefix tokens). Built from :meth:`offset_arrays` on first
+            use: the host path itself reads only the arrays.
         special: ``list[bool]``: True for the tokenizer's special tokens ([CLS], [SEP], ...).
         n_prefix: number of instruction-prefix tokens (they follow the leading special tokens).
+
+    Build it from ``offsets`` (tuples) or from ``starts`` / ``ends`` (int64 ``[n_tokens]``,
+    ``-1`` where unsourced), not both. Two tokenizations are equal when their ids, ranges,
+    special marks and prefix lengths are.
     """
 
-    token_ids: list[int]
-    offsets: list[tuple[int, int] | None]
-    special: list[bool]
-    n_prefix: int = 0
-    _arrays: tuple[np.ndarray, np.ndarray] | None = field(default=None, repr=False, compare=False)
+    __slots__ = ("token_ids", "special", "n_prefix", "_offsets", "_arrays")
+
+    def __init__(
+        self,
+        token_ids: list[int],
+        offsets: list[tuple[int, int] | None] | None = None,
+        special: list[bool] | None = None,
+        n_prefix: int = 0,
+        *,
+        starts: np.ndarray | None = None,
+        ends: np.ndarray | None = None,
+    ) -> None:
+        if (offsets is None) == (starts is None or ends is None):
+            raise ValueError("Tokenization needs offsets, or starts and ends, not both")
+        self.token_ids = token_ids
+        self.special = [False] * len(token_ids) if special is None else special
+        self.n_prefix = n_prefix
+        self._offsets = offsets
+        self._arrays = None if starts is None or ends is None else (starts, ends)
 
     def __len__(self) -> int:
         return len(self.token_ids)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Tokenization):
+            return NotImplemented
+        (s1, e1), (s2, e2) = self.offset_arrays(), other.offset_arrays()
+        return (
+            self.token_ids == other.token_ids
+            and list(self.special) == list(other.special)
+            and self.n_prefix == other.n_prefix
+            and np.array_equal(s1, s2)
+            and np.array_equal(e1, e2)
+        )
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"Tokenization({len(self)} tokens, n_prefix={self.n_prefix})"
+
+    def __getstate__(self) -> tuple:
+        return (self.token_ids, self.special, self.n_prefix, self.offset_arrays())
+
+    def __setstate__(self, state: tuple) -> None:
+        self.token_ids, self.special, self.n_prefix, self._arrays = state
+        self._offsets = None
+
+    @property
+    def offsets(self) -> list[tuple[int, int] | None]:
+        """Per-token code-point ranges (``None``: no source range), built from the arrays once."""
+        if self._offsets is None:
+            starts, ends = self.offset_arrays()
+            pairs: list[tuple[int, int] | None] = list(zip(starts.tolist(), ends.tolist()))
+            for k in np.flatnonzero(starts < 0).tolist():
+                pairs[k] = None
+            self._offsets = pairs
+        return self._offsets
 
     def offset_arrays(self) -> tuple[np.ndarray, np.ndarray]:
         """:attr:`offsets` as two int64 arrays ``(starts, ends)`` of length ``n_tokens``, ``-1`` where unsourced.
@@ -85,15 +137,21 @@ class Tokenization:
         maps and the chunk ranges use them instead of the tuples.
         """
         if self._arrays is None:
-            n = len(self.offsets)
-            starts = np.fromiter((-1 if o is None else o[0] for o in self.offsets), dtype=np.int64, count=n)
-            ends = np.fromiter((-1 if o is None else o[1] for o in self.offsets), dtype=np.int64, count=n)
-            object.__setattr__(self, "_arrays", (starts, ends))
-        return self._arrays  # type: ignore[return-value]
+            offsets = self._offsets or []
+            n = len(offsets)
+            starts = np.fromiter((-1 if o is None else o[0] for o in offsets), dtype=np.int64, count=n)
+            ends = np.fromiter((-1 if o is None else o[1] for o in offsets), dtype=np.int64, count=n)
+            self._arrays = (starts, ends)
+        return self._arrays
 
     def sourced(self) -> np.ndarray:
         """bool ``[n_tokens]``: True for tokens with a source range in the text."""
         return self.offset_arrays()[0] >= 0
+
+    def slice(self, lo: int, hi: int) -> Tokenization:
+        """Tokens ``[lo, hi)`` as a tokenization of their own (ranges still index the whole text)."""
+        starts, ends = self.offset_arrays()
+        return Tokenization(self.token_ids[lo:hi], None, self.special[lo:hi], starts=starts[lo:hi], ends=ends[lo:hi])
 
 
 def _invalid_unicode(text: str, at: int) -> str:
@@ -135,6 +193,57 @@ _ENCODE_KW: dict[str, Any] = {
 }
 
 
+def _backend(tokenizer: Any) -> Any | None:
+    """The Rust ``tokenizers.Tokenizer`` under a transformers fast tokenizer, when calling it
+    directly gives exactly what ``tokenizer(texts, **_ENCODE_KW)`` gives; else ``None``.
+
+    transformers' batch call (``TokenizersBackend._encode_plus``, transformers 5) turns truncation
+    and padding off on the backend, sets its ``encode_special_tokens`` to the tokenizer's
+    ``split_special_tokens``, calls ``encode_batch(texts, add_special_tokens=True)`` and then copies
+    every encoding into Python lists (a third of the host's tokenization time, measured in
+    ``bench/host_stages.py``). The direct call is taken only while the backend is in that state;
+    otherwise the transformers call runs (and leaves the backend in it for the next batch).
+    """
+    backend = getattr(tokenizer, "_tokenizer", None)
+    if backend is None or not hasattr(backend, "encode_batch") or not _stock_batch_call(type(tokenizer)):
+        return None
+    try:
+        if backend.truncation is not None or backend.padding is not None:
+            return None
+        if bool(backend.encode_special_tokens) != bool(getattr(tokenizer, "split_special_tokens", False)):
+            return None
+    except AttributeError:  # a tokenizers release without these properties
+        return None
+    return backend
+
+
+#: Where transformers 5 defines the batch call that :func:`_backend` stands in for.
+_STOCK_CALL = {
+    "__call__": "transformers.tokenization_utils_base",
+    "_encode_plus": "transformers.tokenization_utils_tokenizers",
+}
+
+
+def _stock_batch_call(cls: type) -> bool:
+    """True when ``cls`` inherits transformers' own ``__call__`` and ``_encode_plus`` (a model's
+    tokenizer class that overrides either one keeps its own call)."""
+    for name, module in _STOCK_CALL.items():
+        owner = next((c for c in cls.__mro__ if name in c.__dict__), None)
+        if owner is None or owner.__module__ != module:
+            return False
+    return True
+
+
+def _encodings(tokenizer: Any, inputs: list[str]) -> list[tuple[list[int], list[tuple[int, int]], list[int]]]:
+    """``(input_ids, code-point offsets, special-tokens mask)`` of each input, from one batch call."""
+    backend = _backend(tokenizer)
+    if backend is not None:
+        encodings = backend.encode_batch(inputs, add_special_tokens=True)
+        return [(e.ids, e.offsets, e.special_tokens_mask) for e in encodings]
+    enc = tokenizer(inputs, **_ENCODE_KW)
+    return list(zip(enc["input_ids"], enc["offset_mapping"], enc["special_tokens_mask"]))
+
+
 def tokenize_document(
     tokenizer: Any, text: str, *, prefix: str = "", index: int = 0, doc_id: str = "0"
 ) -> Tokenization:
@@ -156,10 +265,8 @@ def tokenize_document(
             prefix and the text is a text token, its range clamped to start at the text.)
         NoContentTokensError: no token has a source range.
     """
-    enc = tokenizer(encoder_text(prefix, text), **_ENCODE_KW)
-    return _from_encoding(
-        enc["input_ids"], enc["offset_mapping"], enc["special_tokens_mask"], text, prefix, index, doc_id
-    )
+    [(ids, offsets, special)] = _encodings(tokenizer, [encoder_text(prefix, text)])
+    return _from_encoding(ids, offsets, special, text, prefix, index, doc_id)
 
 
 def tokenize_documents(
@@ -180,10 +287,9 @@ def tokenize_documents(
     """
     if not texts:
         return []
-    enc = tokenizer([encoder_text(prefix, t) for t in texts], **_ENCODE_KW)
     out: list[Tokenization | DocumentError] = []
-    columns = zip(enc["input_ids"], enc["offset_mapping"], enc["special_tokens_mask"])
-    for k, (ids, offsets, special) in enumerate(columns):
+    encodings = _encodings(tokenizer, [encoder_text(prefix, t) for t in texts])
+    for k, (ids, offsets, special) in enumerate(encodings):
         try:
             out.append(_from_encoding(ids, offsets, special, texts[k], prefix, indices[k], doc_ids[k]))
         except DocumentError as exc:
@@ -208,12 +314,11 @@ def _from_encoding(
     starts inside the prefix and ends after it is a text token whose range starts where the text
     does (contract section 1); sourced starts must not decrease and ends must stay inside the text.
     """
-    ids: list[int] = list(input_ids)
+    ids: list[int] = input_ids if isinstance(input_ids, list) else list(input_ids)
     n = len(ids)
     if len(raw) != n:
         raise OffsetsError(index, doc_id, "tokenizer returned no offset for some tokens")
     special_arr = np.fromiter(special_mask, dtype=bool, count=n)
-    special = special_arr.tolist()
     pairs = np.fromiter(itertools.chain.from_iterable(raw), dtype=np.int64, count=2 * n).reshape(n, 2)
     starts, ends = pairs[:, 0], pairs[:, 1]
     n_pre = len(prefix)
@@ -231,18 +336,12 @@ def _from_encoding(
     bad = e_src > len(text)
     bad[0] |= s_src[0] < 0
     bad[1:] |= s_src[1:] < s_src[:-1]
-    first_bad = int(np.argmax(bad)) if bad.any() else n
-    if first_bad < n:
-        k = first_bad
+    if bad.any():
+        k = int(np.argmax(bad))
         raise OffsetsError(
             index, doc_id, f"token offsets out of order or outside the text at ({int(s_src[k])}, {int(e_src[k])})"
         )
     out_s = np.full(n, -1, dtype=np.int64)
     out_e = np.full(n, -1, dtype=np.int64)
     out_s[src], out_e[src] = s_src, e_src
-    offsets: list[tuple[int, int] | None] = list(zip(out_s.tolist(), out_e.tolist()))
-    for k in np.flatnonzero(unsourced).tolist():
-        offsets[k] = None
-    return Tokenization(
-        token_ids=ids, offsets=offsets, special=special, n_prefix=int(in_prefix.sum()), _arrays=(out_s, out_e)
-    )
+    return Tokenization(ids, None, special_arr.tolist(), int(in_prefix.sum()), starts=out_s, ends=out_e)

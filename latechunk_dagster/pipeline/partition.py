@@ -111,7 +111,7 @@ from latechunk_dagster.core.results import ChunkedDocument
 from latechunk_dagster.pipeline.accounting import PartitionReport, account_results, token_count
 from latechunk_dagster.pipeline.config import default_batch_tokens, default_host_workers, vector_config
 from latechunk_dagster.pipeline.hostpool import discard_host_pool, host_pool, pool_refusal
-from latechunk_dagster.pipeline.memory import release_freed_memory
+from latechunk_dagster.pipeline.memory import FreedMemory
 from latechunk_dagster.pipeline.progress import Progress, ProgressMeter
 from latechunk_dagster.sink.rows import chunk_batch, lineage, rejected_row, rejection_row
 from latechunk_dagster.sink.schema import REJECTED_SCHEMA, chunk_schema, sql_string
@@ -450,11 +450,13 @@ class _Stream:
         """The writer thread: means and head, accounting, Arrow rows appended to the staging file."""
         run = self.run
         dim = run.chunker.embedding_dim
+        freed = FreedMemory()
         with pa.OSFile(str(self.staged), "wb") as sink, pa.ipc.new_stream(sink, chunk_schema(dim)) as stream:
             while (item := _get(self.to_writer, self.stop)) is not _END:
                 batch, encoded = item
                 t0 = time.perf_counter()
                 results = run.chunker.finish(encoded, errors="return")
+                states = sum(r.nbytes for r in encoded.rows)
                 del item, encoded
                 good = run.account(batch, results)
                 if good:
@@ -465,7 +467,7 @@ class _Stream:
                 run.report.finish_seconds += time.perf_counter() - t0
                 run.meter.add(len(batch), sum(token_count(r) for _, r in good))
                 del results, good
-                release_freed_memory()  # the batch's token states are freed: hand the pages back
+                freed.freed(states)  # the batch's token states are freed: hand the pages back now and then
 
 
 class _PooledStream(_Stream):

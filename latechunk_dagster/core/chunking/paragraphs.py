@@ -75,7 +75,7 @@ def paragraph_starts(text: str, base: int = 0) -> list[int]:
 
 def _slice(tokens: Tokenization, lo: int, hi: int) -> Tokenization:
     """Tokens ``[lo, hi)`` as a tokenization of their own (it must hold a sourced token)."""
-    return Tokenization(tokens.token_ids[lo:hi], tokens.offsets[lo:hi], tokens.special[lo:hi])
+    return tokens.slice(lo, hi)
 
 
 def cut_at_chars(
