@@ -39,9 +39,10 @@ def chunker(minilm_dir: Path) -> Iterator[LateChunker]:
 SHARED_ENGINE: dict[str, LateChunker] = {}
 
 
-def session_engine_resource(chunker: LateChunker):  # noqa: ANN201 - a Dagster resource
+def session_engine_resource(chunker: LateChunker, **fields: object):  # noqa: ANN201 - a Dagster resource
     """A ``VLLMEngineResource`` that hands Dagster the test module's real engine instead of loading the
-    model again (one in-process vLLM engine per process). Not a fake: the same engine encodes."""
+    model again (one in-process vLLM engine per process). Not a fake: the same engine encodes.
+    ``fields``: other fields of the resource (``host_workers``...)."""
     from latechunk_dagster.integration.resources import VLLMEngineResource
 
     SHARED_ENGINE["chunker"] = chunker
@@ -53,4 +54,4 @@ def session_engine_resource(chunker: LateChunker):  # noqa: ANN201 - a Dagster r
         def teardown_after_execution(self, context) -> None:  # noqa: ANN001
             self._chunker = None
 
-    return SessionEngineResource(model=str(chunker.card.path))
+    return SessionEngineResource(model=str(chunker.card.path), **fields)

@@ -358,3 +358,49 @@ def test_a_shard_that_left_the_store_has_its_rows_deleted(env, tmp_path: Path, c
         assert sink.connect(str(db)).open_table("rejected_documents").count_rows() == 0
         [checks] = xcoms(dr, "checks").values()
         assert all(c["passed"] for c in checks.values())
+
+
+HOST_WORKERS_DAG = '''
+from datetime import datetime
+
+from airflow.sdk import DAG
+
+from latechunk_dagster.airflow.operators import LateChunkShardOperator
+
+with DAG(dag_id="latechunk_host_workers", schedule=None, start_date=datetime(2026, 1, 1), catchup=False) as dag:
+    LateChunkShardOperator(
+        task_id="late_chunk", store_path=STORE, shard="alpha", model=MODEL, strategy="sentences", host_workers=1
+    )
+'''
+
+
+def test_host_workers_of_the_operator_reach_the_partition(env, tmp_path: Path, chunker: LateChunker) -> None:
+    """``LateChunkShardOperator(host_workers=1)``: the shard's host work runs in a worker process (the
+    chunker's pool of one), and its rows equal the example DAG's in-process rows; -1 is refused."""
+    from latechunk_dagster.airflow.operators import LateChunkShardOperator
+    from latechunk_dagster.pipeline import hostpool
+
+    hostpool.shutdown_host_pools()
+    dag_file = airflow_env.DAGS / "latechunk_host_workers.py"
+    model = env["conf"]["model"]
+    dag_file.write_text(f"STORE = {str(env['store'])!r}\nMODEL = {model!r}\n" + HOST_WORKERS_DAG)
+    db = tmp_path / "lancedb"
+    set_lancedb_connection(db)
+    try:
+        module = load_dag_file(dag_file, "host_workers_dag_under_test")
+        dr = run(module.dag, chunker)
+        assert str(dr.state) == "success", states(dr)
+        assert 1 in hostpool._POOLS.get(chunker, {})
+    finally:
+        hostpool.shutdown_host_pools()
+        set_lancedb_connection(env["db"])
+        dag_file.unlink()
+        sys.modules.pop("host_workers_dag_under_test", None)
+    want = table(env["db"]).filter(pa.compute.equal(table(env["db"]).column("partition"), "alpha"))
+    got = table(db)
+    assert got.select(SAME).to_pylist() == want.select(SAME).to_pylist()  # vectors aside: within 1e-6 below
+    np.testing.assert_allclose(
+        np.array(got.column("vector").to_pylist()), np.array(want.column("vector").to_pylist()), atol=1e-6
+    )
+    with pytest.raises(ValueError, match="host_workers must be an integer >= 0"):
+        LateChunkShardOperator(task_id="bad", store_path="s", shard="a", host_workers=-1)

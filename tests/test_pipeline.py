@@ -52,7 +52,7 @@ def sync(instance: dg.DagsterInstance, store: Path, db: Path | None = None) -> t
     return sync_partitions(instance, DocumentStore.from_path(store), document_shards, lancedb, TABLE.wiring.table_names)
 
 
-def make_defs(store: Path, db: Path) -> dg.Definitions:
+def make_defs(store: Path, db: Path, **engine_fields: Any) -> dg.Definitions:
     return dg.Definitions(
         assets=TABLE.assets,
         asset_checks=TABLE.asset_checks,
@@ -62,7 +62,7 @@ def make_defs(store: Path, db: Path) -> dg.Definitions:
         ],
         sensors=TABLE.sensors,
         resources={
-            "engine": session_engine_resource(SHARED_ENGINE["chunker"]),
+            "engine": session_engine_resource(SHARED_ENGINE["chunker"], **engine_fields),
             "lancedb": LanceDBResource(uri=str(db)),
             "store": DocumentStoreResource(path=str(store)),
         },
@@ -154,6 +154,31 @@ def test_stored_ranges_and_vectors_are_the_engines(env, chunker: LateChunker) ->
 
     [doc] = chunker.chunk([text], Sentences(max_tokens=128))
     np.testing.assert_allclose(np.array([r["vector"] for r in rows]), doc.vectors, atol=1e-6)
+
+
+def test_host_workers_of_the_engine_resource_reach_the_partition(env, tmp_path, chunker: LateChunker) -> None:
+    """``host_workers=1`` on the engine resource: the run's host work goes to a worker process
+    (its pool is the chunker's), and the rows are those of the in-process run."""
+    from latechunk_dagster.pipeline import hostpool
+
+    hostpool.shutdown_host_pools()
+    db = tmp_path / "lancedb"
+    defs = make_defs(env["store"], db, host_workers=1)
+    (tmp_path / "home").mkdir()
+    with dg.instance_for_test(temp_dir=str(tmp_path / "home")) as instance:
+        sync(instance, env["store"])
+        assert run_partitions(defs, instance, "alpha", "gamma").success
+    assert 1 in hostpool._POOLS.get(chunker, {})  # the run used a pool of one worker
+    hostpool.shutdown_host_pools()
+    got, want = table_rows(db), table_rows(env["db"])
+    assert got.column("chunk_id").to_pylist() == want.column("chunk_id").to_pylist()
+    for name in ("token_start", "token_end", "char_start", "char_end", "text"):
+        assert got.column(name).to_pylist() == want.column(name).to_pylist()
+    np.testing.assert_allclose(
+        np.array(got.column("vector").to_pylist()), np.array(want.column("vector").to_pylist()), atol=1e-6
+    )
+    with pytest.raises(Exception, match="greater than or equal to 0"):
+        session_engine_resource(chunker, host_workers=-1)
 
 
 def test_rematerialization_is_idempotent_and_one_commit(env) -> None:

@@ -128,6 +128,7 @@ def chunk_shard(
     force: bool = False,
     max_rejected_share: float = 0.5,
     systemic_min_documents: int = 10,
+    host_workers: int | None = None,
     log: logging.Logger | Any | None = None,
 ) -> dict[str, Any]:
     """Late-chunk one shard of a store into ``table_name`` with :func:`materialize_partition`.
@@ -162,6 +163,7 @@ def chunk_shard(
             max_rejected_share=max_rejected_share,
             systemic_min_documents=systemic_min_documents,
             expected_documents=store.count_documents(shard),
+            host_workers=host_workers,
             log=log,
         )
     except SHARD_ERRORS as exc:

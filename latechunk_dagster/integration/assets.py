@@ -187,7 +187,8 @@ def materialize_chunks(
     strategy = config.build(w.strategy)
     lancedb = w.resource(context, w.lancedb_key)
     rejected_table = lancedb.rejected_table(w.rejected_table_name)  # a bad URI fails before the engine loads
-    chunker = w.resource(context, w.engine_key).get_chunker()
+    engine = w.resource(context, w.engine_key)
+    chunker = engine.get_chunker()
     table = lancedb.chunk_table(w.table_name, chunker.embedding_dim)
     totals: dict[str, float] = dict.fromkeys(
         ("documents", "chunks", "rejected", "tokens", "seconds", "unreadable_shards"), 0
@@ -205,6 +206,7 @@ def materialize_chunks(
                 batch_tokens=config.batch_tokens or None,
                 force=config.force,
                 expected_documents=expected,
+                host_workers=getattr(engine, "host_workers", None),
                 log=context.log,
             )
         except SHARD_ERRORS as exc:

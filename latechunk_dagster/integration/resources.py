@@ -66,6 +66,14 @@ class ChunkerResource(ConfigurableResource):
         "NomicBert); recorded in lineage. Without it such a model is refused.",
     )
 
+    host_workers: int | None = Field(
+        default=None,
+        ge=0,
+        description="Host worker processes per step for prepare and finish (tokenize, spans, means, head, "
+        "rows; latechunk_dagster.pipeline.hostpool); 0: in the step's process. Default: LATECHUNK_HOST_WORKERS, "
+        "else 0. Results are the same either way; bench/host_ceiling.py measures which is faster.",
+    )
+
     _chunker: LateChunker | None = PrivateAttr(default=None)
     _log: Any = PrivateAttr(default=None)
 

@@ -125,7 +125,9 @@ class LateChunkShardOperator(BaseOperator):
             in-process ``vllm.LLM``.
         max_model_len, engine_path, prefix, query_prefix, dimensions, window_overlap: ``LateChunker`` options.
         allow_causal, allow_non_mean_pooling, trust_remote_code: the opt-ins (recorded in lineage).
-        batch_tokens, force, max_rejected_share, systemic_min_documents: as ``materialize_partition``.
+        batch_tokens, force, max_rejected_share, systemic_min_documents, host_workers: as
+            ``materialize_partition`` (``host_workers``: worker processes for the host work;
+            default ``LATECHUNK_HOST_WORKERS``, else 0, in the task's process).
         pool: give :data:`ENGINE_POOL` (or another pool) to bound how many tasks hold an engine at once.
     """
 
@@ -171,6 +173,7 @@ class LateChunkShardOperator(BaseOperator):
         force: bool = False,
         max_rejected_share: float = 0.5,
         systemic_min_documents: int = 10,
+        host_workers: int | None = None,
         **kwargs: Any,
     ) -> None:
         kwargs.setdefault("outlets", [table_asset(table_name, lancedb_conn_id)])
@@ -204,6 +207,11 @@ class LateChunkShardOperator(BaseOperator):
         self.force = force
         self.max_rejected_share = max_rejected_share
         self.systemic_min_documents = systemic_min_documents
+        if host_workers is not None and (
+            isinstance(host_workers, bool) or int(host_workers) != host_workers or host_workers < 0
+        ):
+            raise ValueError(f"host_workers must be an integer >= 0 (0: in the task's process), got {host_workers!r}")
+        self.host_workers = host_workers
 
     @classmethod
     def partial(cls, **kwargs: Any) -> Any:
@@ -260,6 +268,7 @@ class LateChunkShardOperator(BaseOperator):
                     force=self.force,
                     max_rejected_share=self.max_rejected_share,
                     systemic_min_documents=self.systemic_min_documents,
+                    host_workers=self.host_workers,
                     log=self.log,
                 )
             except SystemicFailureError as exc:
