@@ -184,13 +184,17 @@ def main() -> None:
         # tokens / parent CPU s; each worker adds tokens / (its share of the workers' CPU s).
         print("\nCPU split (a projection from these CPU times, not a measurement on more cores):")
         for name in names:
-            w = int(name.split(", ")[1].split()[0])
             own, kids = mparent[name], mcpu[name] - mparent[name]
-            per_worker = n_tokens / (kids / w) if kids > 0 else float("inf")
+            per_worker = n_tokens / kids if kids > 0 else float("inf")  # tokens per worker CPU second
             print(
                 f"  {name}: parent {own:.2f} CPU s ({n_tokens / own:,.0f} tokens per parent CPU s), workers "
-                f"{kids:.2f} CPU s ({per_worker:,.0f} tokens/s per busy worker)"
+                f"{kids:.2f} CPU s ({per_worker:,.0f} tokens per worker CPU s)"
             )
+        best = min(names, key=lambda n: med[n])
+        own, kids = mparent[best], mcpu[best] - mparent[best]
+        cap, per = n_tokens / own, n_tokens / kids
+        rows = ", ".join(f"{w}: {min(w * per, cap):,.0f}" for w in (1, 2, 4, 8, 16))
+        print(f"  projected ceiling by workers on enough cores (min(W x worker rate, parent rate)): {rows}")
 
 
 if __name__ == "__main__":
