@@ -53,14 +53,18 @@ def default_host_workers() -> int:
     ``LATECHUNK_HOST_WORKERS`` when set (an integer, ``0`` = in process); else ``0``: the host work
     runs in the calling and writer threads, on any machine.
 
-    Measured on 2 shared cores (``bench/host_ceiling.py``, ``bench/gpu_proxy.py``, bench/README.md):
-    2 workers were slower than 1; 1 worker was 1.1-1.5x faster than the threads and kept the
-    in-process engine's own time at 1.18x of bare instead of 1.50x, at the same CPU cost but ~200 MB
-    more memory and a worker start of a few seconds per chunker. The default stays ``0`` until the
-    whole test suite has run with workers (its streaming and incremental tests pass with
-    ``LATECHUNK_HOST_WORKERS=1``) and the scaling has been measured on a machine with more cores;
-    set ``host_workers`` / ``LATECHUNK_HOST_WORKERS`` to use them (on a many-core GPU host: start
-    from 1 per 2-4 cores and measure with ``bench/host_ceiling.py``).
+    Measured on 2 cores (``bench/host_ceiling.py``, ``bench/gpu_proxy.py``, bench/README.md), free
+    engine at the GPU batch: 2 workers 1.15x the threads, 1 worker 0.87x; each worker costs ~200 MB
+    and a start of a few seconds per chunker, and the parent's own share of the host work bounds a
+    pool at ~1.8M tokens/s whatever its size (a projection from the CPU split; no machine with more
+    cores has been measured). The partition-path tests (streaming, incremental, Dagster pipeline,
+    host pool, long documents, stores, hostile inputs, precision, strategies: 152 tests) pass with
+    ``LATECHUNK_HOST_WORKERS=2``. The default stays ``0`` because the gain on 2 cores is small and
+    a worker pool changes what a process holds (processes, memory, shared-memory blocks, a
+    ``spawn`` start that re-imports a plain script's ``__main__``); set ``host_workers`` (the
+    Dagster engine resource's field, ``LateChunkShardOperator(host_workers=N)``) or
+    ``LATECHUNK_HOST_WORKERS`` to use them, on a many-core GPU host from 1 per 2-4 cores, measured
+    with ``bench/host_ceiling.py --workers 1,4,8,16``.
 
     Raises:
         ValueError: ``LATECHUNK_HOST_WORKERS`` is not an integer >= 0.
