@@ -402,5 +402,5 @@ def test_host_workers_of_the_operator_reach_the_partition(env, tmp_path: Path, c
     np.testing.assert_allclose(
         np.array(got.column("vector").to_pylist()), np.array(want.column("vector").to_pylist()), atol=1e-6
     )
-    with pytest.raises(ValueError, match="host_workers must be an integer >= 0"):
+    with pytest.raises(ValueError, match=r"host_workers=-1: expected an integer >= 0"):
         LateChunkShardOperator(task_id="bad", store_path="s", shard="a", host_workers=-1)

@@ -47,6 +47,22 @@ def default_batch_tokens(chunker: LateChunker) -> int:
 HOST_WORKERS_ENV = "LATECHUNK_HOST_WORKERS"
 
 
+def check_host_workers(value: object, *, source: str = "host_workers") -> int:
+    """``value`` as a host worker count: an integer >= 0 (``0``: in process); ``source`` names the
+    setting in the error.
+
+    Raises:
+        ValueError: ``value`` is a bool, not an integer, or negative.
+    """
+    try:
+        count = int(value)  # type: ignore[call-overload]
+    except (TypeError, ValueError):
+        count = -1
+    if isinstance(value, bool) or count < 0 or (not isinstance(value, str) and count != value):
+        raise ValueError(f"{source}={value!r}: expected an integer >= 0 (0 = in process)")
+    return count
+
+
 def default_host_workers() -> int:
     """Host worker processes of :func:`~latechunk_dagster.pipeline.materialize_partition` by default.
 
@@ -71,13 +87,7 @@ def default_host_workers() -> int:
     """
     raw = os.environ.get(HOST_WORKERS_ENV)
     if raw is not None and raw.strip():
-        try:
-            value = int(raw)
-        except ValueError:
-            value = -1
-        if value < 0:
-            raise ValueError(f"{HOST_WORKERS_ENV}={raw!r}: expected an integer >= 0 (0 = in process)")
-        return value
+        return check_host_workers(raw, source=HOST_WORKERS_ENV)
     return 0
 
 

@@ -109,7 +109,12 @@ from latechunk_dagster.core.chunking import ChunkingStrategy
 from latechunk_dagster.core.errors import LateChunkError
 from latechunk_dagster.core.results import ChunkedDocument
 from latechunk_dagster.pipeline.accounting import PartitionReport, account_results, token_count
-from latechunk_dagster.pipeline.config import default_batch_tokens, default_host_workers, vector_config
+from latechunk_dagster.pipeline.config import (
+    check_host_workers,
+    default_batch_tokens,
+    default_host_workers,
+    vector_config,
+)
 from latechunk_dagster.pipeline.hostpool import discard_host_pool, host_pool, pool_refusal
 from latechunk_dagster.pipeline.memory import FreedMemory
 from latechunk_dagster.pipeline.progress import Progress, ProgressMeter
@@ -213,16 +218,14 @@ def materialize_partition(
     Raises:
         SystemicFailureError: the partition's documents failed for one reason; nothing written.
         HostWorkerError: a host worker process died; nothing written.
-        ValueError: ``host_workers`` is negative, or given while the worker processes cannot take the
+        ValueError: ``host_workers`` is not an integer >= 0, or given while the worker processes cannot take the
             chunker or the strategy (:func:`~latechunk_dagster.pipeline.hostpool.pool_refusal`; by
             default the host work then stays in this process, with a warning).
         Exception: anything the iterator or the engine raises; nothing written.
     """
     if progress is None and log is not None:
         progress = lambda p: log.info(p.describe())  # noqa: E731
-    workers = default_host_workers() if host_workers is None else int(host_workers)
-    if workers < 0:
-        raise ValueError(f"host_workers must be 0 (in this process) or more, got {host_workers}")
+    workers = default_host_workers() if host_workers is None else check_host_workers(host_workers)
     why_not = pool_refusal(chunker, strategy) if workers else None
     if why_not is not None:
         if host_workers is not None:

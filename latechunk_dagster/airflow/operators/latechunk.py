@@ -36,6 +36,7 @@ from latechunk_dagster.airflow.tasks import (
 )
 from latechunk_dagster.core.chunking import ChunkingStrategy
 from latechunk_dagster.pipeline import SystemicFailureError
+from latechunk_dagster.pipeline.config import check_host_workers
 from latechunk_dagster.sink import CHUNK_TABLE, REJECTED_TABLE
 
 #: Airflow pool of the tasks that hold an engine: create it with as many slots as GPUs
@@ -207,11 +208,8 @@ class LateChunkShardOperator(BaseOperator):
         self.force = force
         self.max_rejected_share = max_rejected_share
         self.systemic_min_documents = systemic_min_documents
-        if host_workers is not None and (
-            isinstance(host_workers, bool) or int(host_workers) != host_workers or host_workers < 0
-        ):
-            raise ValueError(f"host_workers must be an integer >= 0 (0: in the task's process), got {host_workers!r}")
-        self.host_workers = host_workers
+        # refused when the DAG is parsed, by the rule materialize_partition applies when the task runs
+        self.host_workers = None if host_workers is None else check_host_workers(host_workers)
 
     @classmethod
     def partial(cls, **kwargs: Any) -> Any:
