@@ -5,7 +5,7 @@ so what is timed is only host work, as in front of an infinitely fast GPU. Rows,
 one run on the same documents (default strategy ``Sentences(max_tokens=128)``, MiniLM tokenizer):
 
   Rust encode_batch   the ``tokenizers`` library's own batch call (ids, offsets; no Python work of
-                      ours): the floor of any arrangement, and a yardstick that machines share
+                      ours): the floor of any arrangement, and a yardstick our code does not move
   tokenize alone      ``tokenize_documents`` over every document in one batch call
   chunk()             ``LateChunker.chunk`` of every document in one call (tokenize, spans,
                       windows, means, head, chunk ranges)
