@@ -253,8 +253,8 @@ def test_count_shards_lists_a_directory_store_once(tmp_path: Path, monkeypatch: 
     write_jsonl(tmp_path / "tables" / "x.jsonl", [{"id": str(i), "text": f"doc {i}"} for i in range(4)])
     pq.write_table(pa.table({"id": ["1", "2"], "text": ["one", "two"]}), tmp_path / "tables" / "y.parquet")
     walks: list[Path] = []
-    real_walk = files._walk
-    monkeypatch.setattr(files, "_walk", lambda root: walks.append(root) or real_walk(root))
+    real_walk = files.walk
+    monkeypatch.setattr(files, "walk", lambda root: walks.append(root) or real_walk(root))
     tree = DocumentStore.from_path(tmp_path / "tree")
     walks.clear()  # from_path looks at the tree once to tell its kind
     assert tree.count_shards(["a", "b", "c", "gone"]) == {"a": 3, "b": 1, "c": 2, "gone": 0}
@@ -377,7 +377,13 @@ def test_missing_path_and_unknown_kind(tmp_path: Path) -> None:
         DocumentStore.from_path(tmp_path)  # only a .csv inside
     (tmp_path / "a.txt").write_text("text", encoding="utf-8")
     write_jsonl(tmp_path / "b.jsonl", [{"id": "1", "text": "t"}])
-    with pytest.raises(ValueError, match="found kinds: jsonl, text"):
+    # a text file at the top of a table store is a dataset card (issue 27, 9): skipped and named
+    store = DocumentStore.from_path(tmp_path)
+    assert (store.kind, store.shards()) == ("jsonl", ["b"])
+    assert [(r.reason, r.where) for r in store.bad_shards()] == [("other_kind", str(tmp_path / "a.txt"))]
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "c.md").write_text("text", encoding="utf-8")
+    with pytest.raises(ValueError, match="found kinds: jsonl .*b.jsonl.*, text .*c.md"):
         DocumentStore.from_path(tmp_path)
 
 

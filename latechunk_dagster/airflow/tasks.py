@@ -21,8 +21,9 @@ from latechunk_dagster.pipeline.partition import SHARD_ERRORS, record_shard_fail
 from latechunk_dagster.sink import REJECTED_SCHEMA, validation
 from latechunk_dagster.sink.database import LanceDBSettings
 from latechunk_dagster.sink.indexing import refresh_indexes
-from latechunk_dagster.sink.writes import table_partitions
+from latechunk_dagster.sink.writes import stored_partitions
 from latechunk_dagster.sources.files import DocumentStore
+from latechunk_dagster.sources.listing import IncompleteListingError, Listing
 
 
 class ChecksFailedError(Exception):
@@ -76,36 +77,40 @@ def _int_text(value: Any) -> Any:
     return value
 
 
-def list_shards(store_path: str, log: logging.Logger | Any | None = None) -> list[str]:
-    """The store's shard names, sorted (one mapped late-chunk task per shard).
+def list_shards(store_path: str, log: logging.Logger | Any | None = None) -> Listing:
+    """The store's :class:`~latechunk_dagster.sources.listing.Listing` (its ``shards``, sorted: one
+    mapped late-chunk task per shard).
 
-    A shard whose name is not valid UTF-8 cannot be a task's shard: it is left out, and ``log``
-    (default: this module's logger) gets a warning naming it and why
-    (:meth:`DocumentStore.bad_shards`, as Dagster's partition sync does).
+    Every entry not read (a shard name that cannot be a task's shard, a ``.jsonl.gz`` file, a
+    FIFO...) and every part of the store that could not be listed gets a warning on ``log``
+    (default: this module's logger), as Dagster's partition sync does.
 
     Raises:
         FileNotFoundError: nothing at ``store_path``. ValueError: no documents of a known kind there.
+        IncompleteListingError: the store could not be listed at all (a single-file store cut off
+            while it is rewritten); the message names the file.
     """
-    store = DocumentStore.from_path(store_path)
-    for bad in store.bad_shards():
-        (log or logging.getLogger(__name__)).warning(f"skipped: {bad.detail}")
-    return sorted(store.shards())
+    listing = DocumentStore.from_path(store_path).listing()
+    for line in listing.warnings():
+        (log or logging.getLogger(__name__)).warning(line)
+    if listing.gaps and not listing.shards:
+        raise IncompleteListingError(listing.incomplete_reason())
+    return listing
 
 
 def drop_removed_shards(
-    db: LanceDBSettings, shards: Iterable[str], table_names: list[str], log: logging.Logger | Any | None = None
+    db: LanceDBSettings, listing: Listing, table_names: list[str], log: logging.Logger | Any | None = None
 ) -> list[str]:
-    """Delete the rows of every partition that the chunk table (``table_names[0]``) holds but the
-    store no longer has, from each of ``table_names`` (so search never returns documents that left
-    the store, as Dagster's partition sync does). A missing table: nothing to do.
+    """Delete, from each of ``table_names``, the rows of every partition they hold whose shard left
+    the store (so search never returns documents that left the store, as Dagster's partition sync
+    does). Which partitions those are is :meth:`Listing.removed
+    <latechunk_dagster.sources.listing.Listing.removed>`: none when the listing saw only part of
+    the store, never one a skipped entry stands for.
 
     Returns:
         The partitions whose rows were deleted, sorted.
     """
-    table = db.open_table(table_names[0])
-    if table is None:
-        return []
-    removed = sorted(set(table_partitions(table)) - set(shards))
+    removed = listing.removed(stored_partitions(db.connect(), table_names))
     if removed:
         deleted = db.drop_partitions(table_names, removed)
         (log or logging.getLogger(__name__)).info(

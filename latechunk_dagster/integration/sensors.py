@@ -3,7 +3,7 @@
 import hashlib
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 import dagster as dg
 from dagster._core.definitions.data_version import DATA_VERSION_TAG
@@ -11,7 +11,9 @@ from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PART
 
 from latechunk_dagster.integration.resources import LanceDBResource
 from latechunk_dagster.integration.wiring import TableWiring, dynamic_name
-from latechunk_dagster.sources.files import DocumentStore
+from latechunk_dagster.pipeline.partition import SHARD_ERRORS
+from latechunk_dagster.sink.writes import stored_partitions
+from latechunk_dagster.sources.files import DocumentStore, IncompleteListingError
 
 log = logging.getLogger(__name__)
 
@@ -25,39 +27,56 @@ def sync_partitions(
     *,
     warn: Callable[[str], None] | None = None,
 ) -> tuple[list[str], list[str]]:
-    """Add the store's shards that are not yet partitions; delete partitions whose shard is gone,
-    and (with ``lancedb``) their rows in ``table_names``, so search never returns documents that
-    left the store.
+    """Add the store's shards that are not yet partitions; delete the partitions whose shard left
+    the store and (with ``lancedb``) their rows in ``table_names``, so search never returns
+    documents that left the store.
 
-    A shard whose name is not valid UTF-8 cannot be a partition key: it is skipped, and ``warn``
-    (default: this module's logger) gets a line naming it and why (:meth:`DocumentStore.bad_shards`);
-    every other shard is synced as usual.
+    What is removed is decided by :meth:`Listing.removed
+    <latechunk_dagster.sources.listing.Listing.removed>` over Dagster's partitions *and* the
+    tables' ``partition`` values (rows a run committed after its shard was removed are found too):
+    nothing when the store could not be listed whole (a file being rewritten, a directory that
+    cannot be listed), never a shard a skipped entry stands for. Every entry not read (a name that
+    cannot be a partition key, a ``.jsonl.gz`` file, a FIFO...) gets a line on ``warn`` (default:
+    this module's logger); every other shard is synced as usual.
 
     Returns ``(added, removed)``. Used by the ``latechunk sync-partitions`` command; the sensor
     does the same through a ``SensorResult``.
+
+    Raises:
+        IncompleteListingError: the store could not be listed at all (e.g. a single-file store cut
+            off mid-write); nothing was added or removed. The message names the file.
     """
     name = partitions_def.name
     assert name is not None
-    for bad in store.bad_shards():
-        (warn or log.warning)(f"skipped: {bad.detail}")
-    shards = set(store.shards())
-    known = set(instance.get_dynamic_partitions(name))
-    added, removed = sorted(shards - known), sorted(known - shards)
+    listing = store.listing()
+    for line in listing.warnings():
+        (warn or log.warning)(line)
+    if listing.gaps and not listing.shards:
+        raise IncompleteListingError(listing.incomplete_reason())
+    known = instance.get_dynamic_partitions(name)
+    stored = stored_partitions(lancedb.settings().connect(), table_names) if lancedb and table_names else set()
+    added = sorted(set(listing.shards) - set(known))
+    removed = listing.removed(known, stored)
     if added:
         instance.add_dynamic_partitions(name, added)
     if lancedb is not None and table_names:
         lancedb.drop_partitions(table_names, removed)
-    for key in removed:
+    for key in set(removed) & set(known):
         instance.delete_dynamic_partition(name, key)
     return added, removed
 
 
-def range_run_requests(order: list[str], changed: list[str], versions: dict[str, str]) -> list[dg.RunRequest]:
+def range_run_requests(
+    order: list[str], changed: list[str], versions: dict[str, str], generation: int = 0
+) -> list[dg.RunRequest]:
     """One run per contiguous stretch of changed partitions (in partition order).
 
     A stretch of several partitions becomes one run over a partition range, so the single-run
-    backfill policy loads the engine once for all of them. ``run_key`` includes the shard
-    fingerprints, so the same change is never requested twice.
+    backfill policy loads the engine once for all of them. ``run_key`` is a hash of the shard
+    fingerprints and the sensor cursor's ``generation`` (one more at every tick that requests
+    runs): a tick that failed before its cursor was saved requests the same keys again (Dagster
+    runs a key once), while a later change back to content seen before (an edit reverted, a shard
+    removed and restored) gets a new key, so it runs.
     """
     todo = set(changed)
     stretches: list[list[str]] = []
@@ -70,7 +89,7 @@ def range_run_requests(order: list[str], changed: list[str], versions: dict[str,
             stretches.append([key])
     requests = []
     for keys in stretches:
-        run_key = hashlib.sha256(json.dumps([(k, versions[k]) for k in keys]).encode()).hexdigest()
+        run_key = hashlib.sha256(json.dumps([generation, [(k, versions[k]) for k in keys]]).encode()).hexdigest()
         if len(keys) == 1:
             requests.append(dg.RunRequest(partition_key=keys[0], run_key=run_key))
         else:
@@ -79,19 +98,32 @@ def range_run_requests(order: list[str], changed: list[str], versions: dict[str,
     return requests
 
 
-def shard_fingerprints(st: DocumentStore) -> dict[str, str]:
-    """{shard: fingerprint}; a shard that cannot be read gets ``"unreadable:<error>"`` so that it is
-    still requested, and its run records why (see ``chunk_vectors``)."""
+def shard_fingerprints(st: DocumentStore, shards: Iterable[str] | None = None) -> dict[str, str]:
+    """{shard: fingerprint} of ``shards`` (default: every shard); a shard that cannot be read gets
+    ``"unreadable:<error>"`` so that it is still requested, and its run records why (see
+    ``chunk_vectors``). Errors are told apart by :data:`SHARD_ERRORS` (bad data); any other error
+    is a bug and fails the tick."""
+    wanted = list(st.shards() if shards is None else shards)
     try:
-        return st.fingerprints()
-    except (ValueError, OSError):
+        every = st.fingerprints()
+        return {k: every[k] for k in wanted if k in every}
+    except SHARD_ERRORS:
         out = {}
-        for shard in st.shards():
+        for shard in wanted:
             try:
                 out[shard] = st.shard_fingerprint(shard)
-            except (ValueError, OSError) as exc:
+            except SHARD_ERRORS as exc:
                 out[shard] = f"unreadable:{exc}"
         return out
+
+
+def read_cursor(cursor: str | None) -> tuple[int, dict[str, str]]:
+    """``(generation, {shard: fingerprint})`` of the store sensor's cursor (a cursor written before
+    generations were counted, a plain ``{shard: fingerprint}`` object, is generation 0)."""
+    value = json.loads(cursor) if cursor else {}
+    if isinstance(value.get("fingerprints"), dict):
+        return int(value.get("generation", 0)), value["fingerprints"]
+    return 0, value
 
 
 def build_store_sensor(w: TableWiring, name: str) -> dg.SensorDefinition:
@@ -113,24 +145,32 @@ def build_store_sensor(w: TableWiring, name: str) -> dg.SensorDefinition:
         "partitions and rows of shards that left the store.",
     )
     # direct invocation (tests, `sensor(context)`) also passes the required resources as keywords
-    def _sensor(context: dg.SensorEvaluationContext, **_resources: object) -> dg.SensorResult:
+    def _sensor(context: dg.SensorEvaluationContext, **_resources: object) -> dg.SensorResult | dg.SkipReason:
         st = w.resource(context, w.store_key).get_store()
         lancedb = w.resource(context, w.lancedb_key)
-        previous: dict[str, str] = json.loads(context.cursor) if context.cursor else {}
-        current = shard_fingerprints(st)
-        for bad in st.bad_shards():
-            context.log.warning(f"skipped: {bad.detail}")
+        generation, previous = read_cursor(context.cursor)
+        listing = st.listing()
+        for line in listing.warnings():
+            context.log.warning(line)
+        if listing.gaps and not listing.shards:
+            return dg.SkipReason(listing.incomplete_reason())
+        current = shard_fingerprints(st, listing.shards)
         known_order = context.instance.get_dynamic_partitions(pname)
         known = set(known_order)
         new = sorted(set(current) - known)
-        gone = sorted(known - set(current))
+        gone = listing.removed(known, stored_partitions(lancedb.settings().connect(), w.table_names))
         changed = sorted(k for k, fp in current.items() if previous.get(k) != fp)
         if gone:
             dropped = lancedb.drop_partitions(w.table_names, gone)
             context.log.info(f"shards gone from the store: {gone}; deleted {dropped} rows")
+        if changed:
+            generation += 1
+        # a shard not listed but not removed (held by a skipped entry, behind a gap) keeps its fingerprint
+        fingerprints = {k: v for k, v in previous.items() if k not in gone and k in known} | current
+        gone = [k for k in gone if k in known]
         order = [k for k in known_order if k in current] + new
         return dg.SensorResult(
-            run_requests=range_run_requests(order, changed, current),
+            run_requests=range_run_requests(order, changed, current, generation),
             # the new data versions of the documents source asset: the UI then marks stale partitions
             asset_events=[
                 dg.AssetObservation(asset_key=w.documents_key, partition=k, tags={DATA_VERSION_TAG: current[k]})
@@ -145,7 +185,7 @@ def build_store_sensor(w: TableWiring, name: str) -> dg.SensorDefinition:
                 )
                 if r
             ],
-            cursor=json.dumps(current, sort_keys=True),
+            cursor=json.dumps({"generation": generation, "fingerprints": fingerprints}, sort_keys=True),
         )
 
     return _sensor

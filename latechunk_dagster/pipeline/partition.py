@@ -122,6 +122,7 @@ from latechunk_dagster.sink.rows import chunk_batch, lineage, rejected_row, reje
 from latechunk_dagster.sink.schema import REJECTED_SCHEMA, chunk_schema, sql_string
 from latechunk_dagster.sink.writes import commit_documents, replace_partition
 from latechunk_dagster.sources.documents import READ_ERRORS, Document, RejectedRow, fingerprint_of
+from latechunk_dagster.sources.listing import INCOMPLETE_READS
 
 #: Most batches of documents between the document iterator and the staging file at any time.
 IN_FLIGHT_BATCHES = 5
@@ -590,7 +591,7 @@ def _check_systemic(run: _Run, max_share: float, min_documents: int) -> None:
     for row in state.reader_rejections:
         # a file that cannot be read, or one cut off mid-write: the rows after the cut would read
         # as deleted documents, so the partition keeps its old rows
-        if row.reason in ("unreadable_file", "truncated_file"):
+        if row.reason in INCOMPLETE_READS:
             raise SystemicFailureError(partition, row.reason, 1, total, row.detail)
     if state.rejections:
         reason, count = Counter(r["reason"] for r in state.rejections).most_common(1)[0]

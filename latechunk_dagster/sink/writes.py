@@ -235,6 +235,14 @@ def table_partitions(table: Any) -> list[str]:
     return sorted(pc.unique(column).to_pylist())
 
 
+def stored_partitions(db: Any, table_names: list[str]) -> set[str]:
+    """The ``partition`` values held by any of the existing tables ``table_names`` (one column read
+    each): what a partition sync compares with the store besides the orchestrator's partitions, so
+    that rows committed by a run whose shard left the store meanwhile are found and removed."""
+    existing = set(db.list_tables().tables)
+    return {p for name in table_names if name in existing for p in table_partitions(db.open_table(name))}
+
+
 def delete_partitions(db: Any, table_names: list[str], partitions: list[str]) -> int:
     """Delete every row of ``partitions`` from each existing table (one commit per table); rows deleted."""
     if not partitions:

@@ -48,8 +48,8 @@ Rules, the same for every store kind:
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from latechunk_dagster.sources.documents import (
@@ -58,9 +58,17 @@ from latechunk_dagster.sources.documents import (
     UnknownShardError,
     fingerprint_of,
     first_of_each_id,
-    is_valid_unicode,
     printable,
     text_sha256,
+)
+from latechunk_dagster.sources.listing import (
+    INCOMPLETE_READS,
+    IncompleteListingError,
+    Listing,
+    is_regular,
+    key_problem,
+    not_regular_row,
+    walk,
 )
 from latechunk_dagster.sources.readers import (
     Row,
@@ -72,7 +80,17 @@ from latechunk_dagster.sources.readers import (
     shard_of_row,
 )
 
-__all__ = ["ROOT_SHARD", "TEXT_SUFFIXES", "Document", "DocumentStore", "RejectedRow", "fingerprint_of", "text_sha256"]
+__all__ = [
+    "ROOT_SHARD",
+    "TEXT_SUFFIXES",
+    "Document",
+    "DocumentStore",
+    "IncompleteListingError",
+    "Listing",
+    "RejectedRow",
+    "fingerprint_of",
+    "text_sha256",
+]
 
 TEXT_SUFFIXES = (".txt", ".md")
 ROOT_SHARD = "_root"
@@ -101,54 +119,81 @@ class DocumentStore:
     def from_path(cls, path: str | Path) -> DocumentStore:
         """Open a store, detecting its kind from the file suffix or the files in the directory.
 
+        A directory of one table kind (``.jsonl`` or ``.parquet``) may also hold ``.txt``/``.md``
+        files at its top level (a dataset card, a README): they are not documents, and
+        :meth:`listing` names them as skipped.
+
         Raises:
             FileNotFoundError: ``path`` does not exist.
-            ValueError: a file that is not ``.jsonl``/``.parquet``, or a directory holding no
-                supported file or more than one kind of them.
+            ValueError: a file that is not a regular ``.jsonl``/``.parquet`` file, or a directory
+                holding no supported file or more than one kind of them (naming a file of each).
         """
         path = Path(path).expanduser().resolve()
         if not path.exists():
             raise FileNotFoundError(f"document store not found: {path}")
-        if path.is_file():
+        if not path.is_dir():
             kind = _TABLE_SUFFIXES.get(path.suffix.lower())
-            if kind is None:
-                raise ValueError(f"unknown document store kind for file {path}: expected a .jsonl or .parquet file")
+            what = is_regular(path)
+            if kind is None or what is not None:
+                why = f"it is {what}" if what else "expected a .jsonl or .parquet file"
+                raise ValueError(f"unknown document store kind for file {path}: {why}")
             return cls(path, kind)
-        kinds = {_kind_of(file) for file in _walk(path)} - {None}
-        if len(kinds) != 1:
-            found = ", ".join(sorted(kinds)) if kinds else "none"
+        kinds = {file: kind for file in walk(path).files if (kind := _kind_of(file))}
+        tables = set(kinds.values()) - {"text"}
+        if len(tables) == 1 and all(f.parent == path for f, k in kinds.items() if k == "text"):
+            return cls(path, tables.pop())  # text files at the top of a table store: a dataset card
+        if len(set(kinds.values())) != 1:
+            # a file of each kind; of the text files, one below the top (the one a table store cannot hold)
+            order = sorted(kinds, key=lambda f: (kinds[f] == "text" and f.parent == path,))
+            examples = {k: f for f in reversed(order) for k in (kinds[f],)}
+            found = ", ".join(f"{k} ({printable(str(examples[k]))})" for k in sorted(examples)) or "none"
             raise ValueError(
                 f"unknown document store kind for directory {path}: expected only .txt/.md, only .jsonl "
-                f"or only .parquet files, found kinds: {found}"
+                f"or only .parquet files (a table store may hold .txt/.md files at its top level), "
+                f"found kinds: {found}"
             )
-        return cls(path, kinds.pop())
+        return cls(path, kinds.popitem()[1])
 
     # -- shards ----------------------------------------------------------------------------------
 
     def shards(self) -> list[str]:
-        """Sorted shard names (partition keys). Lists files; a single-file store is scanned row by
-        row (only its ``shard`` column). Bad rows do not raise (see the module docstring)."""
+        """Sorted shard names (partition keys): :attr:`Listing.shards` of :meth:`listing`. Bad rows
+        do not raise (see the module docstring)."""
+        return list(self.listing().shards)
+
+    def listing(self) -> Listing:
+        """The store's shards with what was not read and what could not be seen
+        (:class:`~latechunk_dagster.sources.listing.Listing`: the rule that decides what is removed).
+
+        * a directory store: files listed once, links to directories followed; a shard whose name
+          cannot be a partition key (not valid UTF-8, a NUL, a newline, ``...``: Dagster's list) is
+          skipped and named; so is a file that looks like a document but is not of the store's kind
+          (``a.jsonl.gz``, a ``README.md`` beside JSONL files), which holds the shard it stands for;
+          a directory that cannot be listed or a link to nowhere is a gap.
+        * a single-file store: scanned row by row (only its ``shard`` column); a file that is cut off
+          or unreadable (half written) is a gap, and then no shard is listed. A ``shard`` value that
+          cannot be a partition key puts its row into the file stem's shard as a ``bad_shard`` row.
+        """
         if self.path.is_file():
-            return sorted({shard for shard, _ in self._single_file_rows(columns=("shard",))} or {self.path.stem})
-        return sorted(self._shard_files())
+            shards: set[str] = set()
+            gaps = []
+            for shard, item in self._single_file_rows(columns=("shard",)):
+                if isinstance(item, RejectedRow) and item.reason in INCOMPLETE_READS:
+                    gaps.append(item)
+                shards.add(shard)
+            if gaps:
+                return Listing((), gaps=tuple(gaps))
+            return Listing(tuple(sorted(shards or {self.path.stem})))
+        layout = self._layout()
+        return Listing(tuple(sorted(layout.groups)), tuple(layout.skipped), frozenset(layout.held), tuple(layout.gaps))
 
     def bad_shards(self) -> list[RejectedRow]:
-        """Directory stores: one ``RejectedRow`` (doc_id ``"*"``, reason ``bad_shard_name``) per shard
-        whose name is not valid UTF-8, in name order; such a shard is left out of :meth:`shards`
-        (a partition key must be valid Unicode). ``where`` is its first file, escaped with
+        """Every entry :meth:`listing` skipped (``doc_id`` ``"*"``), in path order: shards whose name
+        cannot be a partition key (reason ``bad_shard_name``), other-kind document files
+        (``other_kind``), links that loop (``symlink_loop``). ``where`` is the entry, escaped with
         :func:`~latechunk_dagster.sources.documents.printable`. Single-file stores: ``[]`` (a bad
         ``shard`` value is a ``bad_shard`` row of the file stem's shard)."""
-        if self.path.is_file():
-            return []
-        out = []
-        for shard, files in sorted(self._layout()[1].items()):
-            name = printable(shard)
-            detail = (
-                f"{printable(str(files[0]))}: shard name {name!r} is not valid UTF-8, so it cannot be a "
-                f"partition key; its {len(files)} file(s) are not read (rename it, e.g. convert the name to UTF-8)"
-            )
-            out.append(RejectedRow("*", printable(str(files[0])), "bad_shard_name", detail))
-        return out
+        return list(self.listing().skipped)
 
     def iter_shard(self, shard: str) -> Iterator[Document | RejectedRow]:
         """The shard's documents one at a time, in file / row order, with a :class:`RejectedRow` in
@@ -263,6 +308,8 @@ class DocumentStore:
             return len(files)
         total = 0
         for file in files:
+            if is_regular(file) is not None:
+                continue
             try:
                 if self.kind == "parquet":
                     import pyarrow.parquet as pq
@@ -322,6 +369,13 @@ class DocumentStore:
     def _files_items(self, files: list[Path]) -> Iterator[tuple[Document, str] | RejectedRow]:
         """Directory stores: ``(document, where)`` or a rejection per row of ``files``, in order."""
         for file in files:
+            what = is_regular(file)
+            if what is not None:  # a FIFO would block the reader until a writer comes
+                if self.kind == "text":
+                    yield not_regular_row(file, file.relative_to(self.path).as_posix(), what, "not_a_regular_file")
+                else:  # the file holds the shard's rows: the partition keeps its old ones
+                    yield not_regular_row(file, "*", what, "unreadable_file")
+                continue
             if self.kind == "text":
                 doc = read_text_file(file, file.relative_to(self.path).as_posix())
                 yield (doc, printable(str(file))) if isinstance(doc, Document) else doc
@@ -332,25 +386,52 @@ class DocumentStore:
         return f" in shard {shard!r} of document store {printable(self.uri)}"
 
     def _shard_files(self) -> dict[str, list[Path]]:
-        """Directory stores: {shard: its files}, sorted, for the shards whose name is valid Unicode
-        (see :meth:`bad_shards` for the others). Text: shard = first-level subdirectory; tables:
+        """Directory stores: {shard: its files}, sorted, for the shards whose name can be a partition
+        key (see :meth:`listing` for the others). Text: shard = first-level subdirectory; tables:
         shard = relative path without suffix (one file per shard)."""
-        return self._layout()[0]
+        return self._layout().groups
 
-    def _layout(self) -> tuple[dict[str, list[Path]], dict[str, list[Path]]]:
-        """``({shard: files}, {shard whose name is not valid UTF-8: files})`` of a directory store."""
-        groups: dict[str, list[Path]] = {}
+    def _layout(self) -> _Layout:
+        """A directory store's files by shard, with the entries not read (:meth:`listing`)."""
+        found = walk(self.path)
+        out = _Layout(gaps=found.gaps)
+        for path, row in found.skipped:
+            out.skip(row, self._shard_of(path))
         bad: dict[str, list[Path]] = {}
-        for file in _walk(self.path):
-            if _kind_of(file) != self.kind:
+        for file in found.files:
+            kind = _kind_of(file)
+            if kind != self.kind:
+                if _looks_like_a_document(file):
+                    where = printable(str(file))
+                    what = "compressed or renamed" if kind is None else f"a {kind} file in a {self.kind} store"
+                    detail = f"{where}: {what}; not read (the store reads {_SUFFIXES_OF[self.kind]} files)"
+                    out.skip(RejectedRow("*", where, "other_kind", detail), self._shard_of(file))
+                    if kind == "text":  # were the store read as a text tree, these would be its root shard
+                        out.held.add(ROOT_SHARD)
                 continue
-            rel = file.relative_to(self.path)
-            if self.kind == "text":
-                shard = rel.parts[0] if len(rel.parts) > 1 else ROOT_SHARD
-            else:
-                shard = rel.with_suffix("").as_posix()
-            (groups if is_valid_unicode(shard) else bad).setdefault(shard, []).append(file)
-        return groups, bad
+            shard = self._shard_of(file)
+            (bad.setdefault(shard, []) if key_problem(shard) else out.groups.setdefault(shard, [])).append(file)
+        for shard, files in sorted(bad.items()):
+            name, problem = printable(shard), key_problem(shard)
+            hint = ", e.g. convert the name to UTF-8" if problem == "is not valid UTF-8" else ""
+            detail = (
+                f"{printable(str(files[0]))}: shard name {name!r} {problem}, so it cannot be a partition key; "
+                f"its {len(files)} file(s) are not read (rename it{hint})"
+            )
+            out.skip(RejectedRow("*", printable(str(files[0])), "bad_shard_name", detail), None)
+        out.skipped.sort(key=lambda r: r.where)
+        return out
+
+    def _shard_of(self, file: Path) -> str:
+        """The shard a file under a directory store belongs to (text: its first-level directory;
+        tables: its path without the document suffixes, so ``a.jsonl.gz`` stands for ``a``)."""
+        rel = file.relative_to(self.path)
+        if self.kind == "text":
+            return rel.parts[0] if len(rel.parts) > 1 else ROOT_SHARD
+        name = rel.name
+        while Path(name).suffix.lower() in _DOCUMENT_SUFFIXES | _PACKED_SUFFIXES:
+            name = name[: -len(Path(name).suffix)]
+        return (rel.parent / name).as_posix() if name else rel.as_posix()
 
     def _single_file_rows(
         self, columns: tuple[str, ...] = ("id", "text", "shard"), rows: Iterable[Row | RejectedRow] | None = None
@@ -405,15 +486,32 @@ def _table_documents(file: Path) -> Iterator[tuple[Document, str] | RejectedRow]
         yield row if isinstance(row, RejectedRow) else _with_where(row)
 
 
-def _walk(root: Path) -> Iterator[Path]:
-    """Every non-hidden file under ``root``, in sorted order."""
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
-        for name in sorted(filenames):
-            if not name.startswith("."):
-                yield Path(dirpath, name)
-
-
 def _kind_of(file: Path) -> str | None:
     suffix = file.suffix.lower()
     return "text" if suffix in TEXT_SUFFIXES else _TABLE_SUFFIXES.get(suffix)
+
+
+_DOCUMENT_SUFFIXES = {*TEXT_SUFFIXES, *_TABLE_SUFFIXES}
+#: Suffixes of compressed or half-written copies: ``a.jsonl.gz`` and ``a.jsonl.tmp`` stand for shard ``a``.
+_PACKED_SUFFIXES = {".gz", ".bz2", ".xz", ".zst", ".zip", ".tmp", ".part", ".partial"}
+_SUFFIXES_OF = {"text": ".txt/.md", "jsonl": ".jsonl", "parquet": ".parquet"}
+
+
+def _looks_like_a_document(file: Path) -> bool:
+    """A file name with a document suffix among its suffixes (``a.jsonl.gz``, ``README.md``)."""
+    return any(s.lower() in _DOCUMENT_SUFFIXES for s in file.suffixes)
+
+
+@dataclass
+class _Layout:
+    """A directory store's files by shard (``groups``), the entries not read, and the gaps."""
+
+    groups: dict[str, list[Path]] = field(default_factory=dict)
+    skipped: list[RejectedRow] = field(default_factory=list)
+    held: set[str] = field(default_factory=set)
+    gaps: list[RejectedRow] = field(default_factory=list)
+
+    def skip(self, row: RejectedRow, shard: str | None) -> None:
+        self.skipped.append(row)
+        if shard is not None:
+            self.held.add(shard)

@@ -85,12 +85,32 @@ class ListShardsOperator(BaseOperator):
         self.lancedb_conn_id = lancedb_conn_id
 
     def execute(self, context: Context) -> list[str]:
-        shards = list_shards(self.store_path, self.log)
+        listing = list_shards(self.store_path, self.log)
+        shards = list(listing.shards)
         self.log.info("%d shards in %s: %s", len(shards), self.store_path, shards[:20])
+        check_map_length(len(shards), self.store_path)
         if self.table_name:
             db = LanceDBHook(self.lancedb_conn_id).get_settings()
-            drop_removed_shards(db, shards, [self.table_name, self.rejected_table_name], self.log)
+            drop_removed_shards(db, listing, [self.table_name, self.rejected_table_name], self.log)
         return shards
+
+
+def check_map_length(count: int, store_path: str) -> None:
+    """Refuse a shard list longer than Airflow maps (``[core] max_map_length``, default 1024): the
+    downstream ``.expand(shard=...)`` would fail later with a message naming neither.
+
+    Raises:
+        AirflowFailException: more shards than the setting allows, naming both and the way out.
+    """
+    from airflow.sdk.configuration import conf
+
+    limit = conf.getint("core", "max_map_length", fallback=1024)
+    if count > limit:
+        raise AirflowFailException(
+            f"{store_path} has {count} shards, more than Airflow maps over one task "
+            f"([core] max_map_length = {limit}); raise it (AIRFLOW__CORE__MAX_MAP_LENGTH={count}) "
+            "or split the store into fewer, larger shards"
+        )
 
 
 class LateChunkShardOperator(BaseOperator):
