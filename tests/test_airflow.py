@@ -330,7 +330,7 @@ def test_list_shards_names_an_undecodable_shard_and_lists_the_others(tmp_path: P
     handler.emit = lambda record: seen.append(record.getMessage())  # type: ignore[method-assign]
     log.addHandler(handler)
     try:
-        assert list_shards(str(text_tree(tmp_path / "tree")), log) == ["good"]
+        assert list_shards(str(text_tree(tmp_path / "tree")), log).shards == ("good",)
     finally:
         log.removeHandler(handler)
     [warning] = [m for m in seen if "skipped:" in m]
@@ -360,7 +360,47 @@ def test_a_shard_that_left_the_store_has_its_rows_deleted(env, tmp_path: Path, c
         assert all(c["passed"] for c in checks.values())
 
 
-HOST_WORKERS_DAG = '''
+def test_a_single_file_store_cut_mid_write_fails_the_listing_and_deletes_nothing(
+    env, tmp_path: Path, chunker: LateChunker
+) -> None:
+    """Issue 27, 1: the example DAG over one JSONL file with a ``shard`` column; while the file is
+    half rewritten (cut inside a line of shard b) the list task fails naming the file, and no row of
+    any shard is deleted."""
+    lines = [
+        json.dumps({"id": f"{s}{i}", "text": f"Text {i} of shard {s}.", "shard": s}) for s in "abc" for i in (1, 2)
+    ]
+    whole = "".join(line + "\n" for line in lines)
+    with own_store(env, tmp_path, {}) as (_, db, conf):
+        path = tmp_path / "docs.jsonl"
+        path.write_text(whole)
+        conf = {**conf, "store_path": str(path)}
+        assert str(run(env["dag"], chunker, **conf).state) == "success"
+        before = table(db)
+        assert set(before.column("partition").to_pylist()) == {"a", "b", "c"}
+        path.write_text(whole[: whole.index('"b2"') + 6])
+        dr = run(env["dag"], chunker, **conf)
+        assert str(dr.state) == "failed" and states(dr)[("list_shards", -1)] == "failed"
+        assert table(db).to_pylist() == before.to_pylist()
+
+
+def test_more_shards_than_airflow_maps_fail_the_listing_naming_the_setting(
+    env, tmp_path: Path, chunker: LateChunker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 27, 11: a store of more shards than ``[core] max_map_length`` fails the list task with a
+    line naming the setting (the mapped task would fail later with a vague one)."""
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from latechunk_dagster.airflow.operators import ListShardsOperator
+
+    store = write_store(tmp_path / "store", {f"s{i}/doc.txt": f"Document of shard {i}." for i in range(4)})
+    monkeypatch.setenv("AIRFLOW__CORE__MAX_MAP_LENGTH", "3")
+    with pytest.raises(AirflowFailException, match=r"4 shards.*max_map_length = 3.*AIRFLOW__CORE__MAX_MAP_LENGTH"):
+        ListShardsOperator(task_id="shards", store_path=str(store)).execute({})
+    monkeypatch.setenv("AIRFLOW__CORE__MAX_MAP_LENGTH", "4")
+    assert ListShardsOperator(task_id="shards", store_path=str(store)).execute({}) == ["s0", "s1", "s2", "s3"]
+
+
+HOST_WORKERS_DAG = """
 from datetime import datetime
 
 from airflow.sdk import DAG
@@ -371,7 +411,7 @@ with DAG(dag_id="latechunk_host_workers", schedule=None, start_date=datetime(202
     LateChunkShardOperator(
         task_id="late_chunk", store_path=STORE, shard="alpha", model=MODEL, strategy="sentences", host_workers=1
     )
-'''
+"""
 
 
 def test_host_workers_of_the_operator_reach_the_partition(env, tmp_path: Path, chunker: LateChunker) -> None:
