@@ -24,8 +24,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from latechunk_dagster.core.encoding import foreign_encoding
 from latechunk_dagster.sources.documents import is_valid_unicode, printable, strip_bom
-from latechunk_dagster.sources.readers import DuplicateKeyError, loads_strict
+from latechunk_dagster.sources.readers import DuplicateKeyError, JSONLimitError, loads_strict
 
 KEYS = frozenset({"query", "doc_id", "char_start", "char_end"})
 
@@ -61,15 +62,22 @@ def read_queries(path: str | Path) -> list[LabeledQuery]:
     """Read a query file (module docstring) into queries, in order of first appearance.
 
     Raises:
-        QueryFileError: missing file, invalid JSON, a missing / wrongly typed / unknown / repeated
-            key, text that is not valid Unicode, a bad char range, a repeated (query, passage) line,
-            or no query at all; names file and line.
+        QueryFileError: missing file, a file in UTF-16 / UTF-32 or otherwise not UTF-8, invalid
+            JSON (or JSON Python's parser cannot read: nested too deeply, an integer of too many
+            digits), a missing / wrongly typed / unknown / repeated key, text that is not valid
+            Unicode, a bad char range, a repeated (query, passage) line, or no query at all; names
+            file and line.
     """
     path = Path(path)
     try:
-        raw = path.read_bytes().decode("utf-8")
+        data = path.read_bytes()
     except FileNotFoundError:
         raise QueryFileError(f"{path}: query file not found") from None
+    encoding = foreign_encoding(data)
+    if encoding is not None:
+        raise QueryFileError(encoding.file_detail(str(path)))
+    try:
+        raw = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise QueryFileError(f"{path}: not UTF-8 ({exc})") from None
     groups: dict[str, list[Passage]] = {}
@@ -83,6 +91,8 @@ def read_queries(path: str | Path) -> list[LabeledQuery]:
             row = loads_strict(line)
         except json.JSONDecodeError as exc:
             raise QueryFileError(f"{where}: invalid JSON: {exc}") from None
+        except JSONLimitError as exc:
+            raise QueryFileError(f"{where}: JSON that cannot be read: {exc}") from None
         except DuplicateKeyError as exc:
             raise QueryFileError(f"{where}: {exc}: which value is meant is ambiguous; give each key once") from None
         query, passage = parse_row(row, where, number)

@@ -85,6 +85,10 @@ class MissingColumnError(ShardError, ValueError):
     """A shard's table lacks the id or text column."""
 
 
+class RepeatedColumnError(ShardError, ValueError):
+    """A shard's table names a column it is read by (id, text, shard) more than once."""
+
+
 #: What reading a whole shard raises for bad data (the rule of :class:`ShardError`): the shard
 #: cannot be read (:class:`ShardError`), a file or directory is unreadable (``OSError``), or a file
 #: is not what its name says (pyarrow's errors, e.g. ``ArrowInvalid`` for a file that is not Parquet).
@@ -118,7 +122,9 @@ class RejectedRow:
         doc_id: the row's id when it has a usable one, else ``"row <n>"`` (``"*"`` for a whole file).
         where: ``"<file>: row <n>"`` (or ``"<file>"``), from 1, as the file counts lines/rows.
         reason: ``missing_id`` | ``bad_id`` (an id that is not valid Unicode included) | ``bad_text`` |
-            ``bad_shard`` | ``invalid_json`` | ``duplicate_key`` (a JSON object repeats a key) |
+            ``bad_encoding`` (a text file, or a text value, in UTF-16 / UTF-32 rather than UTF-8) |
+            ``bad_shard`` | ``invalid_json`` (JSON that Python's parser cannot read included: nested
+            too deeply, an integer of too many digits) | ``duplicate_key`` (a JSON object repeats a key) |
             ``duplicate_id`` | ``unreadable_file`` | ``truncated_file`` (a JSONL file whose last line
             is cut off: no newline and not valid JSON; its partition keeps its old rows).
         detail: a sentence naming the file, the row and what is wrong.

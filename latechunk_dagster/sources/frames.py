@@ -17,26 +17,29 @@ import pyarrow as pa
 
 from latechunk_dagster.sources.documents import (
     Document,
-    MissingColumnError,
     NotATableError,
     RejectedRow,
     first_of_each_id,
 )
-from latechunk_dagster.sources.readers import Row, column_values, document_from_row
+from latechunk_dagster.sources.readers import Row, check_columns, column_values, document_from_row
 
 
 def as_arrow(value: Any) -> pa.Table:
     """``value`` as a ``pyarrow.Table``.
 
     Raises:
-        NotATableError: ``value`` is not a table (no Arrow export, no ``to_arrow()``); a ``TypeError``.
+        NotATableError: ``value`` is not a table (no Arrow export, no ``to_arrow()``), or its export
+            fails (pandas refuses a frame with a repeated column name: ``ValueError``); a ``TypeError``.
     """
     if isinstance(value, pa.Table):
         return value
-    if hasattr(value, "__arrow_c_stream__"):
-        return pa.table(value)
-    if hasattr(value, "to_arrow"):
-        return pa.table(value.to_arrow())
+    try:
+        if hasattr(value, "__arrow_c_stream__"):
+            return pa.table(value)
+        if hasattr(value, "to_arrow"):
+            return pa.table(value.to_arrow())
+    except (ValueError, pa.ArrowException) as exc:  # bad data: the shard's old rows stay (ShardError)
+        raise NotATableError(f"documents ({type(value).__name__}) cannot be read as an Arrow table: {exc}") from exc
     raise NotATableError(
         f"documents must be a pyarrow.Table or a DataFrame that exports Arrow (pandas >= 2.2, polars), "
         f"got {type(value).__name__}"
@@ -50,11 +53,10 @@ def iter_table_documents(
 
     Raises:
         NotATableError: not a table. MissingColumnError: ``id_column`` or ``text_column`` is missing.
+        RepeatedColumnError: one of them is named twice (:func:`~latechunk_dagster.sources.readers.check_columns`).
     """
     table = as_arrow(value)
-    missing = [c for c in (id_column, text_column) if c not in table.column_names]
-    if missing:
-        raise MissingColumnError(f"{where}: missing column(s) {missing} (columns: {table.column_names})")
+    check_columns(table.column_names, (id_column, text_column), where=where)
     yield from first_of_each_id(_table_rows(table, id_column, text_column, where))
 
 

@@ -8,21 +8,25 @@
 
 Peak memory is one line, one file (text) or one record batch, whatever the store's size.
 
-A row that does not make a document (invalid JSON, a JSON object with a repeated key, a missing
-or null ``id``, an ``id`` that is not valid Unicode, a ``text`` that is not a string, a bad
-``shard`` value) becomes a :class:`~latechunk_dagster.sources.documents.RejectedRow`
+A row that does not make a document (invalid JSON, JSON that Python's parser cannot read: nested
+too deeply or an integer of too many digits, a JSON object with a repeated key, a missing or null
+``id``, an ``id`` that is not valid Unicode, a ``text`` that is not a string or is UTF-16/UTF-32
+read as UTF-8, a bad ``shard`` value) becomes a :class:`~latechunk_dagster.sources.documents.RejectedRow`
 naming the file, the row (from 1) and the reason; the rows around it are read as usual. A file
-that cannot be read at all (I/O error, not Parquet, no ``id``/``text`` column) is one
-``RejectedRow`` with doc_id ``"*"``. Nothing here raises for bad data.
+that cannot be read at all (I/O error, not Parquet, no ``id``/``text`` column or one of them
+named twice, a JSONL file in UTF-16/UTF-32) is one ``RejectedRow`` with doc_id ``"*"``; a text
+file in UTF-16/UTF-32 is one ``bad_encoding`` row. Nothing here raises for bad data.
 
-Leading byte order marks are removed (rule in :mod:`latechunk_dagster.sources.documents`).
+Leading byte order marks are removed (rule in :mod:`latechunk_dagster.sources.documents`); text
+in UTF-16 or UTF-32 is found by :func:`~latechunk_dagster.core.encoding.foreign_encoding`.
 """
 
 from __future__ import annotations
 
 import json
+import sys
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -30,7 +34,18 @@ from typing import Any, BinaryIO
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from latechunk_dagster.sources.documents import BOM, Document, RejectedRow, is_valid_unicode, printable, strip_bom
+from latechunk_dagster.core.encoding import SAMPLE_BYTES, foreign_encoding
+from latechunk_dagster.sources.documents import (
+    BOM,
+    Document,
+    MissingColumnError,
+    RejectedRow,
+    RepeatedColumnError,
+    ShardError,
+    is_valid_unicode,
+    printable,
+    strip_bom,
+)
 
 #: Rows per Parquet record batch read at a time.
 PARQUET_BATCH_ROWS = 1024
@@ -61,13 +76,19 @@ class DuplicateKeyError(ValueError):
         super().__init__(f"repeated key(s) {[printable(k) for k in keys]} in one JSON object")
 
 
+class JSONLimitError(ValueError):
+    """JSON that Python's parser cannot read although it may be well-formed (RFC 8259 lets a parser
+    limit nesting depth and number size): nested deeper than the recursion limit (``json`` raises
+    ``RecursionError``), or an integer of more digits than ``sys.get_int_max_str_digits()``."""
+
+
 def loads_with_repeated_keys(line: str) -> tuple[Any, list[str]]:
     """``json.loads(line)`` and the keys that any object in it gives more than once (sorted), found
     with ``object_pairs_hook`` (plain ``json.loads`` keeps the last value silently; RFC 8259 leaves
     such an object's meaning undefined).
 
     Raises:
-        json.JSONDecodeError: not JSON.
+        json.JSONDecodeError: not JSON. JSONLimitError: beyond what Python's parser reads.
     """
     repeated: set[str] = set()
 
@@ -77,14 +98,23 @@ def loads_with_repeated_keys(line: str) -> tuple[Any, list[str]]:
             repeated.update(k for k, n in Counter(k for k, _ in pairs).items() if n > 1)
         return out
 
-    return json.loads(line, object_pairs_hook=pairs_to_dict), sorted(repeated)
+    try:
+        return json.loads(line, object_pairs_hook=pairs_to_dict), sorted(repeated)
+    except json.JSONDecodeError:
+        raise
+    except RecursionError:
+        limit = sys.getrecursionlimit()
+        raise JSONLimitError(f"nested too deeply for Python's JSON parser (it stops near {limit} levels)") from None
+    except ValueError as exc:  # int() of too many digits: the only other ValueError json.loads raises
+        raise JSONLimitError(f"an integer with more digits than Python's JSON parser reads ({exc})") from None
 
 
 def loads_strict(line: str) -> Any:
     """``json.loads`` that refuses a repeated key in any object (see :func:`loads_with_repeated_keys`).
 
     Raises:
-        json.JSONDecodeError: not JSON. DuplicateKeyError: an object repeats a key.
+        json.JSONDecodeError: not JSON. JSONLimitError: beyond what Python's parser reads.
+        DuplicateKeyError: an object repeats a key.
     """
     value, repeated = loads_with_repeated_keys(line)
     if repeated:
@@ -99,7 +129,8 @@ def decode(data: bytes) -> str:
 
 
 def read_text_file(file: Path, doc_id: str) -> Document | RejectedRow:
-    """One text-tree document (BOM removed), or a ``RejectedRow`` when the file cannot be read or its
+    """One text-tree document (BOM removed), or a ``RejectedRow`` when the file cannot be read
+    (``unreadable_file``), is UTF-16 / UTF-32 (``bad_encoding``, naming the encoding), or its
     path (the doc_id) is not valid UTF-8 (reason ``bad_id``; the id and file named with
     :func:`~latechunk_dagster.sources.documents.printable` escapes, e.g. ``r\\xe9sum\\xe9.txt``)."""
     where = printable(str(file))
@@ -110,16 +141,21 @@ def read_text_file(file: Path, doc_id: str) -> Document | RejectedRow:
         )
         return RejectedRow(printable(doc_id), where, "bad_id", detail)
     try:
-        return Document.from_text(doc_id, decode(file.read_bytes()))
+        data = file.read_bytes()
     except OSError as exc:
         return RejectedRow(doc_id, where, "unreadable_file", f"{where}: cannot be read: {exc}")
+    encoding = foreign_encoding(data)
+    if encoding is not None:
+        return RejectedRow(doc_id, where, "bad_encoding", encoding.file_detail(where))
+    return Document.from_text(doc_id, decode(data))
 
 
 def jsonl_rows(file: Path, lines: Iterable[tuple[int, int]] | None = None) -> Iterator[Row | RejectedRow]:
     """A :class:`Row` per non-blank line of a JSONL file (number = line number from 1), or a
     ``RejectedRow`` for a line that is not a JSON object. A line whose object repeats a key is a
     ``Row`` with :attr:`Row.repeated` set (rejected by :func:`document_from_row`, in its shard). A
-    BOM may start the file or any line.
+    BOM may start the file or any line. A file in UTF-16 / UTF-32 is one ``unreadable_file`` row
+    naming the encoding (its lines, split on the byte ``0A``, are not lines of that text).
 
     ``lines``: read only these ``(line number, byte offset)`` lines (from :func:`jsonl_lines`), by
     seeking, instead of the whole file.
@@ -131,11 +167,28 @@ def jsonl_rows(file: Path, lines: Iterable[tuple[int, int]] | None = None) -> It
         yield RejectedRow("*", name, "unreadable_file", f"{name}: cannot be read: {exc}")
         return
     with handle:
+        refused = _foreign_jsonl(handle, name)
+        if refused is not None:
+            yield refused
+            return
         numbered = enumerate(handle, start=1) if lines is None else _seek_lines(handle, lines)
         for number, raw in numbered:
             row = jsonl_row(raw, number, name)
             if row is not None:
                 yield row
+
+
+def _foreign_jsonl(handle: BinaryIO, name: str) -> RejectedRow | None:
+    """The ``unreadable_file`` row of a JSONL file in UTF-16 / UTF-32 (by its first bytes), else
+    ``None``; the handle is left at the start of the file.
+
+    Raises:
+        OSError: the file cannot be read.
+    """
+    head = handle.read(SAMPLE_BYTES)
+    handle.seek(0)
+    encoding = foreign_encoding(head)
+    return None if encoding is None else RejectedRow("*", name, "unreadable_file", encoding.file_detail(name))
 
 
 def _seek_lines(handle: BinaryIO, lines: Iterable[tuple[int, int]]) -> Iterator[tuple[int, bytes]]:
@@ -146,13 +199,18 @@ def _seek_lines(handle: BinaryIO, lines: Iterable[tuple[int, int]]) -> Iterator[
 
 def jsonl_lines(file: Path) -> Iterator[tuple[int, int, Row | RejectedRow]]:
     """``(line number, byte offset, row)`` per non-blank line of a JSONL file (rows as
-    :func:`jsonl_rows` makes them), for an index of where each shard's lines are.
+    :func:`jsonl_rows` makes them), for an index of where each shard's lines are; a file in
+    UTF-16 / UTF-32 is the one ``(1, 0, unreadable_file row)``.
 
     Raises:
         OSError: the file cannot be read.
     """
     name = printable(str(file))
     with file.open("rb") as handle:
+        refused = _foreign_jsonl(handle, name)
+        if refused is not None:
+            yield 1, 0, refused
+            return
         offset = 0
         for number, raw in enumerate(handle, start=1):
             row = jsonl_row(raw, number, name)
@@ -163,7 +221,8 @@ def jsonl_lines(file: Path) -> Iterator[tuple[int, int, Row | RejectedRow]]:
 
 def jsonl_row(raw: bytes, number: int, name: str) -> Row | RejectedRow | None:
     """One JSONL line (``name``: the file, as messages name it): a :class:`Row`, a ``RejectedRow``
-    (not a JSON object), or ``None`` for a blank line. A leading BOM is removed."""
+    (not a JSON object, or JSON that Python's parser cannot read: ``invalid_json``; the last line
+    cut off: ``truncated_file``), or ``None`` for a blank line. A leading BOM is removed."""
     if raw.startswith(_BOM_BYTES):
         raw = raw[len(_BOM_BYTES) :]
     # the line's own end is not JSON: without it a parser error names a column of this line
@@ -178,6 +237,8 @@ def jsonl_row(raw: bytes, number: int, name: str) -> Row | RejectedRow | None:
             detail = f"{where}: the last line is cut off (no newline, not valid JSON: {exc}); a truncated file?"
             return RejectedRow(f"row {number}", where, "truncated_file", detail)
         return RejectedRow(f"row {number}", where, "invalid_json", f"{where}: invalid JSON: {exc}")
+    except JSONLimitError as exc:  # well-formed or not, it cannot be read; the rows around it can
+        return RejectedRow(f"row {number}", where, "invalid_json", f"{where}: JSON that cannot be read: {exc}")
     if not isinstance(values, dict):
         detail = f"{where}: expected a JSON object, got {type(values).__name__}"
         return RejectedRow(f"row {number}", where, "invalid_json", detail)
@@ -196,10 +257,34 @@ def _duplicate_key_row(row: Row) -> RejectedRow:
     return RejectedRow(doc_id, row.where, "duplicate_key", detail)
 
 
+def check_columns(names: Sequence[str], required: Iterable[str], optional: Iterable[str] = (), *, where: str) -> None:
+    """The column rule of every table source (Parquet files, upstream tables): each ``required``
+    column is there, and neither it nor an ``optional`` one is named twice (a join without
+    suffixes writes ``id, text, text``: which one is meant is ambiguous, and Arrow's lookup by name
+    raises ``KeyError``). Columns read by no one may repeat. ``where`` starts each message.
+
+    Raises:
+        MissingColumnError: a required column is absent. RepeatedColumnError: a column read is
+            named more than once (both name the columns and list the table's).
+    """
+    needed = list(required)
+    missing = [c for c in needed if c not in names]
+    if missing:
+        raise MissingColumnError(f"{where}: missing column(s) {missing} (columns: {list(names)})")
+    counts = Counter(names)
+    repeated = [c for c in dict.fromkeys([*needed, *optional]) if counts[c] > 1]
+    if repeated:
+        raise RepeatedColumnError(
+            f"{where}: column(s) {repeated} named more than once (columns: {list(names)}); which one is "
+            "meant is ambiguous: give each column its own name (e.g. suffixes on a join)"
+        )
+
+
 def parquet_rows(file: Path, columns: tuple[str, ...] = ("id", "text", "shard")) -> Iterator[Row | RejectedRow]:
     """A :class:`Row` per row of a Parquet file, read in record batches of
-    :data:`PARQUET_BATCH_ROWS`, only ``columns`` that exist. A file without ``id``/``text``, or
-    that is not Parquet, is one ``RejectedRow`` (doc_id ``"*"``)."""
+    :data:`PARQUET_BATCH_ROWS`, only ``columns`` that exist. A file that is not Parquet, or whose
+    ``id``/``text`` is missing or one of ``columns`` named twice (:func:`check_columns`), is one
+    ``unreadable_file`` ``RejectedRow`` (doc_id ``"*"``)."""
     name = printable(str(file))
     try:
         parquet = pq.ParquetFile(file)
@@ -208,10 +293,10 @@ def parquet_rows(file: Path, columns: tuple[str, ...] = ("id", "text", "shard"))
         yield RejectedRow("*", name, "unreadable_file", f"{name}: not a readable Parquet file: {exc}")
         return
     needed = [c for c in ("id", "text") if c in columns]
-    missing = [c for c in needed if c not in names]
-    if missing:
-        detail = f"{name}: missing column(s) {missing} (columns: {names})"
-        yield RejectedRow("*", name, "unreadable_file", detail)
+    try:
+        check_columns(names, needed, columns, where=name)
+    except ShardError as exc:
+        yield RejectedRow("*", name, "unreadable_file", str(exc))
         return
     wanted = [c for c in columns if c in names]
     number = 0
@@ -242,7 +327,8 @@ def column_values(array: pa.Array) -> list[Any]:
 def document_from_row(row: Row) -> Document | RejectedRow:
     """The document of a table row (``id`` string or integer, ``text`` string; BOM removed from
     the text), or a ``RejectedRow`` saying which value is wrong (an ``id`` that is not valid Unicode
-    is named with :func:`~latechunk_dagster.sources.documents.printable` escapes)."""
+    is named with :func:`~latechunk_dagster.sources.documents.printable` escapes; a ``text`` that
+    is UTF-16 / UTF-32 bytes read as UTF-8 is ``bad_encoding``, naming the encoding)."""
     if row.repeated:
         return _duplicate_key_row(row)
     doc_id = row.values.get("id")
@@ -261,6 +347,10 @@ def document_from_row(row: Row) -> Document | RejectedRow:
         got = "missing" if "text" not in row.values else ("null" if text is None else type(text).__name__)
         detail = f"{row.where}: 'text' must be a string, got {got} (id {str(doc_id)!r})"
         return RejectedRow(str(doc_id), row.where, "bad_text", detail)
+    encoding = foreign_encoding(text)
+    if encoding is not None:
+        detail = f"{row.where}: 'text' of id {str(doc_id)!r}: {encoding.text_detail()}"
+        return RejectedRow(str(doc_id), row.where, "bad_encoding", detail)
     return Document.from_text(str(doc_id), strip_bom(text))
 
 

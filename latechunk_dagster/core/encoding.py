@@ -1,0 +1,99 @@
+"""Text in UTF-16 or UTF-32 where UTF-8 is expected: found by its byte order mark or its NUL pattern.
+
+Every text this package reads is UTF-8. A UTF-16 file of ASCII or Latin text is *valid* UTF-8 byte
+for byte (``"Hi"`` in UTF-16LE is ``48 00 69 00``): read as UTF-8 it becomes text with a NUL
+between every character, which full-text and hybrid search never match, and no other check
+notices. With a byte order mark it is not valid UTF-8, and the bytes ``FF FE`` look like Latin-1.
+:func:`foreign_encoding` tells both apart from UTF-8 by the first :data:`SAMPLE_BYTES` bytes:
+
+* a byte order mark: ``FF FE 00 00`` / ``00 00 FE FF`` (UTF-32LE/BE), ``FF FE`` / ``FE FF``
+  (UTF-16LE/BE), tested in that order (a UTF-32LE mark starts with the UTF-16LE one);
+* without one, the NUL pattern: in UTF-16LE text of Latin script the second byte of most 2-byte
+  units is NUL and the first rarely is (mirrored in UTF-16BE; in UTF-32 the three high bytes of a
+  4-byte unit). Text that is really UTF-8 holds no NUL unless its writer put one there.
+
+One home for the rule: the store readers (:mod:`latechunk_dagster.sources.readers`: text files,
+JSONL files, JSONL/Parquet/upstream ``text`` values), the query file reader and
+:func:`latechunk_dagster.core.tokenization.check_text` all ask :func:`foreign_encoding`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+#: Bytes of a file (or UTF-8 bytes of a text's start) that :func:`foreign_encoding` looks at.
+SAMPLE_BYTES = 4096
+
+#: Byte order marks, longest first (``FF FE 00 00`` is UTF-32LE, not UTF-16LE and a NUL).
+_BOMS: tuple[tuple[bytes, str], ...] = (
+    (b"\xff\xfe\x00\x00", "UTF-32LE"),
+    (b"\x00\x00\xfe\xff", "UTF-32BE"),
+    (b"\xff\xfe", "UTF-16LE"),
+    (b"\xfe\xff", "UTF-16BE"),
+)
+
+
+@dataclass(frozen=True)
+class ForeignEncoding:
+    """What :func:`foreign_encoding` found.
+
+    Attributes:
+        name: ``"UTF-16LE"``, ``"UTF-16BE"``, ``"UTF-32LE"`` or ``"UTF-32BE"`` (a name both Python's
+            codecs and ``iconv`` know).
+        evidence: why, e.g. ``"byte order mark FF FE"`` or ``"no byte order mark; a NUL after
+            most characters"``.
+    """
+
+    name: str
+    evidence: str
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.evidence})"
+
+    def file_detail(self, where: str) -> str:
+        """The one-line reason a file is refused: ``"<where>: the file is UTF-16LE (...), not UTF-8; ..."``."""
+        return f"{where}: the file is {self}, not UTF-8; convert it to UTF-8 (e.g. iconv -f {self.name} -t UTF-8)"
+
+    def text_detail(self) -> str:
+        """Why a text value is refused (no place named: callers prefix it)."""
+        return (
+            f"it is {self} text that was read as UTF-8 (a NUL or a stray byte between its characters); "
+            f"decode the source as {self.name}"
+        )
+
+
+def foreign_encoding(data: bytes | str) -> ForeignEncoding | None:
+    """The UTF-16 / UTF-32 encoding ``data`` is really in, or ``None`` (it may be UTF-8).
+
+    ``data``: a file's bytes (only the first :data:`SAMPLE_BYTES` are looked at), or a ``str``
+    read from such bytes as UTF-8 (its start is encoded back to those bytes: lone surrogates of
+    ``surrogateescape`` become the bytes they stand for).
+    """
+    head = _head_bytes(data)
+    for bom, name in _BOMS:
+        if head.startswith(bom):
+            return ForeignEncoding(name, "byte order mark " + bom.hex(" ").upper())
+    if b"\x00" not in head:
+        return None
+    for width in (4, 2):
+        units = len(head) // width
+        if units == 0:
+            continue
+        nuls = [head[lane : units * width : width].count(0) for lane in range(width)]
+        for name, low in ((f"UTF-{8 * width}LE", 0), (f"UTF-{8 * width}BE", width - 1)):
+            # the byte that carries a Latin character (low) is rarely NUL; the other byte(s) mostly are
+            padding = min(nuls[lane] for lane in range(width) if lane != low)
+            if padding * 2 >= units and nuls[low] * 4 <= padding:
+                side = "after" if low == 0 else "before"
+                return ForeignEncoding(name, f"no byte order mark; NUL bytes {side} most characters")
+    return None
+
+
+def _head_bytes(data: bytes | str) -> bytes:
+    if isinstance(data, bytes):
+        return data[:SAMPLE_BYTES]
+    text = data[:SAMPLE_BYTES]
+    try:
+        return text.encode("utf-8", "surrogateescape")  # the bytes a surrogateescape decode came from
+    except UnicodeEncodeError:  # a lone surrogate that is not an escaped byte (a JSON "\ud800")
+        return text.encode("utf-8", "surrogatepass")
