@@ -365,3 +365,25 @@ def test_shard_names_that_cannot_be_keys_are_skipped_alone_and_the_rest_syncs(tm
         assert added == ["good"] == partitions(instance)
     assert len(warnings) == 2 and all("cannot be a partition key" in w for w in warnings)
     assert any("'...'" in w for w in warnings) and any("'\\t'" in w for w in warnings)
+
+
+def test_a_part_of_a_shard_the_listing_cannot_see_keeps_the_partitions_old_rows(single_file, tmp_path: Path) -> None:
+    """The same rule inside a run: a document behind a link to nowhere (its disk not mounted) is not
+    a deleted document; the run keeps the partition's old rows and names the link."""
+    store = tmp_path / "tree"
+    (store / "x").mkdir(parents=True)
+    (store / "x" / "a.txt").write_text("Acme Corp. builds pumps in Rotterdam.")
+    (store / "x" / "b.txt").write_text("Its maintenance team works at night.")
+    db = tmp_path / "lancedb"
+    defs = make_defs(store, db)
+    with instance_in(tmp_path / "home") as instance:
+        sync_partitions(instance, DocumentStore.from_path(store), TABLE.partitions_def)
+        assert run_partitions(defs, instance, "x", "x", run_config=FIXED_4).success
+        before = sink.connect(str(db)).open_table("chunks").to_arrow().sort_by("chunk_id")
+        (store / "x" / "b.txt").unlink()
+        (store / "x" / "b.txt").symlink_to(tmp_path / "unmounted" / "b.txt")
+        assert run_partitions(defs, instance, "x", "x", run_config=FIXED_4).success is False
+    assert sink.connect(str(db)).open_table("chunks").to_arrow().sort_by("chunk_id").equals(before)
+    [row] = sink.connect(str(db)).open_table("rejected_documents").to_arrow().to_pylist()
+    assert (row["doc_id"], row["reason"]) == ("*", "systemic_failure")
+    assert "dangling_link" in row["detail"] and "b.txt" in row["detail"] and "does not exist" in row["detail"]

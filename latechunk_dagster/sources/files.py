@@ -224,10 +224,11 @@ class DocumentStore:
         A file that cannot be read is one ``unreadable_file`` row per shard, as with :meth:`iter_shard`.
         """
         if not self.path.is_file():
-            layout = self._shard_files()  # the tree is listed once, not once per shard
+            tree = self._layout()  # the tree is listed once, not once per shard
             for shard in shards:
-                if shard in layout:
-                    yield shard, first_of_each_id(self._files_items(layout[shard]), self._scope(shard))
+                if shard in tree.groups:
+                    items = self._files_items(tree.groups[shard], tree.gaps_of.get(shard, ()))
+                    yield shard, first_of_each_id(items, self._scope(shard))
                 else:
                     yield shard, self.iter_shard(shard)  # raises KeyError on the first next()
             return
@@ -260,8 +261,11 @@ class DocumentStore:
         """
         wanted = set(shards)
         if not self.path.is_file():
-            layout = self._shard_files()
-            groups = {s: list(self._files_items(layout[s])) for s in sorted(wanted & set(layout))}
+            tree = self._layout()
+            groups = {
+                s: list(self._files_items(tree.groups[s], tree.gaps_of.get(s, ())))
+                for s in sorted(wanted & set(tree.groups))
+            }
         else:
             groups = {}
             for shard, item in self._single_file_rows():
@@ -337,9 +341,12 @@ class DocumentStore:
             OSError: the store's files cannot be listed.
         """
         if not self.path.is_file():
+            tree = self._layout()
             return {
-                shard: fingerprint_of(first_of_each_id(self._files_items(files), self._scope(shard)))
-                for shard, files in sorted(self._shard_files().items())
+                shard: fingerprint_of(
+                    first_of_each_id(self._files_items(files, tree.gaps_of.get(shard, ())), self._scope(shard))
+                )
+                for shard, files in sorted(tree.groups.items())
             }
         groups: dict[str, list[tuple[Document, str] | RejectedRow]] = {}
         for shard, item in self._single_file_rows():
@@ -361,13 +368,18 @@ class DocumentStore:
             if not matched and shard not in self.shards():
                 raise UnknownShardError(f"unknown shard {shard!r} in document store {self.uri}")
             return
-        files = self._shard_files().get(shard)
+        layout = self._layout()
+        files = layout.groups.get(shard)
         if files is None:
             raise UnknownShardError(f"unknown shard {shard!r} in document store {self.uri}")
-        yield from self._files_items(files)
+        yield from self._files_items(files, layout.gaps_of.get(shard, ()))
 
-    def _files_items(self, files: list[Path]) -> Iterator[tuple[Document, str] | RejectedRow]:
-        """Directory stores: ``(document, where)`` or a rejection per row of ``files``, in order."""
+    def _files_items(
+        self, files: list[Path], gaps: Iterable[RejectedRow] = ()
+    ) -> Iterator[tuple[Document, str] | RejectedRow]:
+        """Directory stores: ``(document, where)`` or a rejection per row of ``files``, in order,
+        after ``gaps`` (the parts of the shard the listing could not see: the run keeps the old rows)."""
+        yield from gaps
         for file in files:
             what = is_regular(file)
             if what is not None:  # a FIFO would block the reader until a writer comes
@@ -394,7 +406,11 @@ class DocumentStore:
     def _layout(self) -> _Layout:
         """A directory store's files by shard, with the entries not read (:meth:`listing`)."""
         found = walk(self.path)
-        out = _Layout(gaps=found.gaps)
+        out = _Layout()
+        for path, row in found.gaps:
+            out.gaps.append(row)
+            if path != self.path:  # a run of the shard must not read the part it cannot see as deleted
+                out.gaps_of.setdefault(self._shard_of(path), []).append(row)
         for path, row in found.skipped:
             out.skip(row, self._shard_of(path))
         bad: dict[str, list[Path]] = {}
@@ -510,6 +526,7 @@ class _Layout:
     skipped: list[RejectedRow] = field(default_factory=list)
     held: set[str] = field(default_factory=set)
     gaps: list[RejectedRow] = field(default_factory=list)
+    gaps_of: dict[str, list[RejectedRow]] = field(default_factory=dict)
 
     def skip(self, row: RejectedRow, shard: str | None) -> None:
         self.skipped.append(row)

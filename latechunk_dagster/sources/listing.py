@@ -31,9 +31,10 @@ from latechunk_dagster.sources.documents import RejectedRow, is_valid_unicode, p
 #: PostgreSQL, the run storage ``deploy/`` configures.
 INVALID_KEY_SUBSTRINGS: tuple[str, ...] = ("...", "\a", "\b", "\f", "\n", "\r", "\t", "\v", "\0")
 
-#: Reader rejections that mean a file was not read whole (an I/O error, not the format its name
-#: says, a JSONL file cut off mid-line): the rows after the fault would read as deleted documents.
-INCOMPLETE_READS: tuple[str, ...] = ("unreadable_file", "truncated_file")
+#: Rejections that mean part of a shard was not read (an I/O error, not the format its name says, a
+#: JSONL file cut off mid-line, a directory that cannot be listed, a link to nowhere): the rows
+#: not read would read as deleted documents, so the partition keeps its old rows.
+INCOMPLETE_READS: tuple[str, ...] = ("unreadable_file", "truncated_file", "unlistable", "dangling_link")
 
 
 def key_problem(name: str) -> str | None:
@@ -101,7 +102,7 @@ class Walk:
 
     files: list[Path] = field(default_factory=list)
     skipped: list[tuple[Path, RejectedRow]] = field(default_factory=list)
-    gaps: list[RejectedRow] = field(default_factory=list)
+    gaps: list[tuple[Path, RejectedRow]] = field(default_factory=list)
 
 
 def walk(root: Path) -> Walk:
@@ -117,8 +118,10 @@ def walk(root: Path) -> Walk:
     seen: set[tuple[int, int]] = set()
 
     def onerror(exc: OSError) -> None:
-        where = printable(str(exc.filename or root))
-        out.gaps.append(RejectedRow("*", where, "unlistable", f"{where}: cannot be listed: {exc.strerror or exc}"))
+        path = Path(exc.filename or root)
+        where = printable(str(path))
+        row = RejectedRow("*", where, "unlistable", f"{where}: cannot be listed: {exc.strerror or exc}")
+        out.gaps.append((path, row))
 
     for dirpath, dirnames, filenames in os.walk(root, onerror=onerror, followlinks=True):
         here = os.stat(dirpath)
@@ -146,7 +149,7 @@ def walk(root: Path) -> Walk:
                 where = printable(str(path))
                 target = printable(os.readlink(path))
                 detail = f"{where}: a symbolic link whose target {target!r} does not exist (an unmounted disk?)"
-                out.gaps.append(RejectedRow("*", where, "dangling_link", detail))
+                out.gaps.append((path, RejectedRow("*", where, "dangling_link", detail)))
                 continue
             out.files.append(path)
     return out
