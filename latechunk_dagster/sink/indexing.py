@@ -14,10 +14,15 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Callable
 from datetime import timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
+
+from latechunk_dagster.sink.retry import retry_commit
+
+T = TypeVar("T")
 
 log = logging.getLogger(__name__)
 #: Below this many rows a flat (brute-force) scan is exact and fast enough; an index needs
@@ -109,16 +114,29 @@ def measure_recall(table: Any, *, k: int = 10, sample: int = RECALL_SAMPLE, seed
     return float(np.mean([len(g & t) / max(1, len(t)) for g, t in zip(got, truth)]))
 
 
+def index_commit(table: Any, what: str, commit: Callable[[], T]) -> T:
+    """Run one index or compaction commit of ``table``, retried while a concurrent writer's commit wins.
+
+    A partition commit that lands while the table is compacted (or an index is built) makes
+    LanceDB refuse ours with "Retryable commit conflict ... Please retry" (lance 13: a Rewrite
+    preempted by a concurrent Update of the fragments it rewrote); the commit is made again on
+    the latest version, with the bounded backoff of :func:`~latechunk_dagster.sink.retry.retry_commit`.
+
+    Raises:
+        CommitConflictError: still conflicting after ``COMMIT_ATTEMPTS`` attempts (nothing of this
+            commit was written; the table is as the writers left it).
+    """
+    result, _ = retry_commit(commit, what=f"{what} of {table.name!r}", refresh=table.checkout_latest)
+    return result
+
+
 def build_vector_index(table: Any, rows: int) -> dict[str, Any]:
     """Build (replace) the ``IVF_HNSW_SQ`` cosine index on ``vector``; returns its parameters."""
     from lancedb.index import HnswSq
 
     parts = max(1, math.ceil(rows / ROWS_PER_PARTITION))
-    table.create_index(
-        "vector",
-        config=HnswSq(distance_type="cosine", num_partitions=parts, m=HNSW_M, ef_construction=HNSW_EF_CONSTRUCTION),
-        replace=True,
-    )
+    config = HnswSq(distance_type="cosine", num_partitions=parts, m=HNSW_M, ef_construction=HNSW_EF_CONSTRUCTION)
+    index_commit(table, "vector index", lambda: table.create_index("vector", config=config, replace=True))
     return {
         "type": "IVF_HNSW_SQ",
         "metric": "cosine",
@@ -137,6 +155,12 @@ def refresh_indexes(table: Any, *, ann_min_rows: int = ANN_MIN_ROWS) -> dict[str
       exact scan is measured on ``RECALL_SAMPLE`` stored vectors.
     * ``text``: LanceDB full-text index. ``doc_id``: BTREE; ``partition``: BITMAP.
     * ``optimize``: compacts fragments and removes versions older than one day.
+
+    Each of these commits is retried when a writer's commit lands during it (:func:`index_commit`),
+    so the refresh runs beside partition writers.
+
+    Raises:
+        CommitConflictError: a commit still lost to concurrent writers after every retry.
 
     Returns:
         A report for materialization metadata: ``rows``, ``vector_index`` (type and
@@ -158,7 +182,7 @@ def refresh_indexes(table: Any, *, ann_min_rows: int = ANN_MIN_ROWS) -> dict[str
     else:
         for index in table.list_indices():  # a table that shrank: an old index would still be searched
             if list(index.columns) == ["vector"]:
-                table.drop_index(index.name)
+                index_commit(table, f"drop index {index.name!r}", lambda name=index.name: table.drop_index(name))
         report["vector_index"] = f"none: flat scan (rows < {ann_min_rows})"
         report["search"] = "exact scan"
         report["recall_at_10"] = 1.0
@@ -172,11 +196,13 @@ def refresh_indexes(table: Any, *, ann_min_rows: int = ANN_MIN_ROWS) -> dict[str
             report["recall_sample"],
             RECALL_TARGET,
         )
-    table.create_fts_index("text", replace=True)
-    table.create_scalar_index("doc_id", index_type="BTREE", replace=True)
-    table.create_scalar_index("partition", index_type="BITMAP", replace=True)
+    index_commit(table, "full-text index", lambda: table.create_fts_index("text", replace=True))
+    index_commit(table, "doc_id index", lambda: table.create_scalar_index("doc_id", index_type="BTREE", replace=True))
+    index_commit(
+        table, "partition index", lambda: table.create_scalar_index("partition", index_type="BITMAP", replace=True)
+    )
     report["fts_index"] = "text"
     report["scalar_indexes"] = "doc_id (BTREE), partition (BITMAP)"
-    table.optimize(cleanup_older_than=timedelta(days=1))
+    index_commit(table, "compaction", lambda: table.optimize(cleanup_older_than=timedelta(days=1)))
     report["version"] = table.version
     return report
