@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -92,6 +93,32 @@ def test_lancedb_hook_on_a_local_database(tmp_path: Path, monkeypatch: pytest.Mo
     monkeypatch.setenv("AIRFLOW_CONN_BROKEN", json.dumps({"conn_type": "lancedb", "host": str(tmp_path / "afile/db")}))
     with pytest.raises(ValueError, match=r"LanceDBHook\(conn_id='broken'\)\(uri=.*\) cannot open or create table"):
         LanceDBHook("broken").chunk_table("chunks", 4)
+
+
+@pytest.mark.parametrize("value", [-1, "-1", "nan", "inf", "five", True], ids=repr)
+def test_lancedb_connection_refuses_a_read_consistency_interval_out_of_range(
+    monkeypatch: pytest.MonkeyPatch, value: object
+) -> None:
+    """Issue 27 item 15: -1 panicked inside LanceDB on the first table call ("rust future panicked");
+    nan, inf and "five" failed with messages that named no setting. Refused when the connection is read."""
+    from latechunk_dagster.airflow.hooks.lancedb import LanceDBHook
+
+    extra = {**LANCEDB_CONN["extra"], "read_consistency_interval_s": value}
+    monkeypatch.setenv("AIRFLOW_CONN_INTERVAL", json.dumps({**LANCEDB_CONN, "extra": extra}))
+    why = "read_consistency_interval_s must be a finite number of seconds >= 0 (0: every read; unset: never)"
+    with pytest.raises(ValueError, match=re.escape(f"LanceDBHook(conn_id='interval'): {why}, got {value!r}")):
+        LanceDBHook("interval").get_settings()
+
+
+def test_lancedb_connection_takes_an_interval_typed_as_text(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from latechunk_dagster.airflow.hooks.lancedb import LanceDBHook
+
+    conn = {"conn_type": "lancedb", "host": str(tmp_path), "extra": {"read_consistency_interval_s": "2.5"}}
+    monkeypatch.setenv("AIRFLOW_CONN_TEXT", json.dumps(conn))
+    hook = LanceDBHook("text")
+    assert hook.get_settings().read_consistency_interval_s == 2.5
+    assert hook.get_settings().connect_kwargs()["read_consistency_interval"].total_seconds() == 2.5
+    assert hook.chunk_table("chunks", 4).count_rows() == 0  # a real table call with the interval
 
 
 def test_vllm_server_connection(monkeypatch: pytest.MonkeyPatch) -> None:

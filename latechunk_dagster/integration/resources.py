@@ -13,10 +13,10 @@ from pathlib import Path
 from typing import Any
 
 from dagster import ConfigurableResource, InitResourceContext
-from pydantic import Field, PrivateAttr
+from pydantic import Field, PrivateAttr, field_validator
 
 from latechunk_dagster.core.chunker import LateChunker
-from latechunk_dagster.sink.database import LanceDBSettings
+from latechunk_dagster.sink.database import LanceDBSettings, check_read_consistency_interval
 from latechunk_dagster.sources.files import DocumentStore
 
 # Fields with a fixed set of values are str Enums: Dagster 1.13's config system validates Enums
@@ -205,8 +205,15 @@ class LanceDBResource(ConfigurableResource):
     host_override: str | None = Field(default=None, description="LanceDB Cloud / Enterprise host.")
     read_consistency_interval_s: float | None = Field(
         default=None,
-        description="Seconds after which reads check for other writers' commits (0: every read; None: never).",
+        description="Seconds after which reads check for other writers' commits (0: every read; None: never); "
+        "a finite number >= 0.",
     )
+
+    @field_validator("read_consistency_interval_s", mode="before")
+    @classmethod
+    def _check_interval(cls, value: object) -> float | None:
+        # when the resource is built (in code, or from run config at a run's start), not on the first table call
+        return check_read_consistency_interval(value, cls.__name__)
 
     def settings(self) -> LanceDBSettings:
         """These fields as the orchestrator-free :class:`~latechunk_dagster.sink.database.LanceDBSettings`."""

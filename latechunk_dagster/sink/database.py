@@ -7,6 +7,7 @@ connect, create and refuse tables the same way.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -15,6 +16,36 @@ import pyarrow as pa
 
 from latechunk_dagster.sink.schema import REJECTED_SCHEMA, chunk_schema
 from latechunk_dagster.sink.writes import connect, delete_partitions, open_or_create
+
+
+def check_read_consistency_interval(value: object, owner: str = "LanceDB") -> float | None:
+    """``read_consistency_interval_s`` as seconds: a finite number >= 0, or ``None`` (never check).
+
+    A number, or its text (an Airflow connection extra typed as a string), is taken; anything else
+    is refused here, naming the setting, rather than by LanceDB later: a negative interval panics
+    inside LanceDB's Rust code on the first table call ("rust future panicked"), and ``nan``,
+    ``inf`` or ``"five"`` fail with messages that name no setting.
+
+    Args:
+        owner: how the error names the object the setting belongs to (``"LanceDBResource"``...).
+
+    Raises:
+        ValueError: not a number (a bool included), not finite, or negative.
+    """
+    if value is None:
+        return None
+    seconds = None
+    if isinstance(value, int | float | str) and not isinstance(value, bool):
+        try:
+            seconds = float(value)
+        except ValueError:
+            seconds = None
+    if seconds is None or not math.isfinite(seconds) or seconds < 0:
+        raise ValueError(
+            f"{owner}: read_consistency_interval_s must be a finite number of seconds >= 0 "
+            f"(0: every read; unset: never), got {value!r}"
+        )
+    return seconds
 
 
 @dataclass(frozen=True)
@@ -26,8 +57,11 @@ class LanceDBSettings:
         storage_options: object-store options for ``lancedb.connect`` (keys, endpoint, region...).
         api_key, region, host_override: LanceDB Cloud / Enterprise.
         read_consistency_interval_s: seconds after which reads check for other writers' commits
-            (0: every read; ``None``: never).
+            (0: every read; ``None``: never); a finite number >= 0 (:func:`check_read_consistency_interval`).
         owner: how errors name the object that holds these settings (``"LanceDBResource"``...).
+
+    Raises:
+        ValueError: ``read_consistency_interval_s`` out of range, naming the setting and ``owner``.
     """
 
     uri: str
@@ -37,6 +71,10 @@ class LanceDBSettings:
     host_override: str | None = None
     read_consistency_interval_s: float | None = None
     owner: str = "LanceDB"
+
+    def __post_init__(self) -> None:
+        interval = check_read_consistency_interval(self.read_consistency_interval_s, self.owner)
+        object.__setattr__(self, "read_consistency_interval_s", interval)
 
     def connect_kwargs(self) -> dict[str, Any]:
         """Keyword arguments for ``lancedb.connect`` (only the options that are set)."""

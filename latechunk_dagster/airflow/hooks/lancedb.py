@@ -28,7 +28,7 @@ from typing import Any
 
 from airflow.sdk import BaseHook
 
-from latechunk_dagster.sink.database import LanceDBSettings
+from latechunk_dagster.sink.database import LanceDBSettings, check_read_consistency_interval
 from latechunk_dagster.sources.readers import loads_strict
 
 #: The extras a ``lancedb`` connection reads (anything else is refused, so a typo is not ignored).
@@ -55,8 +55,8 @@ def settings_from_connection(conn: Any, owner: str = "LanceDBHook") -> LanceDBSe
     """A ``lancedb`` Airflow connection as :class:`LanceDBSettings` (the module's table of fields).
 
     Raises:
-        ValueError: no host (URI), an unknown extra, or ``storage_options`` that is not a JSON
-            object of strings.
+        ValueError: no host (URI), an unknown extra, ``storage_options`` that is not a JSON
+            object of strings, or a ``read_consistency_interval_s`` that is not a finite number >= 0.
     """
     uri = (conn.host or "").strip()
     if not uri:
@@ -70,15 +70,15 @@ def settings_from_connection(conn: Any, owner: str = "LanceDBHook") -> LanceDBSe
             raise ValueError(f"connection {conn.conn_id!r}: storage_options is not a JSON object: {exc}") from None
     if not isinstance(options, dict):
         raise ValueError(f"connection {conn.conn_id!r}: storage_options must be a JSON object, got {options!r}")
-    interval = extra.get("read_consistency_interval_s")
+    owner = f"{owner}(conn_id={conn.conn_id!r})"
     return LanceDBSettings(
         uri=uri,
         storage_options={str(k): str(v) for k, v in options.items()},
         api_key=conn.password or None,
         region=extra.get("region") or None,
         host_override=extra.get("host_override") or None,
-        read_consistency_interval_s=float(interval) if interval is not None else None,
-        owner=f"{owner}(conn_id={conn.conn_id!r})",
+        read_consistency_interval_s=check_read_consistency_interval(extra.get("read_consistency_interval_s"), owner),
+        owner=owner,
     )
 
 
