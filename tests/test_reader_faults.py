@@ -100,7 +100,9 @@ def test_foreign_encoding_names_utf16_and_utf32(codec: str, name: str, evidence:
     assert foreign_encoding(data.decode("utf-8", "surrogateescape")) == found
 
 
-@pytest.mark.parametrize("text", ["Grüße aus Köln", "\ufeffa UTF-8 BOM", "one NUL\x00 in a text", "日本語", ""])
+@pytest.mark.parametrize(
+    "text", ["Grüße aus Köln", "\ufeffa UTF-8 BOM", "one NUL\x00 in a text", "ab\x00cd", "abc\x00", "日本語", ""]
+)
 def test_foreign_encoding_leaves_utf8_alone(text: str) -> None:
     assert foreign_encoding(text.encode("utf-8")) is None
     assert foreign_encoding(text) is None

@@ -138,6 +138,9 @@ def _run(args: argparse.Namespace) -> int:
     _check_where(table, args.where)  # a bad filter fails before the model loads, in one line
     if args.command == "eval":
         return _eval(args, table)
+    from latechunk_dagster.core.tokenization import check_query
+
+    check_query(args.query)  # a byte that is not UTF-8 (surrogateescape): one line, before the model loads
     if not args.query.strip():
         raise ValueError("the query is empty")
     if args.k < 1:

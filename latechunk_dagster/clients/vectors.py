@@ -7,18 +7,31 @@ from collections.abc import Sequence
 import numpy as np
 
 from latechunk_dagster.core.chunker import LateChunker
+from latechunk_dagster.core.tokenization import check_query
 from latechunk_dagster.evaluation.retrieval import naive_vectors
 
 
 def query_vectors(chunker: LateChunker, queries: Sequence[str]) -> list[list[float]]:
-    """``chunker.embed_queries(queries)`` as lists of floats (the float32 values, exactly)."""
-    return _lists(chunker.embed_queries(list(queries)))
+    """``chunker.embed_queries(queries)`` as lists of floats (the float32 values, exactly).
+
+    Raises:
+        InvalidQueryError: a query that is not a ``str`` or not valid Unicode (a lone surrogate,
+            e.g. half an emoji from a JavaScript client); names it and the character.
+        ValueError: a query longer than the model, or with no token after the query prompt.
+    """
+    single = len(queries) == 1
+    checked = [check_query(q, None if single else i) for i, q in enumerate(queries)]
+    return _lists(chunker.embed_queries(checked))
 
 
 def text_vectors(chunker: LateChunker, texts: Sequence[str]) -> list[list[float]]:
     """Each text embedded whole as a document (the model's document prompt, the mean of all its
     tokens, then the head: the "naive" vectors of :func:`~latechunk_dagster.evaluation.naive_vectors`),
-    as lists of floats. These are not late-chunk vectors: the table's rows are written by the pipeline."""
+    as lists of floats. These are not late-chunk vectors: the table's rows are written by the pipeline.
+
+    Raises:
+        ValueError: a text that cannot be embedded (empty, not valid Unicode...): names its index and why.
+    """
     return _lists(naive_vectors(chunker, list(texts)))
 
 

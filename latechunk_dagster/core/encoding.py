@@ -8,9 +8,11 @@ notices. With a byte order mark it is not valid UTF-8, and the bytes ``FF FE`` l
 
 * a byte order mark: ``FF FE 00 00`` / ``00 00 FE FF`` (UTF-32LE/BE), ``FF FE`` / ``FE FF``
   (UTF-16LE/BE), tested in that order (a UTF-32LE mark starts with the UTF-16LE one);
-* without one, the NUL pattern: in UTF-16LE text of Latin script the second byte of most 2-byte
-  units is NUL and the first rarely is (mirrored in UTF-16BE; in UTF-32 the three high bytes of a
-  4-byte unit). Text that is really UTF-8 holds no NUL unless its writer put one there.
+* without one, the NUL pattern: at least a third of the bytes are NUL, and in UTF-16LE text of
+  Latin script the second byte of most 2-byte units is NUL and the first rarely is (mirrored in
+  UTF-16BE; in UTF-32 the three high bytes of a 4-byte unit). Text that is really UTF-8 holds no
+  NUL unless its writer put one there (a stray NUL, as in ``"ab\\x00cd"``, is not the pattern).
+  UTF-16 of mostly non-Latin text (CJK) has no such pattern and is not recognised without a mark.
 
 One home for the rule: the store readers (:mod:`latechunk_dagster.sources.readers`: text files,
 JSONL files, JSONL/Parquet/upstream ``text`` values), the query file reader and
@@ -73,7 +75,7 @@ def foreign_encoding(data: bytes | str) -> ForeignEncoding | None:
     for bom, name in _BOMS:
         if head.startswith(bom):
             return ForeignEncoding(name, "byte order mark " + bom.hex(" ").upper())
-    if b"\x00" not in head:
+    if head.count(0) * 3 < len(head):  # UTF-16 of Latin text is half NUL bytes, UTF-32 three quarters
         return None
     for width in (4, 2):
         units = len(head) // width

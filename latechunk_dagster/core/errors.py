@@ -92,6 +92,27 @@ class StrategyTimeoutError(DocumentError):
     reason = "strategy_timeout"
 
 
+class InvalidQueryError(LateChunkError, ValueError):
+    """A search query cannot be embedded: not a ``str``, or not valid Unicode (a lone surrogate,
+    e.g. a byte that is not UTF-8 on a command line, or half an emoji from a JavaScript client).
+
+    A ``ValueError`` as well, like the other refusals of a query (longer than the model, nothing
+    after the prompt).
+
+    Attributes:
+        query: the query as given; index: its position in a batch call (``None`` for one query);
+        detail: why it is refused (names the character and its position).
+    """
+
+    def __init__(self, query: object, detail: str, index: int | None = None) -> None:
+        self.query, self.detail, self.index = query, detail, index
+        where = "query" if index is None else f"query {index}"
+        super().__init__(f"{where} {query!r}: {detail}")
+
+    def __reduce__(self) -> tuple:
+        return (type(self), (self.query, self.detail, self.index))
+
+
 class TokenizationMismatchError(LateChunkError):
     """vLLM tokenized a document differently from our one tokenization pass (contract section 1)."""
 

@@ -24,6 +24,7 @@ import numpy as np
 from latechunk_dagster.core.errors import (
     DocumentError,
     EmptyDocumentError,
+    InvalidQueryError,
     InvalidUnicodeError,
     NoContentTokensError,
     OffsetsError,
@@ -155,15 +156,32 @@ class Tokenization:
         return Tokenization(self.token_ids[lo:hi], None, self.special[lo:hi], starts=starts[lo:hi], ends=ends[lo:hi])
 
 
-def _invalid_unicode(text: str, at: int) -> str:
-    """Why ``text`` is not valid Unicode at character ``at`` (a lone surrogate there)."""
-    code = ord(text[at])
-    if 0xDC80 <= code <= 0xDCFF:  # a byte that is not UTF-8, as a store reader escapes it (surrogateescape)
-        return (
-            f"not valid UTF-8: byte 0x{code - 0xDC00:02x} at character {at} "
-            "(a file in Latin-1 or another legacy encoding? convert it to UTF-8)"
-        )
-    return f"not valid Unicode: a lone surrogate U+{code:04X} at character {at}"
+#: What a byte that is not UTF-8 most likely means, by where the text came from (:func:`unicode_problem`).
+FILE_HINT = "a file in Latin-1 or another legacy encoding? convert it to UTF-8"
+QUERY_HINT = "typed in a terminal set to Latin-1 or another legacy encoding? send the query as UTF-8"
+
+
+def unicode_problem(text: str, hint: str = FILE_HINT) -> str | None:
+    """Why ``text`` cannot be encoded as UTF-8, naming the first bad character; ``None`` when it can.
+
+    A byte that is not UTF-8, as a store reader or the command line escapes it (``surrogateescape``:
+    U+DC80-U+DCFF), is named as that byte, followed by ``hint``; any other lone surrogate (a JSON
+    ``"\\ud800"``, half an emoji cut by a UTF-16 client) as a lone surrogate.
+
+    Example:
+        >>> unicode_problem("caf\\udce9", "a hint")
+        'not valid UTF-8: byte 0xe9 at character 3 (a hint)'
+        >>> unicode_problem("a \\ud83d"), unicode_problem("café")
+        ('not valid Unicode: a lone surrogate U+D83D at character 2', None)
+    """
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        code = ord(text[exc.start])
+        if 0xDC80 <= code <= 0xDCFF:
+            return f"not valid UTF-8: byte 0x{code - 0xDC00:02x} at character {exc.start} ({hint})"
+        return f"not valid Unicode: a lone surrogate U+{code:04X} at character {exc.start}"
+    return None
 
 
 def check_text(text: object, index: int, doc_id: str) -> str:
@@ -175,13 +193,34 @@ def check_text(text: object, index: int, doc_id: str) -> str:
     """
     if not isinstance(text, str):
         raise InvalidUnicodeError(index, doc_id, f"expected str, got {type(text).__name__}")
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise InvalidUnicodeError(index, doc_id, _invalid_unicode(text, exc.start)) from None
+    problem = unicode_problem(text)
+    if problem:
+        raise InvalidUnicodeError(index, doc_id, problem)
     if not text[bom_length(text) :].strip():
         raise EmptyDocumentError(index, doc_id, "text is empty or whitespace only")
     return text
+
+
+def check_query(query: object, index: int | None = None) -> str:
+    """Return ``query`` if it can be embedded as a query, else raise the error naming it.
+
+    The same Unicode rule as a document's (:func:`check_text`), checked before the tokenizer sees
+    the query (which raises a bare ``TypeError`` on a lone surrogate). An empty query is left to
+    :meth:`~latechunk_dagster.core.chunker.LateChunker.embed_queries`, which refuses it.
+
+    Args:
+        index: the query's position in a batch call, named in the error (``None``: a single query).
+
+    Raises:
+        InvalidQueryError: not a ``str``, or not encodable as UTF-8 (a lone surrogate; the message
+            names the character and its position).
+    """
+    if not isinstance(query, str):
+        raise InvalidQueryError(query, f"expected str, got {type(query).__name__}", index)
+    problem = unicode_problem(query, QUERY_HINT)
+    if problem:
+        raise InvalidQueryError(query, problem, index)
+    return query
 
 
 _ENCODE_KW: dict[str, Any] = {

@@ -25,7 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from latechunk_dagster.core.encoding import foreign_encoding
-from latechunk_dagster.sources.documents import is_valid_unicode, printable, strip_bom
+from latechunk_dagster.core.tokenization import unicode_problem
+from latechunk_dagster.sources.documents import printable, strip_bom
 from latechunk_dagster.sources.readers import DuplicateKeyError, JSONLimitError, loads_strict
 
 KEYS = frozenset({"query", "doc_id", "char_start", "char_end"})
@@ -120,8 +121,9 @@ def parse_row(row: object, where: str, line: int = 0) -> tuple[str, Passage]:
     if isinstance(doc_id, bool) or not isinstance(doc_id, str | int) or doc_id == "":
         raise QueryFileError(f"{where}: 'doc_id' must be a non-empty string or an integer, got {doc_id!r}")
     for name, value in (("query", query), ("doc_id", doc_id)):
-        if isinstance(value, str) and not is_valid_unicode(value):
-            raise QueryFileError(f"{where}: {name!r} {printable(value)!r} is not valid Unicode (a lone surrogate)")
+        problem = unicode_problem(value) if isinstance(value, str) else None  # the rule of documents and queries
+        if problem:
+            raise QueryFileError(f"{where}: {name!r} {printable(value)!r} is {problem}")
     has_start, has_end = "char_start" in row, "char_end" in row
     if has_start != has_end:
         raise QueryFileError(f"{where}: give both 'char_start' and 'char_end', or neither (document-level)")

@@ -28,6 +28,7 @@ import pyarrow.compute as pc
 from latechunk_dagster.core.chunker import LateChunker
 from latechunk_dagster.core.chunking import FixedTokens
 from latechunk_dagster.core.errors import DocumentError
+from latechunk_dagster.core.tokenization import check_query
 from latechunk_dagster.evaluation.metrics import judge, metric_names, query_metrics
 from latechunk_dagster.evaluation.queries import LabeledQuery, QueryFileError
 from latechunk_dagster.evaluation.report import EvalReport
@@ -55,15 +56,16 @@ def naive_vectors(chunker: LateChunker, texts: Sequence[str], ids: Sequence[str]
     like any document (never truncated).
 
     Raises:
-        ValueError: a text could not be embedded; names the first few ids and reasons.
+        ValueError: a text could not be embedded; names the first few ids and reasons (the
+            documents' errors: e.g. the character that is not valid Unicode).
     """
     if not texts:
         return np.zeros((0, chunker.embedding_dim), dtype=np.float32)
     results = chunker.chunk(list(texts), FixedTokens(chunk_size=WHOLE), doc_ids=ids, errors="return")
     bad = [r for r in results if isinstance(r, DocumentError)]
     if bad:
-        detail = "; ".join(f"{r.doc_id}: {r.reason}" for r in bad[:3])
-        raise ValueError(f"{len(bad)} chunk texts could not be embedded alone ({detail})")
+        detail = "; ".join(str(r) for r in bad[:3])
+        raise ValueError(f"{len(bad)} of {len(results)} texts could not be embedded alone ({detail})")
     return np.stack([r.vectors[0] for r in results]).astype(np.float32)
 
 
@@ -102,7 +104,8 @@ def evaluate_rows(
 
     Raises:
         ValueError: the rows hold vectors of another model than ``chunker``'s; no row; no query
-            left to evaluate; a naive embedding failed.
+            left to evaluate; a naive embedding failed; a query that is not valid Unicode
+            (``InvalidQueryError``, before anything is embedded).
         QueryFileError: a passage starts beyond the end of its document's chunks (a label for
             another version of the document); names the query file line.
     """
@@ -125,6 +128,7 @@ def evaluate_rows(
         doc_end[d] = max(doc_end.get(d, 0), end)
     kept, skipped = [], []
     for q in queries:
+        check_query(q.query)  # a LabeledQuery built in code is not checked like a query file's line
         present = [p for p in q.passages if p.doc_id in doc_end]
         if not present:
             skipped.append(q.query)

@@ -9,6 +9,7 @@ import numpy as np
 
 from latechunk_dagster import sink
 from latechunk_dagster.core.chunker import LateChunker
+from latechunk_dagster.core.tokenization import check_query
 from latechunk_dagster.sink.indexing import has_fts_index, hybrid_query, vector_query
 
 #: ``vector``: nearest chunks by cosine distance; ``hybrid``: LanceDB's full-text search on ``text``
@@ -71,10 +72,13 @@ def search(
         reranker: hybrid only: a ``lancedb.rerankers.Reranker`` (default LanceDB's ``RRFReranker()``).
 
     Raises:
+        InvalidQueryError: ``query`` is not a ``str`` or not valid Unicode (a lone surrogate: a
+            byte that is not UTF-8 on the command line, half an emoji); a ``ValueError`` too.
         ValueError: the table was written by another model than ``chunker``'s, or does not exist;
             an unknown ``mode``; hybrid on a table without the full-text index (built by
             ``refresh_indexes``, the index asset).
     """
+    check_query(query)  # before the table is opened and the tokenizer sees it
     if mode not in SEARCH_MODES:
         raise ValueError(f"mode must be one of {SEARCH_MODES}, got {mode!r}")
     db = sink.connect(uri, **(connect_kwargs or {}))
