@@ -1,0 +1,99 @@
+"""Span sums inside vLLM: the token states stay in the engine, only each span's sum leaves it.
+
+A vLLM plugin (entry point ``vllm.general_plugins`` -> :func:`register`, loaded by every vLLM
+process: the in-process engine, a ``vllm serve`` engine core, its workers). It extends vLLM's
+token-embedding pooler (``TokenPooler``, the ``token_embed`` task) with one optional request field:
+
+* a request whose ``PoolingParams.extra_kwargs`` holds :data:`SPANS_KEY` (a flat list
+  ``[start_0, end_0, start_1, end_1, ...]`` of half-open row ranges of that prompt) gets, instead of
+  its ``[n_tokens, dim]`` token rows, a float32 ``[n_spans, 2 * dim + 1]`` array per request:
+  ``[:, :dim]`` the float64 sum of each range's rows rounded to float32 (``hi``), ``[:, dim:2*dim]``
+  what that rounding lost (``lo = float32(sum - hi)``), ``[:, -1]`` the range's row count. ``hi + lo``
+  in float64 is the float64 sum to ~3.5e-15 relative (a float32 pair, since the pooler output
+  crosses to the host and over HTTP as float32).
+* every other request is answered exactly as before: the plugin is inert unless a request asks.
+
+The rows summed are what the ``token_embed`` head returns with ``use_activation=False``: the
+encoder's states with the model's *linear* projection (if any) applied per token, no normalization
+(contract section 3: a linear projection commutes with the mean; the head proper is applied by the
+host after the mean, :mod:`latechunk_dagster.core.head`).
+
+Sums are accumulated in float64 (``index_add_`` into a float64 buffer), on the engine's device.
+Ranges that are not sorted, overlap, are empty or pass the end of the prompt get a ``[0, 2*dim+1]``
+answer instead of an error (an error in the worker would fail every request of the batch); the
+host refuses that document alone (:class:`~latechunk_dagster.core.errors.SpanError`).
+
+The server route that carries these requests over HTTP is :mod:`latechunk_dagster.vllm_plugin.endpoint`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+#: The ``PoolingParams.extra_kwargs`` key of a span-sum request.
+SPANS_KEY = "latechunk_spans"
+
+_PATCHED = "_latechunk_span_sums"
+
+
+def register() -> None:
+    """Give vLLM's token-embedding pooler span sums (module docstring). Idempotent: vLLM loads
+    general plugins once per process, and the in-process engine calls this too."""
+    from vllm.model_executor.layers.pooler.tokwise.poolers import TokenPooler
+
+    if getattr(TokenPooler, _PATCHED, False):
+        return
+    plain_forward = TokenPooler.forward
+
+    def forward(self: Any, hidden_states: Any, pooling_metadata: Any) -> Any:
+        out = plain_forward(self, hidden_states, pooling_metadata)
+        for i, params in enumerate(pooling_metadata.pooling_params):
+            spans = (params.extra_kwargs or {}).get(SPANS_KEY)
+            if spans is not None and out[i] is not None:
+                out[i] = span_sum_pairs(out[i], spans)
+        return out
+
+    TokenPooler.forward = forward
+    setattr(TokenPooler, _PATCHED, True)
+
+
+def span_sum_pairs(rows: Any, spans: list[int]) -> Any:
+    """Float64 sums of ``rows[start:end]`` per range, as float32 ``(hi, lo, count)`` rows.
+
+    Args:
+        rows: ``torch.Tensor`` ``[n_rows, dim]`` (any float dtype, any device).
+        spans: flat ``[start_0, end_0, ...]``: sorted, non-overlapping, non-empty, within ``n_rows``.
+
+    Returns:
+        float32 ``[n_spans, 2 * dim + 1]`` on ``rows``' device (module docstring); ``[0, 2 * dim + 1]``
+        when ``spans`` breaks a rule above.
+    """
+    import torch
+
+    n, dim = rows.shape
+    bounds = torch.tensor(spans, dtype=torch.long).reshape(-1, 2) if len(spans) % 2 == 0 else None
+    if bounds is None or not _valid(bounds, n):
+        return rows.new_zeros((0, 2 * dim + 1), dtype=torch.float32)
+    k = bounds.shape[0]
+    starts, ends = bounds[:, 0].contiguous(), bounds[:, 1].contiguous()
+    # each row's range, or k for rows no range takes (rows another window owns); shape [n]
+    at = torch.arange(n)
+    idx = torch.searchsorted(starts, at, right=True) - 1
+    owner = torch.where((idx >= 0) & (at < ends[idx.clamp(min=0)]), idx, k).to(rows.device)
+    # shape: [k + 1, dim], float64 accumulation (the float32 running sum misses float64 by > 1e-6 at 8k tokens)
+    sums = torch.zeros((k + 1, dim), dtype=torch.float64, device=rows.device)
+    sums.index_add_(0, owner, rows.to(torch.float64))
+    sums = sums[:k]
+    hi = sums.to(torch.float32)
+    lo = (sums - hi.to(torch.float64)).to(torch.float32)
+    return torch.cat([hi, lo, (ends - starts).to(device=rows.device, dtype=torch.float32)[:, None]], dim=1)
+
+
+def _valid(bounds: Any, n: int) -> bool:
+    """Ranges sorted, non-overlapping, non-empty, inside ``[0, n)``."""
+    if bounds.numel() == 0:
+        return False
+    starts, ends = bounds[:, 0], bounds[:, 1]
+    return bool(
+        (starts >= 0).all() and (ends <= n).all() and (ends > starts).all() and (starts[1:] >= ends[:-1]).all()
+    )
