@@ -308,6 +308,33 @@ def test_query_file_in_utf16_is_refused_naming_the_encoding(tmp_path: Path) -> N
         assert str(exc.value).startswith(f"{path}: the file is {named}")
 
 
+def test_the_engine_names_utf16_text_instead_of_guessing_latin1(chunker: LateChunker) -> None:
+    """What reaches the engine without a store reader: UTF-16 with a BOM read as UTF-8 (bytes that
+    are not UTF-8: it was called Latin-1) and without one (valid UTF-8 with NULs: it was chunked)."""
+    from latechunk_dagster.core.chunking import FixedTokens
+    from latechunk_dagster.core.errors import InvalidUnicodeError
+    from latechunk_dagster.sources.readers import decode
+
+    texts = [
+        GOOD["g1"],
+        decode(UTF16_TEXT.encode("utf-16")),
+        UTF16_TEXT.encode("utf-16-le").decode("utf-8"),
+        decode("Café au lait".encode("latin-1")),
+    ]
+    results = chunker.chunk(texts, FixedTokens(8), doc_ids=["good", "bom", "nul", "latin1"], errors="return")
+    assert [type(r).__name__ for r in results] == [
+        "ChunkedDocument",
+        "InvalidUnicodeError",
+        "InvalidUnicodeError",
+        "InvalidUnicodeError",
+    ]
+    assert all(isinstance(r, InvalidUnicodeError) for r in results[1:])
+    assert "not UTF-8: it is UTF-16LE (byte order mark FF FE) text" in results[1].detail
+    assert "not UTF-8: it is UTF-16LE (no byte order mark; NUL bytes after most characters)" in results[2].detail
+    assert all("Latin-1" not in r.detail for r in results[1:3])
+    assert "not valid UTF-8: byte 0xe9 at character 3 (a file in Latin-1" in results[3].detail
+
+
 # -- a real materialization and the store sensor ------------------------------------------------------------
 
 

@@ -41,7 +41,8 @@ class EmptyDocumentError(DocumentError):
 
 
 class InvalidUnicodeError(DocumentError):
-    """The text is not valid Unicode (e.g. a lone surrogate), so it cannot be encoded as UTF-8."""
+    """The text is not valid Unicode (e.g. a lone surrogate), so it cannot be encoded as UTF-8, or it
+    is UTF-16 / UTF-32 bytes read as UTF-8 (a NUL between its characters)."""
 
     reason = "invalid_unicode"
 

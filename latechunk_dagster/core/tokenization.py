@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from latechunk_dagster.core.encoding import foreign_encoding
 from latechunk_dagster.core.errors import (
     DocumentError,
     EmptyDocumentError,
@@ -165,8 +166,10 @@ def unicode_problem(text: str, hint: str = FILE_HINT) -> str | None:
     """Why ``text`` cannot be encoded as UTF-8, naming the first bad character; ``None`` when it can.
 
     A byte that is not UTF-8, as a store reader or the command line escapes it (``surrogateescape``:
-    U+DC80-U+DCFF), is named as that byte, followed by ``hint``; any other lone surrogate (a JSON
-    ``"\\ud800"``, half an emoji cut by a UTF-16 client) as a lone surrogate.
+    U+DC80-U+DCFF), is named as that byte, followed by ``hint``, unless the text is UTF-16 / UTF-32
+    read as UTF-8 (a byte order mark ``FF FE``...: :func:`~latechunk_dagster.core.encoding.foreign_encoding`),
+    which is named instead of guessing Latin-1; any other lone surrogate (a JSON ``"\\ud800"``, half
+    an emoji cut by a UTF-16 client) as a lone surrogate.
 
     Example:
         >>> unicode_problem("caf\\udce9", "a hint")
@@ -179,6 +182,9 @@ def unicode_problem(text: str, hint: str = FILE_HINT) -> str | None:
     except UnicodeEncodeError as exc:
         code = ord(text[exc.start])
         if 0xDC80 <= code <= 0xDCFF:
+            encoding = foreign_encoding(text)  # UTF-16 / UTF-32 read as UTF-8: named, not guessed to be Latin-1
+            if encoding is not None:
+                return f"not UTF-8: {encoding.text_detail()}"
             return f"not valid UTF-8: byte 0x{code - 0xDC00:02x} at character {exc.start} ({hint})"
         return f"not valid Unicode: a lone surrogate U+{code:04X} at character {exc.start}"
     return None
@@ -188,7 +194,9 @@ def check_text(text: object, index: int, doc_id: str) -> str:
     """Return ``text`` if it can be late-chunked, else raise the error naming the document.
 
     Raises:
-        InvalidUnicodeError: not a ``str`` or not encodable as UTF-8 (lone surrogates).
+        InvalidUnicodeError: not a ``str``, not encodable as UTF-8 (lone surrogates), or UTF-16 /
+            UTF-32 bytes read as UTF-8 (a NUL between its characters, which search never matches;
+            :func:`~latechunk_dagster.core.encoding.foreign_encoding`).
         EmptyDocumentError: empty or whitespace-only (a leading byte order mark aside).
     """
     if not isinstance(text, str):
@@ -196,6 +204,9 @@ def check_text(text: object, index: int, doc_id: str) -> str:
     problem = unicode_problem(text)
     if problem:
         raise InvalidUnicodeError(index, doc_id, problem)
+    encoding = foreign_encoding(text)  # valid UTF-8, but UTF-16 / UTF-32 bytes: a NUL between characters
+    if encoding is not None:
+        raise InvalidUnicodeError(index, doc_id, f"not UTF-8: {encoding.text_detail()}")
     if not text[bom_length(text) :].strip():
         raise EmptyDocumentError(index, doc_id, "text is empty or whitespace only")
     return text
