@@ -89,7 +89,8 @@ def run(strategy_name: str, strategy: object, chunker: object, docs: list, reps:
     rows.append(("tok. per doc", dt, n_tokens))
     dt, spans = best_of(reps, lambda: [strategy.spans(t, k) for t, k in zip(texts, toks)])
     rows.append(("spans", dt, n_tokens))
-    dt, plans = best_of(reps, lambda: [plan_windows(k, chunker.window_length) for k in toks])
+    overlap = chunker.resolved_window_overlap
+    dt, plans = best_of(reps, lambda: [plan_windows(k, chunker.window_length, overlap) for k in toks])
     rows.append(("windows", dt, n_tokens))
     engine = chunker.engine
     states = [engine.token_states(p.windows) for p in plans]

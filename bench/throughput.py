@@ -57,7 +57,7 @@ def main(n_docs: int) -> None:
         t0 = time.perf_counter()
         n_spans = sum(len(Sentences(max_tokens=128).spans(t, k)) for t, k in zip(texts, toks))
         rows.append(("spans only/sent.", time.perf_counter() - t0, rows[0][2], n_spans))
-        plans = [plan_windows(chunker.tokenize(t), chunker.max_model_len) for t in texts]
+        plans = [plan_windows(k, chunker.window_length, chunker.resolved_window_overlap) for k in toks]
     model = AutoModel.from_pretrained(model_dir, attn_implementation="eager").eval()
     torch.set_num_threads(os.cpu_count() or 1)
     windows = [w for p in plans for w in p.windows]

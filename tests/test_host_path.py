@@ -112,7 +112,7 @@ def test_window_gather_equals_the_per_token_pick(tok: Any) -> None:
     rows = [rng.standard_normal((len(w), 8)).astype(np.float32) for w in plan.windows]
     expected = np.stack([rows[w][p] for w, p in plan.source])
     np.testing.assert_array_equal(plan.gather(rows), expected)
-    single = plan_windows(tokenize_document(tok, "short text"), 64)
+    single = plan_windows(tokenize_document(tok, "short text"), 64, 8)
     assert single.source is None and single.gather([rows[0]]) is rows[0]
 
 

@@ -273,7 +273,8 @@ class LateChunker:
             is refused (``ModelNotSupportedError`` naming it), before the engine starts.
         dtype: model dtype for vLLM (``"auto"``, ``"float32"``, ``"bfloat16"``, ...); default
             ``"float32"`` on the CPU (vLLM's ``"auto"`` there silently downcasts float32
-            weights to float16) and ``"auto"`` on a GPU.
+            weights to float16) and ``"auto"`` on a GPU. :attr:`settings` records the dtype vLLM
+            resolved (``"auto"`` on a GPU: ``"float16"``).
         prefix: instruction prefix for documents; default: the model's ``document`` /
             ``passage`` prompt, if any. ``query_prefix`` likewise for :meth:`embed_queries`.
         dimensions: Matryoshka cut applied after the mean (must be one the model lists).
@@ -285,8 +286,12 @@ class LateChunker:
             (``ModelNotSupportedError`` naming the option); it is never turned on silently.
         engine_path: ``"auto"`` (native when vLLM has ``LateChunkingParams``), ``"native"``
             (fail if it has not), ``"token_states"`` (force the token-state path).
-        window_overlap: tokens shared by consecutive windows of a long document
-            (default :func:`latechunk_dagster.core.windows.default_overlap`).
+        window_overlap: document tokens shared by consecutive windows of a long document, an int
+            >= 0 below the document tokens a window holds; default (``None``)
+            :func:`latechunk_dagster.core.windows.default_overlap` of the window length (an eighth:
+            32 for 256-token windows). Resolved in one place, :attr:`resolved_window_overlap`: the
+            windows are planned with that number and :attr:`settings` records it, so an explicit
+            overlap equal to the default gives the same settings and vectors as leaving it unset.
         window_length: tokens per window (default and maximum: ``max_model_len``).
         allow_windows: ``False`` turns long documents into ``DocumentTooLongError``.
         gpu_memory_utilization: vLLM's memory fraction; default 0.3 on the CPU (where it is a
@@ -313,6 +318,9 @@ class LateChunker:
             above the model's limit, an architecture the installed vLLM cannot run, or a config
             the engine cannot start with (one sentence naming the model and the reason).
         HeadNotSupportedError: non-linear projection on the token-state path.
+        ValueError: ``window_overlap`` is not an int >= 0 below the document tokens a window holds, or
+            ``window_length`` leaves no room for them beside the special and prefix tokens (checked
+            before the engine starts, naming the setting).
     """
 
     def __init__(
@@ -356,9 +364,11 @@ class LateChunker:
         self.document_prompt_tokens = 0 if self.card.include_prompt else prompt_length(self.tokenizer, self.prefix)
         self.query_prompt_tokens = 0 if self.card.include_prompt else prompt_length(self.tokenizer, self.query_prefix)
         self.max_model_len, self.window_length = engine_lengths(self.card, max_model_len, window_length)
+        #: the caller's option (``None``: the default); the number used is :attr:`resolved_window_overlap`
         self.window_overlap = window_overlap
         self.allow_windows = allow_windows
         self.strategy_timeout_s = strategy_timeout_s
+        self.check_windows()
         # decided before the default engine starts
         self.path: str = self._engine_path(engine_path, engine)
         if engine is None:
@@ -436,6 +446,9 @@ class LateChunker:
 
     @property
     def dtype(self) -> str:
+        """The model dtype of the engine's states, as the engine resolved it (``"float32"``,
+        ``"float16"``...; the in-process engine's, not the ``"auto"`` it was asked for); ``"auto"``
+        for an engine that cannot tell (a vLLM server does not report its dtype)."""
         return str(getattr(self.engine, "dtype", "auto"))
 
     def _engine(self) -> Engine:
@@ -457,10 +470,53 @@ class LateChunker:
 
     # -- public API -----------------------------------------------------------------
     @property
+    def resolved_window_overlap(self) -> int:
+        """Document tokens consecutive windows share, as the windows are planned and :attr:`settings`
+        records it: :attr:`window_overlap`, or :func:`~latechunk_dagster.core.windows.default_overlap`
+        of :attr:`window_length` when that is ``None``. Read when asked, so a window length changed
+        after construction (a server's cap, :class:`~latechunk_dagster.core.remote.RemoteLateChunker`)
+        changes the default with it. The one place the overlap is resolved."""
+        return default_overlap(self.window_length) if self.window_overlap is None else self.window_overlap
+
+    def check_windows(self) -> None:
+        """Refuse window settings no long document could be planned with, naming the setting.
+
+        A window holds ``window_length`` minus the model's special tokens and the prefix's tokens
+        (counted on the prefix alone) of document tokens; :attr:`resolved_window_overlap` must be an
+        int in ``[0, that)``. Nothing is checked for the range when ``allow_windows`` is off (no
+        document is windowed). A document whose own special/prefix tokens leave less room than that
+        is refused alone when planned (``DocumentTooLongError``).
+
+        Raises:
+            ValueError: ``window_overlap`` is not an int >= 0 (a bool, a float), or it (or the
+                default) is not below the document tokens of a window, or ``window_length`` leaves
+                none.
+        """
+        option = self.window_overlap
+        if option is not None and (type(option) is not int or option < 0):
+            raise ValueError(f"window_overlap must be an int >= 0 (or None for the default), got {option!r}")
+        if not self.allow_windows:
+            return
+        frame = len(self.tokenizer(self.prefix, add_special_tokens=True)["input_ids"])
+        width = self.window_length - frame
+        if width < 1:
+            raise ValueError(
+                f"{self.card.path}: window_length={self.window_length} leaves no room for document tokens "
+                f"beside the {frame} special and prefix tokens of each window"
+            )
+        overlap = self.resolved_window_overlap
+        if overlap >= width:
+            what = "window_overlap" if option is not None else "the default window_overlap (window_length // 8)"
+            raise ValueError(
+                f"{self.card.path}: {what}={overlap} must be below the {width} document tokens a window of "
+                f"{self.window_length} holds beside {frame} special and prefix tokens"
+            )
+
+    @property
     def settings(self) -> ChunkerSettings:
         """This chunker's :class:`~latechunk_dagster.core.results.ChunkerSettings` (read when asked, so a
-        changed window length shows)."""
-        overlap = default_overlap(self.window_length) if self.window_overlap is None else self.window_overlap
+        changed window length shows); ``window_overlap`` is :attr:`resolved_window_overlap`, the number the
+        windows are planned with, and ``dtype`` the one the engine resolved."""
         return ChunkerSettings(
             model_name=self.card.name,
             model_sha256=self.card.fingerprint,
@@ -469,7 +525,7 @@ class LateChunker:
             dtype=self.dtype,
             prefix=self.prefix,
             window_length=self.window_length,
-            window_overlap=overlap,
+            window_overlap=self.resolved_window_overlap,
             allow_windows=self.allow_windows,
             embedding_dim=self.embedding_dim,
             engine_version=self.vllm_version,
@@ -771,11 +827,20 @@ class LateChunker:
         return spans
 
     def _plan(self, tokens: Tokenization, i: int, did: str) -> WindowPlan:
+        """The document's windows, planned with :attr:`resolved_window_overlap`.
+
+        Raises:
+            DocumentTooLongError: the document is longer than a window and windowing is off, or its
+                windows cannot be planned with the window settings (naming the document and why).
+        """
         if len(tokens) > self.window_length and not self.allow_windows:
             raise DocumentTooLongError(
                 i, did, f"{len(tokens)} tokens > max_model_len {self.window_length} and windowing is off"
             )
-        return plan_windows(tokens, self.window_length, self.window_overlap)
+        try:
+            return plan_windows(tokens, self.window_length, self.resolved_window_overlap)
+        except ValueError as exc:
+            raise DocumentTooLongError(i, did, f"{len(tokens)} tokens cannot be windowed: {exc}") from None
 
     def _token_rows(self, prompts: list[list[int]]) -> list[np.ndarray]:
         """Per-token rows (projection applied, normalization off) for each prompt, float32."""

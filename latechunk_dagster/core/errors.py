@@ -60,7 +60,9 @@ class OffsetsError(DocumentError):
 
 
 class DocumentTooLongError(DocumentError):
-    """The document has more tokens than the model takes and windowing is switched off."""
+    """The document has more tokens than the model takes and windowing is switched off, or its windows
+    cannot be planned with the chunker's window settings (its own special and prefix tokens leave no
+    room for the overlap)."""
 
     reason = "too_long"
 

@@ -60,6 +60,8 @@ class RemoteLateChunker(LateChunker):
     Raises:
         TokenizationMismatchError: the server's tokenizer differs from the local model's.
         ServerUnavailableError, ServerError: the server does not answer or cannot pool tokens.
+        ValueError: the window settings, checked again on the window length capped at the server's
+            ``max_model_len`` (:meth:`LateChunker.check_windows`).
 
     A document the server answers 4xx for comes back as :class:`ServerRejectedDocumentError`
     naming it (with ``errors="raise"`` inside :class:`~latechunk_dagster.DocumentBatchError`);
@@ -94,6 +96,7 @@ class RemoteLateChunker(LateChunker):
                 )
                 self.max_model_len = engine.max_model_len
                 self.window_length = min(self.window_length, engine.max_model_len)
+                self.check_windows()  # the overlap (or its default) against the capped window
             limits = self.card.limits
             if limits is not None and limits.dynamic_ntk and engine.max_model_len not in (None, limits.exact):
                 # the rule of engine_lengths: served at any other length, vLLM's rotary base differs

@@ -61,10 +61,12 @@ class ChunkerSettings:
         model_name, model_sha256: the model's display name and the sha256 of its files.
         head: the head as text (``"dense(64->32,Identity)+cut(16)+l2"``).
         opt_ins: the refusals overridden (``"trust_remote_code"``, ``"pooling=cls"``...).
-        dtype: the engine's model dtype.
+        dtype: the engine's model dtype as the engine resolved it (``"float16"`` for a GPU's
+            ``"auto"``), not as it was asked for.
         prefix: the document prompt tokenized with each document.
-        window_length, window_overlap: tokens per window and shared by consecutive windows (the
-            overlap as :func:`latechunk_dagster.core.windows.default_overlap` gives it when unset).
+        window_length, window_overlap: tokens per window and document tokens shared by consecutive
+            windows: the overlap the windows are planned with
+            (:attr:`latechunk_dagster.LateChunker.resolved_window_overlap`, the default resolved).
         allow_windows: long documents are windowed (``False``: refused).
         embedding_dim: width of a chunk vector.
         engine_version: the engine's version (vLLM's ``__version__``), ``"closed"`` after ``close()``.

@@ -7,6 +7,11 @@ len(footer)``, so every window carries the model's own special tokens and the pr
 Each body token takes its state from the window where it has the most context on
 both sides; the header takes its states from the first window and the footer from
 the last, so inserted window specials never reach a span.
+
+Consecutive windows share ``overlap`` body tokens (the window start advances by ``W - overlap``);
+the last window ends at the end of the body, so it may share more with the one before it. The
+overlap is one number per chunker (:attr:`latechunk_dagster.LateChunker.settings`), resolved there
+from :func:`default_overlap` when unset, so the number recorded in lineage is the one planned with.
 """
 
 from __future__ import annotations
@@ -73,7 +78,8 @@ class WindowPlan:
 
 
 def default_overlap(max_len: int) -> int:
-    """Default overlap between windows: an eighth of the window, in tokens.
+    """Default overlap between windows: an eighth of the window length ``max_len`` (the whole encoder
+    input, special and prefix tokens included), at least 1, in tokens: 32 for 256-token windows.
 
     Chosen by measurement (``bench/window_overlap.py``, all-MiniLM-L6-v2, 190 demo documents
     of <= 256 tokens forced into 128-token windows, compared with their single pass): the
@@ -85,17 +91,19 @@ def default_overlap(max_len: int) -> int:
     return max(1, max_len // 8)
 
 
-def plan_windows(tokens: Tokenization, max_len: int, overlap: int | None = None) -> WindowPlan:
+def plan_windows(tokens: Tokenization, max_len: int, overlap: int) -> WindowPlan:
     """Plan the encoder inputs for one document (one window when it fits).
 
     Args:
         tokens: the document's one tokenization.
-        max_len: the model's maximum input length in tokens.
-        overlap: body tokens shared by consecutive windows (default :func:`default_overlap`).
+        max_len: the window length in tokens (at most the model's maximum input length).
+        overlap: body tokens shared by consecutive windows, exactly this many (the last window,
+            aligned to the end of the body, may share more); no default here: the caller resolves
+            it once (:attr:`latechunk_dagster.LateChunker.resolved_window_overlap`) and records it.
 
     Raises:
-        ValueError: ``max_len`` leaves no room for body tokens, or ``overlap`` is not
-            in ``[0, W)``.
+        ValueError: ``max_len`` leaves no room for body tokens beside this document's special and
+            prefix tokens, or ``overlap`` is not in ``[0, W)``.
     """
     ids = tokens.token_ids
     n = len(ids)
@@ -111,10 +119,15 @@ def plan_windows(tokens: Tokenization, max_len: int, overlap: int | None = None)
     header, body, footer = ids[:head_len], ids[head_len : n - trail], ids[n - trail :]
     width = max_len - len(header) - len(footer)
     if width < 1:
-        raise ValueError(f"max_len={max_len} leaves no room beside {len(header) + len(footer)} special/prefix tokens")
-    overlap = default_overlap(width) if overlap is None else overlap
+        raise ValueError(
+            f"a window of {max_len} tokens leaves no room for document tokens beside "
+            f"{len(header) + len(footer)} special/prefix tokens"
+        )
     if not 0 <= overlap < width:
-        raise ValueError(f"overlap must be in [0, {width}), got {overlap}")
+        raise ValueError(
+            f"window_overlap={overlap} must be in [0, {width}): a window of {max_len} tokens holds {width} "
+            f"document tokens beside {len(header) + len(footer)} special/prefix tokens"
+        )
     stride = width - overlap
     nb = len(body)
     count = 1 + math.ceil(max(nb - width, 0) / stride)

@@ -17,7 +17,12 @@ from latechunk_dagster.core.results import ChunkerSettings
 #: joined with U+001F, which collide across partitions), and char ranges extend over characters
 #: that produced no token (contract section 2). Rows of version 1 are re-encoded, and their old ids are
 #: deleted by the same commit (they are not matched by any new row of their replaced documents).
-CHUNKING_VERSION = 2
+#: 3: the windows of a long document share the overlap the settings record (the default, an eighth
+#: of the window length, 32 at 256; version 2 recorded that number but planned an eighth of the
+#: window less its special and prefix tokens, 31 at 256), and the dtype recorded is the one vLLM
+#: resolved. Version-2 rows of windowed documents hold the vectors of the old overlap under the
+#: same recorded one, so every version-2 row is re-encoded.
+CHUNKING_VERSION = 3
 
 #: The default strategy of a table (Dagster's factory, Airflow's operator): sentences packed into
 #: chunks of at most 128 tokens.

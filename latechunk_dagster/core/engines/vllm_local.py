@@ -155,7 +155,9 @@ class VLLMEngine(Engine):
         model: model directory.
         max_model_len: longest encoder input in tokens.
         dtype: vLLM dtype; default ``"float32"`` on the CPU (vLLM's ``"auto"`` there silently
-            downcasts float32 weights to float16) and ``"auto"`` on a GPU.
+            downcasts float32 weights to float16) and ``"auto"`` on a GPU. Once started, the
+            attribute ``dtype`` is the one vLLM resolved (``"float16"``, ``"bfloat16"``,
+            ``"float32"``), the dtype the states are computed in.
         gpu_memory_utilization: vLLM's memory fraction; default 0.3 on the CPU (a fraction of
             host memory there; 0.92 fails to start) and 0.9 on a GPU.
         in_process: run vLLM's engine core in this process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``).
@@ -238,6 +240,9 @@ class VLLMEngine(Engine):
                 f"{type(exc).__name__}: {reason}"
             ) from exc
         self.startup_seconds = time.perf_counter() - t0
+        # the dtype vLLM resolved and computes the states in ("auto" is float16 for a pooling model
+        # on a GPU; "half", "Float32"... are spellings), as LateChunker.settings records it
+        self.dtype = str(self.llm.model_config.dtype).removeprefix("torch.")
         if self.in_process:
             _IN_PROCESS_ENGINES.add(id(self))
         log.info("vLLM %s engine for %s started in %.1f s", self.version, model, self.startup_seconds)
