@@ -150,6 +150,14 @@ def test_vllm_server_connection(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("AIRFLOW_CONN_BAD", json.dumps(bad))
     with pytest.raises(ValueError, match="other_base_urls"):
         VLLMServerHook("bad").get_server_kwargs()
+    for name, value, rule in (
+        ("timeout_s", "five", "a finite number of seconds > 0"),
+        ("retries", -1, "an integer >= 0"),
+    ):
+        odd = {**conn, "extra": {**conn["extra"], name: value}}
+        monkeypatch.setenv("AIRFLOW_CONN_ODD", json.dumps(odd))
+        with pytest.raises(ValueError, match=re.escape(f"connection 'odd': {name} must be {rule}, got {value!r}")):
+            VLLMServerHook("odd").get_server_kwargs()  # "five" was float()'s error, naming no setting
     monkeypatch.setenv("AIRFLOW_CONN_NOMODEL", json.dumps({"conn_type": "vllm_server", "host": "https://vllm.example"}))
     with pytest.raises(ValueError, match="no model directory"):
         VLLMServerHook("nomodel").get_chunker()

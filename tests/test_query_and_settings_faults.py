@@ -325,3 +325,42 @@ def test_dagster_run_with_a_negative_interval_fails_at_resource_init_naming_the_
     text = " ".join(str(e.event_specific_data) for e in failures)
     assert "LanceDBResource: read_consistency_interval_s must be a finite number of seconds >= 0" in text
     assert "got -1" in text
+
+
+# -- 15, the same fault kind: the vLLM server's numeric settings ------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "rule"),
+    [
+        ("timeout_s", -1, "a finite number of seconds > 0"),
+        ("timeout_s", math.nan, "a finite number of seconds > 0"),
+        ("backoff_s", -0.5, "a finite number of seconds >= 0"),
+        ("retries", -1, "an integer >= 0"),
+        ("retries", 2.5, "an integer >= 0"),
+        ("max_in_flight", 0, "an integer >= 1"),
+        ("max_inputs_per_request", "five", "an integer >= 1"),
+        ("max_tokens_per_request", True, "an integer >= 1"),
+    ],
+)
+def test_server_settings_out_of_range_are_refused_naming_the_setting(name: str, value: object, rule: str) -> None:
+    """A negative backoff failed only at the first retry (time.sleep), retries=-1 sent no request,
+    max_inputs_per_request=0 was quietly made 1, "five" named no setting."""
+    from latechunk_dagster.core.engines.vllm_server import ServerSettings
+    from latechunk_dagster.integration.remote import VLLMServerEngineResource
+
+    with pytest.raises(ValueError, match=re.escape(f"ServerSettings: {name} must be {rule}, got {value!r}")):
+        ServerSettings(**{name: value})
+    with pytest.raises(ValueError, match=re.escape(f"VLLMServerEngineResource: {name} must be {rule}, got {value!r}")):
+        VLLMServerEngineResource(base_url="http://127.0.0.1:9", model="m", **{name: value})
+
+
+def test_server_settings_in_range_keep_their_types() -> None:
+    from latechunk_dagster.core.engines.vllm_server import ServerSettings
+    from latechunk_dagster.integration.remote import VLLMServerEngineResource
+
+    settings = ServerSettings(max_in_flight="8", timeout_s=30, retries=2.0, backoff_s=0)  # type: ignore[arg-type]
+    assert (settings.max_in_flight, settings.timeout_s, settings.retries, settings.backoff_s) == (8, 30.0, 2, 0.0)
+    assert isinstance(settings.retries, int) and isinstance(settings.timeout_s, float)
+    res = VLLMServerEngineResource(base_url="http://127.0.0.1:9", model="m", max_in_flight=2, timeout_s=30)
+    assert res.server_settings() == ServerSettings(max_in_flight=2, timeout_s=30.0)

@@ -1,8 +1,8 @@
 """Dagster resource for a vLLM server: the chunker of a step talks to it over HTTP."""
 
-from pydantic import Field
+from pydantic import Field, ValidationInfo, field_validator
 
-from latechunk_dagster.core.engines.vllm_server import ServerSettings
+from latechunk_dagster.core.engines.vllm_server import ServerSettings, check_server_setting
 from latechunk_dagster.core.remote import RemoteLateChunker
 from latechunk_dagster.integration.resources import ChunkerResource
 
@@ -56,6 +56,20 @@ class VLLMServerEngineResource(ChunkerResource):
     )
     max_tokens_per_request: int = Field(default=_D.max_tokens_per_request, description="Most tokens in one request.")
     api_key: str | None = Field(default=_D.api_key, description="Bearer token of a server started with --api-key.")
+
+    @field_validator(
+        "max_in_flight",
+        "timeout_s",
+        "retries",
+        "backoff_s",
+        "max_inputs_per_request",
+        "max_tokens_per_request",
+        mode="before",
+    )
+    @classmethod
+    def _check_limit(cls, value: object, info: ValidationInfo) -> int | float:
+        # when the resource is built (in code, or from run config at a run's start), not at the first request
+        return check_server_setting(str(info.field_name), value, cls.__name__)
 
     def server_settings(self) -> ServerSettings:
         """This resource's :class:`ServerSettings`."""

@@ -29,15 +29,11 @@ from typing import Any
 from airflow.sdk import BaseHook
 
 from latechunk_dagster.airflow.hooks.lancedb import connection_extras
-from latechunk_dagster.core.engines.vllm_server import ServerSettings
+from latechunk_dagster.core.engines.vllm_server import ServerSettings, check_server_setting
 from latechunk_dagster.core.remote import RemoteLateChunker
 
-#: Request-limit extras and their types: the numeric fields of ``ServerSettings`` (their one home).
-REQUEST_LIMITS: dict[str, type] = {
-    name: type(getattr(ServerSettings(), name))
-    for name in ServerSettings.field_names()
-    if name not in ("served_model", "api_key")
-}
+#: Request-limit extras: the numeric fields of ``ServerSettings`` (their one home, with their ranges).
+REQUEST_LIMITS: tuple[str, ...] = tuple(n for n in ServerSettings.field_names() if n not in ("served_model", "api_key"))
 VLLM_EXTRAS = ("model", "served_model", "other_base_urls", *REQUEST_LIMITS)
 
 
@@ -61,8 +57,9 @@ def server_kwargs(conn: Any) -> dict[str, Any]:
     ``base_url`` and ``model`` included (``model`` ``None`` when the connection has none).
 
     Raises:
-        ValueError: no host, an unknown extra, a limit that is not a number, or other_base_urls
-            that are not URLs.
+        ValueError: no host, an unknown extra, a limit that is not a number or out of range (named:
+            :func:`~latechunk_dagster.core.engines.vllm_server.check_server_setting`), or
+            other_base_urls that are not URLs.
     """
     extra = connection_extras(conn, "vllm_server", VLLM_EXTRAS)
     others = extra.get("other_base_urls") or []
@@ -80,9 +77,9 @@ def server_kwargs(conn: Any) -> dict[str, Any]:
         "served_model": extra.get("served_model") or None,
         "api_key": conn.password or None,
     }
-    for name, kind in REQUEST_LIMITS.items():
+    for name in REQUEST_LIMITS:
         if name in extra:
-            kwargs[name] = kind(extra[name])
+            kwargs[name] = check_server_setting(name, extra[name], f"connection {conn.conn_id!r}")
     return kwargs
 
 

@@ -22,7 +22,9 @@ in vLLM 0.33.
 from __future__ import annotations
 
 import base64
+import contextlib
 import logging
+import math
 import random
 import threading
 import time
@@ -51,6 +53,46 @@ PROBE_TEXTS: tuple[str, ...] = (
 RETRY_STATUS = frozenset({429, 500, 502, 503, 504})
 
 
+#: The numeric settings of :class:`ServerSettings`: ``(type, lowest value, whether the lowest is
+#: allowed, how the rule reads)``.
+_NUMERIC: dict[str, tuple[type, float, bool, str]] = {
+    "max_in_flight": (int, 1, True, "an integer >= 1"),
+    "timeout_s": (float, 0, False, "a finite number of seconds > 0"),
+    "retries": (int, 0, True, "an integer >= 0"),
+    "backoff_s": (float, 0, True, "a finite number of seconds >= 0"),
+    "max_inputs_per_request": (int, 1, True, "an integer >= 1"),
+    "max_tokens_per_request": (int, 1, True, "an integer >= 1"),
+}
+
+
+def check_server_setting(name: str, value: object, owner: str = "ServerSettings") -> int | float:
+    """The numeric setting ``name`` of :class:`ServerSettings` as its type, if ``value`` is in range.
+
+    A number, or its text (an Airflow connection extra typed as a string), is taken; an integer
+    setting also takes a float with no fraction (``8.0``). The ranges: ``max_in_flight``,
+    ``max_inputs_per_request``, ``max_tokens_per_request`` >= 1; ``retries`` >= 0 (integers);
+    ``timeout_s`` > 0 and ``backoff_s`` >= 0 (finite seconds). Out of range, a negative
+    ``backoff_s`` failed only at the first retry (``time.sleep``), ``retries=-1`` made no request at
+    all, and ``"five"`` failed naming no setting.
+
+    Args:
+        owner: how the error names what holds the setting (``"connection 'vllm_default'"``...).
+
+    Raises:
+        ValueError: not a number (a bool included), a fraction for an integer setting, not finite,
+            or out of range; names ``owner``, the setting and the value.
+    """
+    kind, lowest, inclusive, rule = _NUMERIC[name]
+    number = math.nan  # not a number: refused below (nan is in no range)
+    if isinstance(value, int | float | str) and not isinstance(value, bool):
+        with contextlib.suppress(ValueError):
+            number = float(value)
+    in_range = number >= lowest if inclusive else number > lowest
+    if not math.isfinite(number) or not in_range or (kind is int and not number.is_integer()):
+        raise ValueError(f"{owner}: {name} must be {rule}, got {value!r}")
+    return int(number) if kind is int else number
+
+
 @dataclass(frozen=True)
 class ServerSettings:
     """How the engine talks to a vLLM server: the one home of these settings' names and defaults
@@ -68,6 +110,9 @@ class ServerSettings:
         max_inputs_per_request: most prompts in one request.
         max_tokens_per_request: most tokens in one request (a prompt longer than this goes alone).
         api_key: sent as ``Authorization: Bearer ...`` (a server started with ``--api-key``).
+
+    Raises:
+        ValueError: a numeric setting out of range or not a number (:func:`check_server_setting`).
     """
 
     served_model: str | None = None
@@ -78,6 +123,10 @@ class ServerSettings:
     max_inputs_per_request: int = 32
     max_tokens_per_request: int = 8192
     api_key: str | None = None
+
+    def __post_init__(self) -> None:
+        for name in _NUMERIC:
+            object.__setattr__(self, name, check_server_setting(name, getattr(self, name)))
 
     @classmethod
     def field_names(cls) -> tuple[str, ...]:
@@ -204,7 +253,7 @@ class VLLMServerEngine(Engine):
     Raises:
         ServerUnavailableError: no server answers the probe within the retries.
         ServerError: a server answers but is not a ``token_embed`` pooling server, or the servers differ.
-        ValueError: no URL, a repeated URL, or ``max_in_flight < 1``.
+        ValueError: no URL, a repeated URL, or a setting out of range (:func:`check_server_setting`).
     """
 
     name = "vllm-server"
@@ -223,8 +272,6 @@ class VLLMServerEngine(Engine):
         served_model, max_in_flight, timeout_s = cfg.served_model, cfg.max_in_flight, cfg.timeout_s
         api_key, retries, backoff_s = cfg.api_key, cfg.retries, cfg.backoff_s
         max_inputs_per_request, max_tokens_per_request = cfg.max_inputs_per_request, cfg.max_tokens_per_request
-        if max_in_flight < 1:
-            raise ValueError(f"max_in_flight must be >= 1, got {max_in_flight}")
         urls = [u.rstrip("/") for u in ([base_url] if isinstance(base_url, str) else base_url)]
         if not urls or len(set(urls)) != len(urls):
             raise ValueError(f"base_url must be one URL or a list of distinct URLs, got {base_url!r}")
@@ -234,8 +281,8 @@ class VLLMServerEngine(Engine):
         self.timeout_s = timeout_s
         self.retries = retries
         self.backoff_s = backoff_s
-        self.max_inputs_per_request = max(1, max_inputs_per_request)
-        self.max_tokens_per_request = max(1, max_tokens_per_request)
+        self.max_inputs_per_request = max_inputs_per_request
+        self.max_tokens_per_request = max_tokens_per_request
         self.retried = 0  #: attempts repeated after a connection error, timeout or 5xx (for logs and tests)
         self._retried_lock = threading.Lock()
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
