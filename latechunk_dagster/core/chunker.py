@@ -6,9 +6,12 @@ Flow of :meth:`LateChunker.chunk` = :meth:`~LateChunker.prepare`, :meth:`~LateCh
     prepare: check_text -> tokenize_documents (one batch call) -> strategy.spans (time bound)
              -> plan_windows                                                   [host]
     encode:  one engine call over every window of every document (an :class:`Engine`)
+             spans: the engine sums each window's pieces of each span (float64)  [engine]
              native: the engine reduces FixedTokens spans itself (vLLM >= 0.33)   [engine]
-    finish:  token_states: span_means (from the window rows) -> apply_head_after_projection
-             (once per batch) -> non-finite check -> results in input order       [host]
+    finish:  spans: means_from_pair_sums (pieces added, divided)
+             token_states: span_means (from the window rows)
+             -> apply_head_after_projection (once per batch) -> non-finite check
+             -> results in input order                                            [host]
 
 The mean is in :mod:`latechunk_dagster.core.pooling`, the head in :mod:`latechunk_dagster.core.head`.
 """
@@ -46,11 +49,12 @@ from latechunk_dagster.core.model_card import (
     position_limits,
     read_model_card,
 )
-from latechunk_dagster.core.pooling import mean_pool_spans, span_means
+from latechunk_dagster.core.pooling import mean_pool_spans, means_from_pair_sums, span_means, window_pieces
 from latechunk_dagster.core.results import Chunk, ChunkedDocument, ChunkerSettings
 from latechunk_dagster.core.timebound import TimeLimitExceeded, WorkerCallError, call_with_time_limit
 from latechunk_dagster.core.tokenization import (
     Tokenization,
+    check_query,
     check_text,
     encoder_text,
     tokenize_document,
@@ -60,7 +64,7 @@ from latechunk_dagster.core.windows import WindowPlan, default_overlap, plan_win
 
 log = logging.getLogger(__name__)
 
-EnginePath = Literal["auto", "native", "token_states"]
+EnginePath = Literal["auto", "native", "spans", "token_states"]
 
 #: Default per-document time bound of a strategy, in seconds. The default segmenter does
 #: ~5M tokens/s, pySBD ~22k tokens/s (so 30 s is ~650k tokens of pySBD); pySBD's exponential
@@ -81,7 +85,10 @@ class PreparedBatch:
         strategy: the chunking strategy used for the spans.
         results: one entry per document: the ``DocumentError`` that refused it, else ``None``.
         native_jobs: documents the engine chunks itself (native path, one window each).
-        state_jobs: documents whose token states the engine returns (their windows in order).
+        state_jobs: documents whose windows the engine encodes (their windows in order): it returns
+            their span sums (span path, :attr:`pieces` set) or their token states.
+        pieces: span path: :func:`~latechunk_dagster.core.pooling.window_pieces` of each state job's
+            document, by batch index; ``None`` on the token-state path.
     """
 
     texts: list[str]
@@ -90,11 +97,19 @@ class PreparedBatch:
     results: list[Any]
     native_jobs: list[_Job]
     state_jobs: list[_Job]
+    pieces: dict[int, list[np.ndarray]] | None = None
 
     @property
     def windows(self) -> list[list[int]]:
-        """The encoder inputs of the token-state documents, in order (token ids)."""
+        """The encoder inputs of the state-job documents, in order (token ids)."""
         return [w for j in self.state_jobs for w in j[3].windows]
+
+    @property
+    def window_pieces(self) -> list[np.ndarray] | None:
+        """The span path's pieces of each window of :attr:`windows` (``None``: token-state path)."""
+        if self.pieces is None:
+            return None
+        return [p for j in self.state_jobs for p in self.pieces[j[0]]]
 
     def refuse(self, refused: Mapping[int, DocumentError]) -> None:
         """Take documents the engine refused out of the batch: each one's error in :attr:`results`,
@@ -121,6 +136,8 @@ class EncoderInputs:
         native_docs: the batch index of each native text.
         chunk_size: the ``FixedTokens`` chunk size of the native path (0 without native texts).
         ids: the batch's document ids, by batch index (for errors that name the document).
+        pieces: span path: int ``[n_pieces, 3]`` per window (row range, span index), the sums the
+            engine returns; ``None``: the engine returns the windows' token states.
     """
 
     windows: list[list[int]]
@@ -129,6 +146,7 @@ class EncoderInputs:
     native_docs: list[int]
     chunk_size: int
     ids: list[str]
+    pieces: list[np.ndarray] | None = None
 
     def without(self, docs: Collection[int]) -> EncoderInputs:
         """These inputs less every window and native text of the documents ``docs``."""
@@ -141,6 +159,7 @@ class EncoderInputs:
             [self.native_docs[k] for k in keep_n],
             self.chunk_size if keep_n else 0,
             self.ids,
+            None if self.pieces is None else [self.pieces[k] for k in keep_w],
         )
 
 
@@ -150,7 +169,9 @@ class EncodedBatch:
 
     Attributes:
         prepared: the batch as prepared.
-        rows: float32 ``[len(window), dim]`` per window of ``prepared.state_jobs``, in order.
+        rows: per window of ``prepared.state_jobs``, in order: float32 ``[len(window), dim]`` token
+            states, or on the span path float32 ``[n_pieces, 2 * dim]`` piece sums
+            (:func:`~latechunk_dagster.core.pooling.sum_pairs`).
         native: the engine's chunk means per ``prepared.native_jobs`` document.
     """
 
@@ -284,8 +305,10 @@ class LateChunker:
             (``auto_map``, e.g. Nomic's NomicBert): passed to the tokenizer and to vLLM, recorded in
             :attr:`opt_ins` as ``"trust_remote_code"``. Without it such a model is refused
             (``ModelNotSupportedError`` naming the option); it is never turned on silently.
-        engine_path: ``"auto"`` (native when vLLM has ``LateChunkingParams``), ``"native"``
-            (fail if it has not), ``"token_states"`` (force the token-state path).
+        engine_path: ``"auto"`` (native when vLLM has ``LateChunkingParams``, else span sums in
+            the engine where it has them), ``"native"`` (fail if it has not), ``"spans"`` (span
+            sums in the engine; fail if it cannot), ``"token_states"`` (every token state to the
+            host: the reference path). The one rule: :meth:`_engine_path`.
         window_overlap: document tokens shared by consecutive windows of a long document, an int
             >= 0 below the document tokens a window holds; default (``None``)
             :func:`latechunk_dagster.core.windows.default_overlap` of the window length (an eighth:
@@ -388,46 +411,60 @@ class LateChunker:
         self.engine: Engine | None = engine
 
     def _engine_path(self, requested: str, engine: Engine | None, strategy: ChunkingStrategy | None = None) -> str:
-        """The one rule of which engine path serves a call: ``"native"`` or ``"token_states"``.
+        """The one rule of which engine path serves a call: ``"native"``, ``"spans"`` or ``"token_states"``.
 
         ``engine`` is the chunker's engine, or ``None`` before the default in-process engine starts
-        (then the installed vLLM decides).
+        (then the installed vLLM decides; the in-process engine always sums spans: the package
+        ships the plugin, :mod:`latechunk_dagster.vllm_plugin`).
 
         ``"auto"`` is native when the engine has native late chunking and the model's Pooling does
         not leave the prompt out of the means (``include_prompt=false``: vLLM's native chunks
-        average it in). A non-linear projection can only be applied after the mean by the native
-        path, and only to its FixedTokens chunks (``strategy``, when known).
+        average it in), else ``"spans"`` when the engine sums spans where the states are, else
+        ``"token_states"``. The native path serves single-window ``FixedTokens`` documents; every
+        other document of a native or spans call is served by the span path where the engine has
+        it (:meth:`prepare`). ``"token_states"`` (every token state crosses to the host, which
+        sums there) stays the reference, selectable by name. A non-linear projection can only be
+        applied after the mean by the native path, and only to its FixedTokens chunks
+        (``strategy``, when known).
 
         Raises:
-            ModelNotSupportedError: ``"native"`` requested and the engine or the model's Pooling cannot serve it.
+            ModelNotSupportedError: ``"native"`` or ``"spans"`` requested and the engine or the
+                model's Pooling cannot serve it.
             HeadNotSupportedError: a non-linear head on a path or strategy that cannot apply it after the mean.
         """
         if engine is None:
             from latechunk_dagster.core.engines.vllm_local import native_late_chunking_available
 
-            supports_native = native_late_chunking_available()
+            supports_native, supports_spans = native_late_chunking_available(), True
         else:
-            supports_native = engine.supports_native
+            supports_native, supports_spans = engine.supports_native, engine.supports_span_sums
+        what = engine.describe() if engine is not None else "the installed vLLM"
         if requested == "native":
             if self.document_prompt_tokens:
                 raise ModelNotSupportedError(
                     f"{self.card.path}: Pooling include_prompt=false leaves the document prompt {self.prefix!r} "
                     f"({self.document_prompt_tokens} tokens) out of the means; vLLM's native late chunking "
-                    "averages them in, so only the token-state path honours it"
+                    "averages them in, so only the token-state and span paths honour it"
                 )
             if not supports_native:
-                what = engine.describe() if engine is not None else "the installed vLLM"
                 raise ModelNotSupportedError(
                     f"engine_path='native' but {what} has no native late chunking "
                     "(it needs vLLM >= 0.33, LateChunkingParams)"
                 )
+        if requested == "spans" and not supports_spans:
+            raise ModelNotSupportedError(
+                f"engine_path='spans' but {what} does not sum spans itself (a vLLM server needs the "
+                "latechunk plugins: VLLM_PLUGINS=latechunk_span_sums,latechunk_spans)"
+            )
         native = requested == "native" or (requested == "auto" and supports_native and not self.document_prompt_tokens)
         if not self.head.linear_projection and not (native and (strategy is None or isinstance(strategy, FixedTokens))):
             raise HeadNotSupportedError(
                 f"{self.card.path}: the head's projection {self.head.describe()} is non-linear, so it does not "
                 "commute with the mean; only vLLM >= 0.33's native path with FixedTokens applies it after the mean"
             )
-        return "native" if native else "token_states"
+        if native:
+            return "native"
+        return "spans" if requested in ("auto", "spans") and supports_spans else "token_states"
 
     # -- engine lifecycle -------------------------------------------------------------
     @property
@@ -556,7 +593,7 @@ class LateChunker:
         *,
         doc_ids: Sequence[str] | None = None,
         errors: Literal["raise", "return"] = "raise",
-        engine_path: Literal["native", "token_states"] | None = None,
+        engine_path: Literal["native", "spans", "token_states"] | None = None,
     ) -> list[ChunkedDocument]:
         """Late-chunk many documents in one batched ``encode`` call: :meth:`prepare`, :meth:`encode`, :meth:`finish`.
 
@@ -570,7 +607,7 @@ class LateChunker:
                 ``failures``. ``"return"``: that same list is returned, so callers filter with
                 ``isinstance(r, DocumentError)``.
             engine_path: override the chunker's :attr:`path` for this call (``"token_states"``
-                always works; ``"native"`` needs vLLM >= 0.33).
+                always works; ``"native"`` needs vLLM >= 0.33, ``"spans"`` the span plugin).
 
         Returns:
             One :class:`ChunkedDocument` per input, in input order.
@@ -593,7 +630,7 @@ class LateChunker:
         strategy: ChunkingStrategy,
         *,
         doc_ids: Sequence[str] | None = None,
-        engine_path: Literal["native", "token_states"] | None = None,
+        engine_path: Literal["native", "spans", "token_states"] | None = None,
     ) -> PreparedBatch:
         """Host work before the encoder: check each text, tokenize the batch in one call, spans, window plans.
 
@@ -639,7 +676,8 @@ class LateChunker:
                 results[i] = exc
                 continue
             jobs.append((i, tokens, spans, plan))
-        path = self._engine_path(engine_path or self.path, self._engine(), strategy)
+        engine = self._engine()
+        path = self._engine_path(engine_path or self.path, engine, strategy)
         native = path == "native" and isinstance(strategy, FixedTokens)
         # Native reduction only for single-window documents: a windowed document's states
         # come from several windows, so its spans are pooled here (contract section 5).
@@ -654,7 +692,10 @@ class LateChunker:
                     f"{self.head.describe()} cannot be applied to windowed token states",
                 )
             state_jobs = []
-        return PreparedBatch(texts, ids, strategy, results, native_jobs, state_jobs)
+        pieces = None
+        if path != "token_states" and engine.supports_span_sums:
+            pieces = {i: window_pieces(plan, self.pooled_spans(spans)) for i, _t, spans, plan in state_jobs}
+        return PreparedBatch(texts, ids, strategy, results, native_jobs, state_jobs, pieces)
 
     def encode(self, prepared: PreparedBatch) -> EncodedBatch:
         """The one engine call of a prepared batch: token states of every window (and native chunk means).
@@ -676,6 +717,7 @@ class LateChunker:
             native_docs=native_docs,
             chunk_size=prepared.strategy.chunk_size if native_docs else 0,  # type: ignore[attr-defined]
             ids=list(prepared.ids),
+            pieces=prepared.window_pieces,
         )
 
     def encode_inputs(
@@ -687,13 +729,17 @@ class LateChunker:
             inputs: from :meth:`encoder_inputs`.
 
         Returns:
-            (float32 ``[len(window), dim]`` per window, the engine's chunk means per native text,
+            (per window float32 ``[len(window), dim]`` token states, or its piece sums on the span
+            path (``inputs.pieces`` set), the engine's chunk means per native text,
             ``{batch index: error}`` of documents the engine refused). The in-process engine refuses
             none; :class:`~latechunk_dagster.core.remote.RemoteLateChunker` refuses the documents a
             server answers 4xx for, and the rows and means are then those of the other documents
             (``inputs.without(refused)``), for :meth:`PreparedBatch.refuse` to match.
         """
-        rows = self._token_rows(inputs.windows)
+        if inputs.pieces is None:
+            rows = self._token_rows(inputs.windows)
+        else:
+            rows = self._engine().span_sums(inputs.windows, inputs.pieces) if inputs.windows else []
         native: list[NativeChunks] = []
         if inputs.native_texts:
             native = self._engine().native_chunks(
@@ -733,8 +779,12 @@ class LateChunker:
             # the head once over the whole batch; shape: [n_chunks of the batch, dim]
             means: list[np.ndarray] = []
             k = 0
-            for _i, _tokens, spans, plan in prep.state_jobs:
-                means.append(span_means(encoded.rows[k : k + len(plan.windows)], plan, self.pooled_spans(spans)))
+            for i, _tokens, spans, plan in prep.state_jobs:
+                rows = encoded.rows[k : k + len(plan.windows)]
+                if prep.pieces is None:
+                    means.append(span_means(rows, plan, self.pooled_spans(spans)))
+                else:
+                    means.append(means_from_pair_sums(rows, prep.pieces[i], self.pooled_spans(spans)))
                 k += len(plan.windows)
             vectors = apply_head_after_projection(np.concatenate(means), self.head)
             finite = np.isfinite(vectors).all(axis=1)
@@ -745,9 +795,8 @@ class LateChunker:
                     bad = int((~finite[lo:hi]).sum())
                     results[i] = NonFiniteVectorError(i, ids[i], f"{bad} of {hi - lo} chunk vectors are not finite")
                     continue
-                results[i] = self._result(
-                    i, ids[i], texts[i], tokens, spans, vectors[lo:hi], "token_states", len(plan.windows)
-                )
+                path = "token_states" if prep.pieces is None else "spans"
+                results[i] = self._result(i, ids[i], texts[i], tokens, spans, vectors[lo:hi], path, len(plan.windows))
         for i, r in enumerate(results):
             if isinstance(r, ChunkedDocument) and r.path == "native" and not np.isfinite(r.vectors).all():
                 bad = int((~np.isfinite(r.vectors).all(axis=1)).sum())
@@ -768,7 +817,8 @@ class LateChunker:
         Queries longer than ``max_model_len`` raise ``ValueError`` (a query is never windowed).
         """
         prompts = []
-        for q in queries:
+        for i, q in enumerate(queries):
+            check_query(q, i)  # one line naming the character, not the tokenizer's TypeError
             enc = self.tokenizer(encoder_text(self.query_prefix, q), add_special_tokens=True, truncation=False)
             if len(enc["input_ids"]) > self.max_model_len:
                 raise ValueError(f"query of {len(enc['input_ids'])} tokens exceeds {self.max_model_len}")

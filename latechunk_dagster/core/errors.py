@@ -120,6 +120,11 @@ class TokenizationMismatchError(LateChunkError):
     """vLLM tokenized a document differently from our one tokenization pass (contract section 1)."""
 
 
+class EngineAnswerError(LateChunkError):
+    """The engine (or a server) answered a request with another number or shape of results than
+    asked for: its answers cannot be matched to the documents, so none is used."""
+
+
 class ModelNotSupportedError(LateChunkError):
     """The model is refused for late chunking (contract section 4) unless the caller opts in."""
 

@@ -88,3 +88,81 @@ def mean_pool_spans(states: np.ndarray, spans: Sequence[Span]) -> np.ndarray:
     chunk of bf16/fp16 states loses no bits to accumulation; only the result is rounded to float32.
     """
     return span_means([states], WindowPlan([], None), spans).astype(np.float32)
+
+
+# -- the span path: span sums computed where the states are (latechunk_dagster.vllm_plugin) -----
+
+
+def window_pieces(plan: WindowPlan, spans: Sequence[Span]) -> list[np.ndarray]:
+    """What each window of ``plan`` sums for ``spans``: the pieces of every span that the window owns.
+
+    Args:
+        plan: the document's :class:`WindowPlan`.
+        spans: spans tiling ``[0, n_tokens)`` in order (or starting after the prompt, see
+            :meth:`LateChunker.pooled_spans`).
+
+    Returns:
+        One int64 ``[n_pieces, 3]`` per window: ``(row start, row end, span index)`` per piece, rows
+        of that window, sorted by row. A span inside one window is one piece; a span across windows
+        is one piece per window, whose sums :func:`means_from_pair_sums` adds.
+    """
+    pieces: list[list[tuple[int, int, int]]] = [[] for _ in plan.windows] or [[]]
+    segments = plan.segments().tolist()  # [doc_start, doc_end, window, row_start] per run
+    seg = 0
+    for k, s in enumerate(spans):
+        while segments[seg][1] <= s.start:
+            seg += 1
+        j = seg
+        while j < len(segments) and segments[j][0] < s.end:
+            a, b, w, r = segments[j]
+            lo, hi = max(a, s.start), min(b, s.end)
+            if hi > lo:
+                pieces[w].append((r + lo - a, r + hi - a, k))
+            j += 1
+    return [np.array(sorted(p), dtype=np.int64).reshape(-1, 3) for p in pieces]
+
+
+def sum_pairs(sums: np.ndarray) -> np.ndarray:
+    """Float64 sums as float32 pairs ``[hi | lo]``, ``[n, 2 * dim]``: ``hi = float32(sum)``,
+    ``lo = float32(sum - hi)``; ``hi + lo`` in float64 is the sum to ~3.5e-15 relative. What the
+    engine's span path returns (float32 crosses the engine boundary, the hostpool's shared memory
+    and HTTP unchanged)."""
+    hi = sums.astype(np.float32)
+    lo = (sums - hi).astype(np.float32)
+    return np.concatenate([hi, lo], axis=1)
+
+
+def piece_sums(states: np.ndarray, pieces: np.ndarray) -> np.ndarray:
+    """The span path computed from token states on the host (an engine without the span plugin).
+
+    Args:
+        states: one window's rows, ``[n_rows, dim]``. pieces: int ``[n, 2+]``, row ranges first.
+
+    Returns:
+        float32 ``[n, 2 * dim]`` (:func:`sum_pairs` of float64 sums).
+    """
+    sums = np.empty((len(pieces), states.shape[1]), dtype=np.float64)
+    for k, (a, b) in enumerate(pieces[:, :2].tolist()):
+        np.add.reduce(states[a:b], axis=0, dtype=np.float64, out=sums[k])
+    return sum_pairs(sums)
+
+
+def means_from_pair_sums(
+    pairs: Sequence[np.ndarray], pieces: Sequence[np.ndarray], spans: Sequence[Span]
+) -> np.ndarray:
+    """Float64 span means from the engine's piece sums (the span path of :func:`span_means`).
+
+    Args:
+        pairs: float32 ``[n_pieces, 2 * dim]`` per window (:func:`sum_pairs`), in the order of
+            ``pieces``. pieces: :func:`window_pieces` of the document. spans: as given to it.
+
+    Returns:
+        float64 ``[n_spans, dim]``: each span's pieces added in float64, divided by its length.
+    """
+    dim = pairs[0].shape[1] // 2
+    sums = np.zeros((len(spans), dim), dtype=np.float64)
+    for rows, p in zip(pairs, pieces):
+        if len(p):
+            np.add.at(sums, p[:, 2], rows[:, :dim].astype(np.float64) + rows[:, dim:])
+    lengths = np.fromiter((s.end - s.start for s in spans), dtype=np.float64, count=len(spans))
+    return sums / lengths[:, None]

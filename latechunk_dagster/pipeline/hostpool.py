@@ -4,13 +4,15 @@ Arrow rows) run in a pool of processes, so the host side scales with cores inste
 Used by :func:`~latechunk_dagster.pipeline.materialize_partition` when ``host_workers >= 1``::
 
     calling thread  batch k -> worker k % W: prepare   -> the windows' token ids come back
-    engine thread   engine call -> token states copied ONCE into a shared-memory block
+    engine thread   engine call -> its rows (span sums on the span path, else token states)
+                    copied ONCE into a shared-memory block
                     -> the same worker: finish (its prepared batch is kept there)
     writer thread   the worker's Arrow rows + per-document summaries, in batch order -> staging file
 
 A batch is prepared and finished by the same worker (its tokenizations, spans and window plans
-never cross the process boundary; only the windows' token ids go to the engine). Token states
-go to the worker as one ``multiprocessing.shared_memory`` block per batch: the engine's rows are
+never cross the process boundary; only the windows' token ids, and on the span path each window's
+row ranges, go to the engine). The engine's rows (float32 span-sum pairs, or token states on the
+token-state path) go to the worker as one ``multiprocessing.shared_memory`` block per batch: the engine's rows are
 copied into it once and the worker reads them in place (numpy views). The writer thread consumes
 results in batch order, so the staging file, the commit and its atomicity are those of the
 threaded stream; at most ``W`` batches are prepared ahead and ``W`` finishing, so memory stays
@@ -102,6 +104,7 @@ class _HostOnlyEngine(Engine):
 
     def __init__(self, engine: Engine) -> None:
         self.name, self.version, self.supports_native = engine.name, engine.version, engine.supports_native
+        self.supports_span_sums = engine.supports_span_sums
 
     def token_states(self, prompts: Sequence[Sequence[int]]) -> list[np.ndarray]:
         raise RuntimeError("a host worker has no engine; token states come from the parent")

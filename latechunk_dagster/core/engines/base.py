@@ -15,6 +15,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from latechunk_dagster.core.pooling import piece_sums
+
 
 @dataclass(frozen=True)
 class NativeChunks:
@@ -38,12 +40,15 @@ class Engine(abc.ABC):
         name: short engine name recorded in lineage (``"vllm"``, ``"vllm-server"``).
         version: the engine's version string (vLLM's ``__version__``), recorded in lineage.
         supports_native: True when :meth:`native_chunks` is available (vLLM >= 0.33).
+        supports_span_sums: True when :meth:`span_sums` is computed inside the engine (the span
+            plugin, :mod:`latechunk_dagster.vllm_plugin`): only span sums leave it, not token states.
         startup_seconds: time the engine took to start.
     """
 
     name: str = "engine"
     version: str = "unknown"
     supports_native: bool = False
+    supports_span_sums: bool = False
     startup_seconds: float = 0.0
 
     @abc.abstractmethod
@@ -59,6 +64,26 @@ class Engine(abc.ABC):
             states with any *linear* projection of the head applied per token (it commutes
             with the mean, contract section 3) and no normalization. In input order.
         """
+
+    def span_sums(self, prompts: Sequence[Sequence[int]], pieces: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """Sums of row ranges of each prompt's states: the span path (contract section 3's mean,
+        summed where the states are; the host divides and applies the head).
+
+        Args:
+            prompts: token ids per encoder input, as for :meth:`token_states`.
+            pieces: per prompt, int ``[n_k, 2+]`` whose first two columns are half-open row
+                ranges, sorted, non-overlapping, non-empty, inside the prompt
+                (:func:`~latechunk_dagster.core.pooling.window_pieces`).
+
+        Returns:
+            float32 ``[n_k, 2 * dim]`` per prompt: :func:`~latechunk_dagster.core.pooling.sum_pairs`
+            of the float64 sums of the same rows :meth:`token_states` returns. This default
+            computes them here from :meth:`token_states` (an engine without the span plugin).
+
+        Raises:
+            EngineAnswerError: the engine answered with another number or shape of sums.
+        """
+        return [piece_sums(states, p) for states, p in zip(self.token_states(prompts), pieces)]
 
     def native_chunks(
         self, texts: Sequence[str], chunk_size: int, *, dimensions: int | None, normalize: bool

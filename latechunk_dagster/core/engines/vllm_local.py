@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from latechunk_dagster.core.engines.base import Engine, NativeChunks
-from latechunk_dagster.core.errors import ModelNotSupportedError
+from latechunk_dagster.core.errors import EngineAnswerError, ModelNotSupportedError
 
 log = logging.getLogger(__name__)
 
@@ -148,6 +148,25 @@ def on_cpu() -> bool:
     return bool(current_platform.is_cpu())
 
 
+def pair_rows(answer: np.ndarray, pieces: np.ndarray, engine: str) -> np.ndarray:
+    """One window's span-sum answer checked against what was asked: float32 ``[n_pieces, 2 * dim]``.
+
+    Args:
+        answer: float32 ``[n, 2 * dim + 1]`` (hi, lo, count), :func:`~latechunk_dagster.vllm_plugin.span_sum_pairs`.
+        pieces: the window's pieces (row ranges first). engine: names the engine in the error.
+
+    Raises:
+        EngineAnswerError: another number of sums, an odd width, or counts other than the pieces' lengths.
+    """
+    lengths = pieces[:, 1] - pieces[:, 0]
+    if answer.ndim != 2 or answer.shape[0] != len(pieces) or answer.shape[1] % 2 != 1:
+        raise EngineAnswerError(f"{engine} answered {len(pieces)} span sums with shape {tuple(answer.shape)}")
+    if not np.array_equal(answer[:, -1], lengths):
+        got, want = answer[:, -1].tolist()[:5], lengths.tolist()[:5]
+        raise EngineAnswerError(f"{engine} answered span sums over {got} rows, not {want}")
+    return np.ascontiguousarray(answer[:, :-1], dtype=np.float32)
+
+
 class VLLMEngine(Engine):
     """One ``vllm.LLM`` in this process (its engine core in process on the CPU).
 
@@ -179,6 +198,7 @@ class VLLMEngine(Engine):
     """
 
     name = "vllm"
+    supports_span_sums = True  # the package's plugin, registered before the engine starts
 
     def __init__(
         self,
@@ -217,6 +237,9 @@ class VLLMEngine(Engine):
         overrides = {**(hf_overrides or {}), **(engine_kwargs.pop("hf_overrides", None) or {})}
         if overrides:
             engine_kwargs["hf_overrides"] = overrides
+        from latechunk_dagster.vllm_plugin import register
+
+        register()  # span sums in the pooler (vLLM also loads it as a general plugin where installed)
         t0 = time.perf_counter()
         try:
             with context_proxies_hidden():
@@ -265,6 +288,27 @@ class VLLMEngine(Engine):
         )
         # shape of each: [n_tokens, dim]
         return [o.outputs.data.float().numpy() for o in outs]
+
+    def span_sums(self, prompts: Sequence[Sequence[int]], pieces: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """:meth:`Engine.span_sums` computed in vLLM's pooler (:mod:`latechunk_dagster.vllm_plugin`):
+        the token states stay in the engine; ``(2 * dim + 1) * 4`` bytes per piece leave it."""
+        from vllm import PoolingParams, TokensPrompt
+
+        from latechunk_dagster.vllm_plugin import SPANS_KEY
+
+        if not prompts:
+            return []
+        params = [
+            PoolingParams(use_activation=False, extra_kwargs={SPANS_KEY: p[:, :2].ravel().tolist()}) for p in pieces
+        ]
+        outs = self._live().encode(
+            [TokensPrompt(prompt_token_ids=list(p)) for p in prompts],
+            pooling_params=params,
+            pooling_task="token_embed",
+            use_tqdm=False,
+        )
+        # shape of each: [n_pieces, 2 * dim + 1] (hi, lo, count)
+        return [pair_rows(o.outputs.data.float().numpy(), p, self.describe()) for o, p in zip(outs, pieces)]
 
     def native_chunks(
         self, texts: Sequence[str], chunk_size: int, *, dimensions: int | None, normalize: bool
