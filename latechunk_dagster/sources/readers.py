@@ -46,6 +46,7 @@ from latechunk_dagster.sources.documents import (
     printable,
     strip_bom,
 )
+from latechunk_dagster.sources.listing import key_problem
 
 #: Rows per Parquet record batch read at a time.
 PARQUET_BATCH_ROWS = 1024
@@ -358,7 +359,8 @@ def shard_of_row(row: Row, default: str) -> tuple[str, RejectedRow | None]:
     """The shard of a single-file row: its ``shard`` value (a non-empty string, or an integer made
     a string); a missing or null value means ``default`` (the file stem). Any other value (one that
     is not valid Unicode included: it cannot be a partition key) puts the row in ``default`` and
-    returns why it is rejected."""
+    returns why it is rejected (:func:`~latechunk_dagster.sources.listing.key_problem`: a NUL, a
+    newline, ``...``: what Dagster or its PostgreSQL storage refuse in a partition key)."""
     if "shard" in row.repeated:
         return default, _duplicate_key_row(row)
     if "shard" not in row.values or row.values["shard"] is None:
@@ -366,9 +368,12 @@ def shard_of_row(row: Row, default: str) -> tuple[str, RejectedRow | None]:
     shard = row.values["shard"]
     if isinstance(shard, int) and not isinstance(shard, bool):
         return str(shard), None
-    if isinstance(shard, str) and shard and is_valid_unicode(shard):
+    if isinstance(shard, str) and shard and key_problem(shard) is None:
         return shard, None
-    what = "a non-empty string" if not isinstance(shard, str) or not shard else "valid Unicode (a partition key)"
+    if not isinstance(shard, str) or not shard:
+        what = "a non-empty string"
+    else:
+        what = f"usable as a partition key (it {key_problem(shard)})"
     detail = f"{row.where}: 'shard' must be {what}, got {shard!r}; counted in shard {default!r}"
     doc_id = row.values.get("id")
     named = printable(str(doc_id)) if doc_id else f"row {row.number}"
