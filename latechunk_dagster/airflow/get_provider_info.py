@@ -7,9 +7,11 @@ Airflow 3.2+ expects, so the UI shows them without importing the hooks.
 
 from __future__ import annotations
 
+from dataclasses import fields
 from typing import Any
 
 from latechunk_dagster import __version__
+from latechunk_dagster.core.engines.vllm_server import ServerSettings
 
 _HOOKS = "latechunk_dagster.airflow.hooks"
 _OPERATORS = "latechunk_dagster.airflow.operators.latechunk"
@@ -19,7 +21,14 @@ def _text(label: str, description: str) -> dict[str, Any]:
     return {"label": label, "description": description, "schema": {"type": ["string", "null"]}}
 
 
-def _number(label: str, description: str, kind: str, default: float) -> dict[str, Any]:
+#: The server settings' defaults, from their one home (the form shows what an empty field means).
+_SERVER_DEFAULTS: dict[str, Any] = {f.name: f.default for f in fields(ServerSettings)}
+
+
+def _setting(name: str, label: str, description: str) -> dict[str, Any]:
+    """A numeric field of the ``vllm_server`` form: its type and default are :class:`ServerSettings`'."""
+    default = _SERVER_DEFAULTS[name]
+    kind = "integer" if isinstance(default, int) else "number"
     return {"label": label, "description": description, "schema": {"type": [kind, "null"], "default": default}}
 
 
@@ -70,12 +79,16 @@ VLLM_SERVER_CONNECTION: dict[str, Any] = {
         "other_base_urls": _text(
             "More servers", "Root URLs of more servers of the same model, comma-separated: http://vllm-1:8000"
         ),
-        "max_in_flight": _number("Requests in flight", "Requests in flight at once from one task", "integer", 4),
-        "timeout_s": _number("Request timeout (s)", "Timeout of one request", "number", 120),
-        "retries": _number("Retries", "Extra attempts on connection errors, timeouts, 429/5xx", "integer", 4),
-        "backoff_s": _number("Backoff (s)", "First wait between attempts (doubles each time)", "number", 0.5),
-        "max_inputs_per_request": _number("Inputs per request", "Most encoder inputs in one request", "integer", 32),
-        "max_tokens_per_request": _number("Tokens per request", "Most tokens in one request", "integer", 8192),
+        "max_in_flight": _setting("max_in_flight", "Requests in flight", "Requests in flight at once from one task"),
+        "timeout_s": _setting("timeout_s", "Request timeout (s)", "Timeout of one request"),
+        "retries": _setting("retries", "Retries", "Extra attempts on connection errors, timeouts, 429/5xx"),
+        "backoff_s": _setting("backoff_s", "Backoff (s)", "First wait between attempts (doubles each time)"),
+        "max_inputs_per_request": _setting(
+            "max_inputs_per_request", "Inputs per request", "Most encoder inputs in one request"
+        ),
+        "max_tokens_per_request": _setting(
+            "max_tokens_per_request", "Tokens per request", "Most tokens in one request"
+        ),
     },
 }
 
