@@ -18,7 +18,7 @@ from latechunk_dagster.core.chunking import ChunkingStrategy, strategy_from_conf
 from latechunk_dagster.pipeline import PartitionReport, materialize_partition
 from latechunk_dagster.pipeline.config import DEFAULT_STRATEGY
 from latechunk_dagster.pipeline.partition import SHARD_ERRORS, record_shard_failure
-from latechunk_dagster.sink import REJECTED_SCHEMA, validation
+from latechunk_dagster.sink import validation
 from latechunk_dagster.sink.database import LanceDBSettings
 from latechunk_dagster.sink.indexing import refresh_indexes
 from latechunk_dagster.sink.writes import stored_partitions
@@ -251,29 +251,23 @@ def check_shards(
     Returns:
         ``{check name: (passed, details)}`` in :data:`validation.CHECKS` order. A missing chunk
         table fails every check.
+
+    Memory: one partition's rows and one shard's documents at a time (:func:`validation.check_partitions`).
     """
     reported = {r["partition"]: r for r in results if r}
     partitions = sorted(set(reported) | set(shards))
     table = db.open_table(table_name)
     if table is None:
         return {name: (False, {"reason": f"no table {table_name!r} at {db.uri}"}) for name in validation.CHECKS}
-    rows = validation.read_partitions(table, partitions)
-    rejected_table = db.open_table(rejected_table_name)
-    rejected = (
-        validation.read_partitions(rejected_table, partitions)
-        if rejected_table is not None
-        else REJECTED_SCHEMA.empty_table()
-    )
     dims = {int(r["embedding_dim"]) for r in reported.values() if "embedding_dim" in r}
     dim = dims.pop() if len(dims) == 1 else table.schema.field("vector").type.list_size
-    store = DocumentStore.from_path(store_path)
-    return validation.check_partitions(
-        rows,
-        rejected,
+    return validation.check_partitions(  # one partition at a time: memory bounded by a partition
+        table,
+        db.open_table(rejected_table_name),
         partitions,
         dim=dim,
         expected_rows={p: (int(reported[p]["partition_rows"]) if p in reported else None) for p in partitions},
-        docs=validation.shards_documents(store, partitions),
+        store=DocumentStore.from_path(store_path),
     )
 
 

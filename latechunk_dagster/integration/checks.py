@@ -2,7 +2,9 @@
 
 Partition-aware: a check validates the partitions of the run it executes in (the run's
 ``dagster/partition`` tag or partition range), or the ``partitions`` of its run config, or
-else every partition in the table. The assertions live in :mod:`latechunk_dagster.sink.validation`.
+else every partition in the table. The assertions live in :mod:`latechunk_dagster.sink.validation`,
+which reads and checks one partition at a time: a check over a single-run backfill of many
+partitions holds one partition's rows and one shard's documents at once, not the run's.
 When documents come from an upstream asset (not the store resource), the checks compare with
 what the last materialization of each partition reported instead of re-reading the documents,
 and there is no ``parity_sample``.
@@ -15,11 +17,14 @@ from typing import Any
 import dagster as dg
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 from pydantic import Field
 
 from latechunk_dagster.core.chunking import strategy_from_config
 from latechunk_dagster.integration.wiring import TableWiring
 from latechunk_dagster.sink import validation
+from latechunk_dagster.sink.schema import sql_in, sql_string
+from latechunk_dagster.sink.writes import table_partitions
 
 CHECKS = validation.CHECKS
 
@@ -36,18 +41,13 @@ class ParityConfig(CheckConfig):
 def run_partitions(
     w: TableWiring, context: dg.AssetCheckExecutionContext, config: CheckConfig, table: Any
 ) -> list[str]:
-    """Partitions this check execution validates (see module docstring)."""
+    """Partitions this check execution validates (see module docstring), each once."""
     if config.partitions:
-        return list(config.partitions)
+        return list(dict.fromkeys(config.partitions))
     keys = w.run_partition_keys(context.run.tags, context.instance)
     if keys is not None:
         return keys
-    return sorted(set(table.search().select(["partition"]).limit(None).to_arrow().column(0).to_pylist()))
-
-
-def read_partition(table: Any, partitions: list[str]) -> pa.Table:
-    """Rows of ``partitions`` (all columns)."""
-    return validation.read_partitions(table, partitions)
+    return table_partitions(table)
 
 
 def last_reported(w: TableWiring, instance: dg.DagsterInstance, partition: str, key: str) -> int | None:
@@ -62,11 +62,9 @@ def last_reported(w: TableWiring, instance: dg.DagsterInstance, partition: str, 
     return int(value.value) if value is not None else None
 
 
-_of_partition = validation.of_partition
-_shards_docs = validation.shards_documents
-
-
-def _reported_outcome(w: TableWiring, instance: dg.DagsterInstance, p: str, rows: pa.Table, rejected: pa.Table):
+def _reported_outcome(
+    w: TableWiring, instance: dg.DagsterInstance, p: str, rows: pa.Table, rejected: pa.Table
+) -> validation.Outcome:
     """Upstream-asset documents: chunked + rejected documents = what the materialization read, none both."""
     chunked = set(rows.column("doc_id").to_pylist())
     refused = set(rejected.column("doc_id").to_pylist())
@@ -107,33 +105,18 @@ def build_checks(w: TableWiring, *, with_parity: bool = True) -> list[dg.AssetCh
                 yield result(name, (False, {"reason": f"no table {w.table_name!r}"}), [])
             return
         partitions = run_partitions(w, context, config, table)
-        rows = read_partition(table, partitions)
-        rejected_table = lancedb.open_table(w.rejected_table_name)
-        rejected = (
-            read_partition(rejected_table, partitions)
-            if rejected_table is not None
-            else pa.table({"doc_id": pa.array([], pa.string()), "partition": pa.array([], pa.string())})
-        )
         dim = table.schema.field("vector").type.list_size
         reported = {last_reported(w, context.instance, p, "embedding_dim") for p in partitions} - {None}
-        expected_dim = reported.pop() if len(reported) == 1 else dim
-        docs_by_part = None
-        accounted = None
-        if w.documents_from_asset:
-            accounted = [
-                _reported_outcome(w, context.instance, p, _of_partition(rows, p), _of_partition(rejected, p))
-                for p in partitions
-            ]
-        else:
-            docs_by_part = _shards_docs(w.resource(context, w.store_key).get_store(), partitions)  # one pass
-        outcomes = validation.check_partitions(
-            rows,
-            rejected,
+        outcomes = validation.check_partitions(  # one partition at a time: memory bounded by a partition
+            table,
+            lancedb.open_table(w.rejected_table_name),
             partitions,
-            dim=expected_dim,
+            dim=reported.pop() if len(reported) == 1 else dim,
             expected_rows={p: last_reported(w, context.instance, p, "partition_row_count") for p in partitions},
-            docs=docs_by_part,
-            accounted=accounted,
+            store=None if w.documents_from_asset else w.resource(context, w.store_key).get_store(),
+            accounted=(lambda p, rows, rejected: _reported_outcome(w, context.instance, p, rows, rejected))
+            if w.documents_from_asset
+            else None,
         )
         for name in CHECKS:
             yield result(name, outcomes[name], partitions)
@@ -161,31 +144,36 @@ def build_parity_check(w: TableWiring) -> dg.AssetChecksDefinition:
         if table is None:
             return dg.AssetCheckResult(passed=False, metadata={"reason": "no chunk table"})
         partitions = run_partitions(w, context, config, table)
-        rows = read_partition(table, partitions)
         same_run = w.chunk_key in (context.run.asset_selection or set())
+        # in the run that materialized the partition: sample what this run wrote (incremental
+        # runs leave unchanged documents' rows, checked by the run that wrote them)
+        this_run = f"run_id = {sql_string(context.run.run_id)}" if same_run else None
         chunker = w.resource(context, w.engine_key).get_chunker()
-        parts = {p: _of_partition(rows, p) for p in partitions}
-        if same_run:
-            # in the run that materialized the partition: sample what this run wrote (incremental
-            # runs leave unchanged documents' rows, checked by the run that wrote them)
-            parts = {p: t.filter(pa.compute.equal(t.column("run_id"), context.run.run_id)) for p, t in parts.items()}
-        sampled = [p for p in partitions if parts[p].num_rows or not same_run]
-        docs_by_part = _shards_docs(w.resource(context, w.store_key).get_store(), sampled)  # one pass
+        # one partition at a time: its doc_ids, then the rows and texts of the sampled documents only
+        sampled: dict[str, list[str]] = {}
+        for p in partitions:
+            doc_ids = validation.read_partitions(table, [p], ["doc_id"], this_run).column("doc_id")
+            if len(doc_ids) or not same_run:
+                sampled[p] = sorted(pc.unique(doc_ids).to_pylist())[: config.docs_per_partition]
+        store = w.resource(context, w.store_key).get_store()
+        documents = validation.iter_shard_documents(store, list(sampled), keep=sampled)
         details: dict[str, object] = {}
         passed = True
         for p in partitions:
-            part = parts[p]
-            if p not in docs_by_part:
+            if p not in sampled:
                 details[p] = "no document re-encoded by this run"
                 continue
-            doc_ids = sorted(set(part.column("doc_id").to_pylist()))[: config.docs_per_partition]
-            docs = docs_by_part[p]
+            docs = next(documents)[1]
             if isinstance(docs, str):
                 passed = False
                 details[p] = docs
                 continue
-            for doc_id in doc_ids:
-                mine = part.filter(pa.compute.equal(part.column("doc_id"), doc_id)).sort_by("chunk_index")
+            if not sampled[p]:
+                continue
+            scope = " AND ".join(filter(None, [sql_in("doc_id", sampled[p]), this_run]))
+            part = validation.read_partitions(table, [p], ["doc_id", "chunk_index", "strategy_params", "vector"], scope)
+            for doc_id in sampled[p]:
+                mine = part.filter(pc.equal(part.column("doc_id"), doc_id)).sort_by("chunk_index")
                 params = json.loads(mine.column("strategy_params")[0].as_py())
                 strategy = strategy_from_config(params.pop("name"), params)
                 if doc_id not in docs:

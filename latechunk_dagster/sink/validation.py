@@ -1,23 +1,38 @@
-"""What the asset checks assert about written rows. Plain functions over Arrow tables, no Dagster.
+"""What the asset checks assert about written rows. Plain functions over Arrow tables and a
+LanceDB table, no Dagster.
 
-Each function returns ``(passed, details)``; ``details`` lists the first offending rows or
+Each check returns ``(passed, details)``; ``details`` lists the first offending rows or
 documents so a failed check says where to look.
+
+Memory: :func:`check_partitions` checks one partition at a time. It reads that partition's rows
+(only the columns a check reads), checks its vectors, drops them, then reads that one shard's
+documents; across partitions it keeps counts and at most :data:`MAX_LISTED` examples per check.
+So the peak is bounded by the largest partition, not by the run (a single-run backfill of a
+large store; ``bench/check_memory.py`` measures 12 against 48 partitions).
 """
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
-from latechunk_dagster.sink.schema import sql_in
-from latechunk_dagster.sources.documents import READ_ERRORS
-from latechunk_dagster.sources.files import Document, DocumentStore
+from latechunk_dagster.sink.schema import REJECTED_SCHEMA, chunk_id, sql_in
+from latechunk_dagster.sources.documents import READ_ERRORS, UnknownShardError
+from latechunk_dagster.sources.files import Document, DocumentStore, RejectedRow
 
 Outcome = tuple[bool, dict[str, Any]]
+#: A shard's documents by doc_id, or why the shard cannot be read (:func:`iter_shard_documents`).
+ShardDocuments = dict[str, Document] | str
+#: ``(partition, its rows, its rejected rows) -> documents_accounted outcome`` (documents not at hand).
+AccountedFn = Callable[[str, pa.Table, pa.Table], Outcome]
 MAX_LISTED = 10
+#: Rows of a LanceDB table looked up per query (an ``IN`` list of this many ids).
+LOOKUP_BATCH = 500
 
 #: The table checks, in the order :func:`check_partitions` runs them: name -> what it asserts.
 CHECKS = {
@@ -28,115 +43,268 @@ CHECKS = {
     "row_count_matches": "rows in the table = rows the last materialization reported",
 }
 
+#: The chunk-table columns the checks read (not the lineage, ``headings`` or ``metadata`` copies).
+CHECK_COLUMNS = [
+    "chunk_id",
+    "doc_id",
+    "chunk_index",
+    "token_start",
+    "token_end",
+    "char_start",
+    "char_end",
+    "text",
+    "doc_tokens",
+    "doc_sha256",
+    "head",
+    "vector",
+]
 
-def read_partitions(table: Any, partitions: list[str]) -> pa.Table:
-    """Rows of ``partitions`` (all columns) of a LanceDB table; none for an empty list."""
+
+def read_partitions(
+    table: Any, partitions: Sequence[str], columns: Sequence[str] | None = None, where: str | None = None
+) -> pa.Table:
+    """Rows of ``partitions`` of a LanceDB table; none for an empty list.
+
+    Args:
+        columns: the columns to read (default: all).
+        where: a further SQL filter (``run_id = '...'``), ANDed with the partitions'.
+    """
+    query = table.search()
+    if columns is not None:
+        query = query.select(list(columns))
     if not partitions:
-        return table.search().limit(0).to_arrow()
-    return table.search().where(sql_in("partition", partitions)).limit(None).to_arrow()
+        return query.limit(0).to_arrow()
+    scope = sql_in("partition", list(partitions)) + (f" AND ({where})" if where else "")
+    return query.where(scope).limit(None).to_arrow()
 
 
-def of_partition(rows: pa.Table, partition: str) -> pa.Table:
-    """The rows of ``rows`` whose ``partition`` is ``partition``."""
-    return rows.filter(pa.compute.equal(rows.column("partition"), partition))
+def iter_shard_documents(
+    store: DocumentStore, partitions: Sequence[str], keep: Mapping[str, Collection[str]] | None = None
+) -> Iterator[tuple[str, ShardDocuments]]:
+    """``(partition, documents)`` for each of ``partitions``, in order, one shard held at a time
+    (:meth:`DocumentStore.iter_shards`: a single JSONL file is indexed once, not read per shard).
 
+    The documents are the shard's documents by doc_id (``{}`` for a shard gone from the store), or
+    why the shard cannot be read (``"shard cannot be read: ..."``; its neighbours are read as usual).
+    A row that made no document counts as a document (its rejection record accounts for it).
 
-def shards_documents(store: DocumentStore, partitions: list[str]) -> dict[str, dict[str, Document] | str]:
-    """Per partition: the shard's documents by id (``{}`` for a shard gone from the store), or the
-    read error as text. One pass over a single-file store for all the partitions. A row that made no
-    document counts as a document (its rejection record accounts for it)."""
+    Args:
+        keep: per partition, the only doc_ids to hold (the others are read and dropped); ``None``: all.
+    """
+    partitions = list(partitions)
+    done = 0
     try:
-        read = store.read_shards_with_rejections(partitions)
-    except READ_ERRORS as exc:  # bad data fails the checks of these partitions; a bug fails the run
-        return dict.fromkeys(partitions, f"shard cannot be read: {exc}")
-    out: dict[str, dict[str, Document] | str] = {}
-    for p in partitions:
-        docs, bad_rows = read.get(p, ([], []))
-        by_id = {d.doc_id: d for d in docs}
-        by_id.update({r.doc_id: Document(r.doc_id, "", "") for r in bad_rows if r.doc_id not in by_id})
-        out[p] = by_id
-    return out
+        for partition, items in store.iter_shards(partitions):
+            wanted = keep.get(partition, ()) if keep is not None else None
+            by_id: dict[str, Document] = {}
+            try:
+                for item in items:
+                    if wanted is not None and item.doc_id not in wanted:
+                        continue
+                    if isinstance(item, RejectedRow):
+                        by_id.setdefault(item.doc_id, Document(item.doc_id, "", ""))
+                    else:
+                        by_id[item.doc_id] = item  # a document wins over a bad row of its id
+                docs: ShardDocuments = by_id
+            except UnknownShardError:
+                docs = {}
+            except READ_ERRORS as exc:  # bad data fails the checks of this partition; a bug fails the run
+                docs = f"shard cannot be read: {exc}"
+            done += 1
+            yield partition, docs
+    except READ_ERRORS as exc:  # the store cannot be listed: every partition not yet read
+        for partition in partitions[done:]:
+            yield partition, f"shard cannot be read: {exc}"
 
 
-def merge(outcomes: list[Outcome], partitions: list[str]) -> Outcome:
+def merge(outcomes: Mapping[str, Outcome]) -> Outcome:
     """Per-partition outcomes as one: passed when all passed, details by partition."""
-    return all(o[0] for o in outcomes), {p: o[1] for p, o in zip(partitions, outcomes)}
+    return all(o[0] for o in outcomes.values()), {p: o[1] for p, o in outcomes.items()}
 
 
-def _unreadable(docs: dict[str, Document] | str) -> Outcome | None:
+def _unreadable(docs: ShardDocuments) -> Outcome | None:
     return (False, {"reason": docs}) if isinstance(docs, str) else None
 
 
 def check_partitions(
-    rows: pa.Table,
-    rejected: pa.Table,
-    partitions: list[str],
+    table: Any,
+    rejected_table: Any | None,
+    partitions: Sequence[str],
     *,
     dim: int,
-    expected_rows: dict[str, int | None],
-    docs: dict[str, dict[str, Document] | str] | None = None,
-    accounted: list[Outcome] | None = None,
+    expected_rows: Mapping[str, int | None],
+    store: DocumentStore | None = None,
+    accounted: AccountedFn | None = None,
 ) -> dict[str, Outcome]:
-    """Every check of :data:`CHECKS` over the rows of ``partitions``, in that order.
+    """Every check of :data:`CHECKS` over the rows of ``partitions``, read one partition at a time.
 
     Args:
-        rows / rejected: the chunk / rejected-document rows of ``partitions``
-            (:func:`read_partitions`; ``rejected`` needs ``doc_id`` and ``partition``).
+        table: the LanceDB chunk table; rows of other partitions are not read.
+        rejected_table: the rejected-documents table (``None``: no rejections).
+        partitions: the partitions to check (a repeated one is checked once).
         dim: the vector width the rows must have.
         expected_rows: per partition, the rows its last materialization reported (``None``: unknown, fails).
-        docs: per partition, :func:`shards_documents` (the store's current documents), or ``None``
-            when documents are not at hand (then ``spans_tile`` skips the text comparison and
-            ``accounted`` must be given).
-        accounted: per partition, a ready ``documents_accounted`` outcome (used when ``docs`` is ``None``).
+        store: the document store (the shards' current documents), or ``None`` when documents are
+            not at hand: then ``spans_tile`` skips the text comparison and ``accounted`` gives
+            ``documents_accounted``.
+        accounted: ``(partition, rows, rejected rows) -> outcome``, used when ``store`` is ``None``.
 
     Returns:
-        ``{check name: (passed, details)}``; details of the per-partition checks are by partition.
+        ``{check name: (passed, details)}`` in :data:`CHECKS` order; details of the per-partition
+        checks are by partition.
+
+    Raises:
+        ValueError: neither ``store`` nor ``accounted`` given.
     """
-    heads = set(rows.column("head").to_pylist()) if rows.num_rows else set()
-    normalized = all(h.endswith("l2") for h in heads)
-    rows_of = {p: of_partition(rows, p) for p in partitions}
-    if docs is None:
-        spans = [spans_tile(rows_of[p], None) for p in partitions]
-        accounted = list(accounted or [])
-    else:
-        spans = [_unreadable(docs[p]) or spans_tile(rows_of[p], docs[p]) for p in partitions]  # type: ignore[arg-type]
-        accounted = [
-            _unreadable(docs[p]) or documents_accounted(rows_of[p], of_partition(rejected, p), docs[p])  # type: ignore[arg-type]
-            for p in partitions
-        ]
+    if store is None and accounted is None:
+        raise ValueError("check_partitions needs the document store or an `accounted` function")
+    partitions = list(dict.fromkeys(partitions))
+    documents = iter_shard_documents(store, partitions) if store is not None else None
+    vectors, ids = VectorTally(dim), ChunkIdTally()
+    spans: dict[str, Outcome] = {}
+    docs_accounted: dict[str, Outcome] = {}
+    counts: dict[str, Outcome] = {}
+    docs: ShardDocuments = {}
+    for p in partitions:
+        rows = read_partitions(table, [p], CHECK_COLUMNS)
+        rejected = read_partitions(rejected_table, [p]) if rejected_table is not None else REJECTED_SCHEMA.empty_table()
+        vectors.add(rows)
+        ids.add(p, rows)
+        rows = rows.drop_columns(["vector"])  # the largest column, read by no other check
+        if documents is not None:
+            docs = next(documents)[1]
+            spans[p] = _unreadable(docs) or spans_tile(rows, docs)  # type: ignore[arg-type]
+            docs_accounted[p] = _unreadable(docs) or documents_accounted(rows, rejected, docs)  # type: ignore[arg-type]
+        else:
+            spans[p] = spans_tile(rows, None)
+            docs_accounted[p] = accounted(p, rows, rejected)  # type: ignore[misc]
+        counts[p] = row_count_matches(rows, expected_rows.get(p))
+        del rows, rejected  # gone before the next partition is read: one partition held at a time
+        docs = {}
+
+    def lookup(batch: list[str]) -> pa.Table:
+        columns = ["chunk_id", "partition", "doc_id", "chunk_index"]
+        return read_partitions(table, partitions, columns, sql_in("chunk_id", batch))
+
     return {
-        "vectors_valid": vectors_valid(rows, dim, normalized),
-        "spans_tile": merge(spans, partitions),
-        "unique_chunk_ids": unique_chunk_ids(rows),
-        "documents_accounted": merge(accounted, partitions),
-        "row_count_matches": merge(
-            [row_count_matches(rows_of[p], expected_rows.get(p)) for p in partitions], partitions
-        ),
+        "vectors_valid": vectors.outcome(),
+        "spans_tile": merge(spans),
+        "unique_chunk_ids": ids.outcome(lookup),
+        "documents_accounted": merge(docs_accounted),
+        "row_count_matches": merge(counts),
     }
 
 
-def vectors_valid(rows: pa.Table, dim: int, normalized: bool, atol: float = 1e-3) -> Outcome:
-    """Every vector is finite, has ``dim`` values and, when the head normalizes, unit L2 norm (±``atol``)."""
-    col = rows.column("vector").combine_chunks() if rows.num_rows else None
-    width = col.type.list_size if col is not None else dim
-    if width != dim:
-        return False, {"reason": f"vector dimension {width} != expected {dim}"}
-    if col is None:
-        return True, {"rows": 0}
-    # shape: [n_rows, dim]
-    v = col.flatten().to_numpy(zero_copy_only=False).reshape(-1, dim)
-    bad_finite = ~np.isfinite(v).all(axis=1)
-    norms = np.linalg.norm(np.where(np.isfinite(v), v, 0.0).astype(np.float64), axis=1)
-    bad_norm = np.abs(norms - 1.0) > atol if normalized else np.zeros(len(v), bool)
-    ids = rows.column("chunk_id").to_pylist()
-    bad = [ids[i] for i in np.flatnonzero(bad_finite | bad_norm)[:MAX_LISTED]]
-    return not bad, {
-        "rows": len(v),
-        "non_finite": int(bad_finite.sum()),
-        "not_unit_norm": int(bad_norm.sum()),
-        "max_norm_error": float(np.abs(norms - 1.0).max()) if normalized else 0.0,
-        "examples": bad,
-    }
+class VectorTally:
+    """``vectors_valid`` over rows given a partition at a time: every vector is finite, has ``dim``
+    values and, when every row's head normalizes (its name ends in ``l2``), unit L2 norm (±``atol``).
+    Keeps counts, the largest norm error and the first :data:`MAX_LISTED` offending chunk_ids."""
+
+    def __init__(self, dim: int, atol: float = 1e-3) -> None:
+        self.dim, self.atol = dim, atol
+        self.rows = self.non_finite = self.not_unit_norm = 0
+        self.max_norm_error = 0.0
+        self.heads: set[str] = set()
+        self.width_error: str | None = None
+        self.not_finite_ids: list[str] = []  # first offenders when the head does not normalize
+        self.offending_ids: list[str] = []  # first offenders when it does (not finite or not unit norm)
+
+    def add(self, rows: pa.Table) -> None:
+        """Tally ``rows`` (columns ``vector``, ``head``, ``chunk_id``)."""
+        if not rows.num_rows:
+            return
+        col = rows.column("vector").combine_chunks()
+        if col.type.list_size != self.dim:
+            self.width_error = self.width_error or f"vector dimension {col.type.list_size} != expected {self.dim}"
+            return
+        self.heads.update(pc.unique(rows.column("head")).to_pylist())
+        # shape: [n_rows, dim]
+        v = col.flatten().to_numpy(zero_copy_only=False).reshape(-1, self.dim)
+        bad_finite = ~np.isfinite(v).all(axis=1)
+        errors = np.abs(np.linalg.norm(np.where(np.isfinite(v), v, 0.0).astype(np.float64), axis=1) - 1.0)
+        bad_norm = errors > self.atol
+        ids = rows.column("chunk_id")
+        for listed, bad in ((self.not_finite_ids, bad_finite), (self.offending_ids, bad_finite | bad_norm)):
+            room = MAX_LISTED - len(listed)
+            if room > 0:
+                listed += ids.take(pa.array(np.flatnonzero(bad)[:room])).to_pylist()
+        self.rows += len(v)
+        self.non_finite += int(bad_finite.sum())
+        self.not_unit_norm += int(bad_norm.sum())
+        self.max_norm_error = max(self.max_norm_error, float(errors.max()))
+
+    def outcome(self) -> Outcome:
+        """``(passed, {rows, non_finite, not_unit_norm, max_norm_error, examples})``, or
+        ``(False, {reason})`` for vectors of another width."""
+        if self.width_error:
+            return False, {"reason": self.width_error}
+        if not self.rows:
+            return True, {"rows": 0}
+        normalized = all(h.endswith("l2") for h in self.heads)
+        bad = self.offending_ids if normalized else self.not_finite_ids
+        return not bad, {
+            "rows": self.rows,
+            "non_finite": self.non_finite,
+            "not_unit_norm": self.not_unit_norm if normalized else 0,
+            "max_norm_error": self.max_norm_error if normalized else 0.0,
+            "examples": bad,
+        }
+
+
+class ChunkIdTally:
+    """``unique_chunk_ids`` over rows given a partition at a time: no two rows share a ``chunk_id``.
+
+    Without holding every id of the run: a chunk_id is the hash of its row's ``(partition, doc_id,
+    chunk_index)`` (:func:`~latechunk_dagster.sink.schema.chunk_id`), so two partitions' rows can
+    share one only through a row whose id is not its own key ("foreign": copied, or written by an
+    older version). Duplicates inside a partition are found with that partition's ids; the foreign
+    ids (none in a table this package wrote) are kept and looked up across the partitions at the
+    end. Memory: one partition's ids, plus the foreign ones.
+    """
+
+    def __init__(self) -> None:
+        self.rows = self.duplicates = 0
+        self.examples: list[str] = []
+        self.foreign: set[str] = set()
+
+    def add(self, partition: str, rows: pa.Table) -> None:
+        """Tally the rows of ``partition`` (columns ``chunk_id``, ``doc_id``, ``chunk_index``)."""
+        ids = rows.column("chunk_id").to_pylist()
+        own = zip(rows.column("doc_id").to_pylist(), rows.column("chunk_index").to_pylist())
+        foreign = {i for i, (doc, index) in zip(ids, own) if i != chunk_id(partition, doc, index)}
+        self.foreign |= foreign
+        self.rows += len(ids)
+        seen: set[str] = set()
+        self._count({i for i in ids if i in seen or seen.add(i)} - foreign)  # type: ignore[func-returns-value]
+
+    def _count(self, duplicated: Iterable[str]) -> None:
+        dup = sorted(duplicated)
+        self.duplicates += len(dup)
+        self.examples = sorted(set(self.examples) | set(dup[:MAX_LISTED]))[:MAX_LISTED]
+
+    def outcome(self, lookup: Callable[[list[str]], pa.Table]) -> Outcome:
+        """``(passed, {rows, duplicates, examples})``.
+
+        Args:
+            lookup: the rows (``chunk_id``, ``partition``, ``doc_id``, ``chunk_index``) of the checked
+                partitions whose chunk_id is one of a list (at most :data:`LOOKUP_BATCH` ids).
+        """
+        foreign = sorted(self.foreign)
+        for start in range(0, len(foreign), LOOKUP_BATCH):
+            found = lookup(foreign[start : start + LOOKUP_BATCH]).to_pylist()
+            rows_in: dict[str, Counter[str]] = defaultdict(Counter)
+            foreign_in: dict[str, set[str]] = defaultdict(set)
+            for r in found:
+                rows_in[r["chunk_id"]][r["partition"]] += 1
+                if r["chunk_id"] != chunk_id(r["partition"], r["doc_id"], r["chunk_index"]):
+                    foreign_in[r["chunk_id"]].add(r["partition"])
+            # add() counted an id already when it had two rows of its own partition there
+            self._count(
+                i
+                for i, per in rows_in.items()
+                if sum(per.values()) > 1 and not any(n > 1 and p not in foreign_in[i] for p, n in per.items())
+            )
+        return not self.duplicates, {"rows": self.rows, "duplicates": self.duplicates, "examples": self.examples}
 
 
 def spans_tile(rows: pa.Table, docs: dict[str, Document] | None) -> Outcome:
@@ -183,14 +351,6 @@ def _span_problem(chunks: list[dict], doc: Document | None, without_text: bool =
     if pos != chunks[-1]["doc_tokens"]:
         return f"token ranges end at {pos}, document has {chunks[-1]['doc_tokens']} tokens"
     return None
-
-
-def unique_chunk_ids(rows: pa.Table) -> Outcome:
-    """No two rows share a ``chunk_id``."""
-    ids = rows.column("chunk_id").to_pylist()
-    seen: set[str] = set()
-    dup = sorted({i for i in ids if i in seen or seen.add(i)})  # type: ignore[func-returns-value]
-    return not dup, {"rows": len(ids), "duplicates": len(dup), "examples": dup[:MAX_LISTED]}
 
 
 def documents_accounted(rows: pa.Table, rejected: pa.Table, docs: dict[str, Document]) -> Outcome:
