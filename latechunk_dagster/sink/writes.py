@@ -229,10 +229,13 @@ def commit_documents(
     return _merge(table, "chunk_id", rows, scope, what)
 
 
-def table_partitions(table: Any) -> list[str]:
-    """The distinct ``partition`` values of a LanceDB table, sorted (one column read, no vectors)."""
-    column = table.search().select(["partition"]).limit(None).to_arrow().column("partition")
-    return sorted(pc.unique(column).to_pylist())
+def table_partitions(table: Any, batch_rows: int = 65_536) -> list[str]:
+    """The distinct ``partition`` values of a LanceDB table, sorted. Reads that one column in batches
+    of ``batch_rows`` rows: memory is one batch and the distinct names, not the column of every row."""
+    seen: set[str] = set()
+    for batch in table.search().select(["partition"]).limit(None).to_batches(batch_size=batch_rows):
+        seen.update(pc.unique(batch.column("partition")).to_pylist())
+    return sorted(seen)
 
 
 def stored_partitions(db: Any, table_names: list[str]) -> set[str]:
