@@ -327,7 +327,7 @@ def test_fingerprints_and_check_reads_take_one_pass_over_a_single_file_store(
     monkeypatch.setattr(store_files, "jsonl_rows", counting)
     assert store.fingerprints() == expected
     assert len(reads) == 1
-    assert store.read_shards_with_rejections([*shards, "nope"]) == shards  # what the asset checks read
+    assert store.read_shards_with_rejections([*shards, "nope"]) == shards  # one pass for several shards
     assert len(reads) == 2
 
 
