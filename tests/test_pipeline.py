@@ -123,7 +123,7 @@ def test_multi_partition_backfill_runs_once_and_writes_every_partition(env) -> N
     assert rows.num_rows == sum(m["partition_row_count"].value for m in by_part.values())
     assert set(rows.column("doc_id").to_pylist()) == set(DOCS) - {"alpha/empty.txt"}
     lineage = rows.slice(0, 1).to_pylist()[0]
-    assert lineage["run_id"] == result.run_id and lineage["engine_path"] == "token_states"
+    assert lineage["run_id"] == result.run_id and lineage["engine_path"] == "spans"
     assert lineage["strategy"] == "sentences(language='en', max_tokens=128, segmenter='sentencex')"
     assert len(lineage["model_sha256"]) == 64 and lineage["vllm_version"].startswith("0.3")
     rejected = sink.connect(str(env["db"])).open_table("rejected_documents").to_arrow().to_pylist()

@@ -197,7 +197,7 @@ def test_include_prompt_false_matches_sentence_transformers(no_prompt_model: Pat
     with LateChunker(no_prompt_model, **TEST_ENGINE_ARGS) as chunker:
         assert chunker.card.include_prompt is False
         assert (chunker.query_prompt_tokens, chunker.document_prompt_tokens) == (3, 3)  # [CLS] query/passage :
-        assert chunker.path == "token_states"
+        assert chunker.path == "spans"  # the span path honours include_prompt=false too
         got_q = chunker.embed_queries(["q"])
         [doc] = chunker.chunk([DOC], FixedTokens(chunk_size=10_000))
         assert len(doc.chunks) == 1 and doc.chunks[0].token_range[0] == 0  # the chunk still owns the prompt

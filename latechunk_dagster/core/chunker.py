@@ -848,7 +848,14 @@ class LateChunker:
             raise TypeError(f"strategy must be a ChunkingStrategy (e.g. FixedTokens(64)), got {strategy!r}")
 
     def _spans(self, strategy: ChunkingStrategy, text: str, tokens: Tokenization, i: int, did: str) -> list[Span]:
-        """The strategy's spans of one document, within :attr:`strategy_timeout_s` (see :mod:`..timebound`)."""
+        """The strategy's spans of one document, within :attr:`strategy_timeout_s` (see :mod:`..timebound`).
+
+        Raises (each naming the document ``i``/``did``, so the batch's other documents go on):
+            SpanError: the strategy refused the text, or its spans do not tile the document's tokens
+                (a gap, an overlap, an empty span, a span past the last token), or the first span
+                holds only prompt tokens that the model's Pooling leaves out of the mean.
+            StrategyTimeoutError, StrategyFailedError: the strategy ran past its time bound, or raised.
+        """
         bound = self.strategy_timeout_s
         try:
             spans = call_with_time_limit(strategy.spans, (text, tokens), bound)
@@ -866,7 +873,12 @@ class LateChunker:
         except Exception as exc:  # one document's strategy failure must not sink the batch
             log.exception("strategy %s failed on document %r", strategy.describe(), did)
             raise StrategyFailedError(i, did, f"{strategy.describe()} raised {type(exc).__name__}: {exc}") from exc
-        check_tiling(spans, len(tokens))
+        try:
+            check_tiling(spans, len(tokens))
+        except (AssertionError, AttributeError, TypeError) as exc:  # this document's spans, not the batch's
+            raise SpanError(
+                i, did, f"{strategy.describe()} returned spans that do not tile its {len(tokens)} tokens: {exc}"
+            ) from None
         if self.document_prompt_tokens >= spans[0].end:
             raise SpanError(
                 i,

@@ -36,7 +36,9 @@ class ChunkedDocument:
         chunks: the chunks, in order, tiling ``[0, len(token_ids))``.
         vectors: ``np.ndarray`` float32, shape ``[len(chunks), embedding_dim]``.
         token_ids: the one tokenization that was pooled (special and prefix tokens included).
-        path: ``"native"`` (vLLM reduced the spans in the worker) or ``"token_states"``.
+        path: the engine path that produced it: ``"native"`` (vLLM reduced the spans in the worker),
+            ``"spans"`` (the engine summed each span's rows, the host divided and applied the head) or
+            ``"token_states"`` (every token state came to the host: the reference path).
         windows: number of encoder inputs (1 unless the document is longer than the model).
         opt_ins: model refusals the caller overrode (``"causal"``, ``"pooling=cls"``).
     """

@@ -37,6 +37,7 @@ class EnginePath(StrEnum):
 
     auto = "auto"
     native = "native"
+    spans = "spans"
     token_states = "token_states"
 
 
@@ -52,7 +53,9 @@ class ChunkerResource(ConfigurableResource):
     model: str = Field(description="Model directory on disk (sentence-transformers layout or plain Hugging Face).")
     max_model_len: int | None = Field(default=None, description="Encoder input limit in tokens (default: model's).")
     engine_path: EnginePath = Field(
-        default=EnginePath.auto, description="'auto', 'native' (vLLM >= 0.33) or 'token_states'."
+        default=EnginePath.auto,
+        description="'auto' (native where vLLM has it, else span sums in the engine), 'native' (vLLM >= 0.33), "
+        "'spans' (span sums in the engine) or 'token_states' (every token state to the host: the reference).",
     )
     prefix: str | None = Field(default=None, description="Document instruction prefix (default: model's).")
     query_prefix: str | None = Field(default=None, description="Query instruction prefix (default: model's).")

@@ -48,12 +48,13 @@ def test_native_equals_token_states_and_reference(native: LateChunker, minilm_di
         assert np.abs(a.vectors - ref).max() < 1e-4
 
 
-def test_boundary_strategies_and_long_documents_use_token_states(native: LateChunker) -> None:
+def test_boundary_strategies_and_long_documents_use_the_span_path(native: LateChunker) -> None:
+    """Documents the native path cannot serve go to the span path (issue 26), not to token states."""
     [s] = native.chunk([DOCS[0]], Sentences(max_tokens=16))
-    assert s.path == "token_states"
+    assert s.path == "spans"
     long_text = "The pump of plant seven was repaired by its team. " * 80
     [fixed] = native.chunk([long_text], FixedTokens(32))
-    assert fixed.windows > 1 and fixed.path == "token_states"
+    assert fixed.windows > 1 and fixed.path == "spans"
 
 
 def test_prefix_native_matches_token_states(native: LateChunker) -> None:
