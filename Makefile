@@ -19,6 +19,11 @@ $(VENV)/.installed: pyproject.toml
 	# dagster-k8s for tests/test_deploy.py: each release pins one dagster exactly, and the registry
 	# has no 0.29.28 (dagster 1.13.28's); 0.29.27 without its pin (its other dependencies are in dev)
 	$(VENV)/bin/pip install -q --no-deps dagster-k8s==0.29.27 2>&1 | $(QUIET_PIP)
+	# Dagster's `dg` command for tests/test_readme.py (it lists the component): likewise the registry
+	# has no dagster-dg-cli 1.13.28; 1.13.27 and its dagster-rest-resources without their pins, beside
+	# dagster-dg-core 1.13.28 (with its dependencies, none of which moves a package already installed)
+	$(VENV)/bin/pip install -q dagster-dg-core==1.13.28 2>&1 | $(QUIET_PIP)
+	$(VENV)/bin/pip install -q --no-deps dagster-dg-cli==1.13.27 dagster-rest-resources==0.29.27 2>&1 | $(QUIET_PIP)
 	# PyPI's torchvision/torchaudio/torchcodec break `import transformers` beside torch 2.13+cpu
 	$(VENV)/bin/pip uninstall -y -q torchvision torchaudio torchcodec 2>&1 | $(QUIET_PIP)
 	touch $@

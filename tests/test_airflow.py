@@ -292,17 +292,17 @@ def test_systemic_failure_fails_its_task_and_keeps_old_rows(env, tmp_path: Path,
 def test_readme_airflow_example_runs_as_written(
     env, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, chunker: LateChunker
 ) -> None:
-    from tests.test_readme import readme_block
+    from tests.doc_examples import example
     from tests.test_readme import write_store as write_readme_store
 
     project = tmp_path / "project"
     project.mkdir()
     write_readme_store(project)  # data/documents: shards pumps, owls
     monkeypatch.chdir(project)
-    name, value = re.fullmatch(r"export (\w+)='(.*)'", readme_block("airflow-connection").strip()).groups()
+    name, value = re.fullmatch(r"export (\w+)='(.*)'", example("airflow-connection").strip()).groups()
     monkeypatch.setenv(name, value)
     dag_file = airflow_env.DAGS / "latechunk_dag.py"
-    dag_file.write_text(readme_block("latechunk_dag.py"))
+    dag_file.write_text(example("latechunk_dag.py"))
     try:
         module = load_dag_file(dag_file, "readme_latechunk_dag")
         dr = run(module.dag, chunker)

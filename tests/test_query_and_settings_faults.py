@@ -1,10 +1,10 @@
-"""Issue 27, items 12-15: query text, the README's store filters, the index refresh beside a writer,
+"""Issue 27, items 12-15: query text, the store filters of docs/querying.md, the index refresh beside a writer,
 ``read_consistency_interval_s``.
 
 * 12: a query holding a lone surrogate (a byte that is not UTF-8 on the command line, half an emoji
   from a JavaScript client) is refused in one line naming the character, by ``latechunk search``,
   ``search()``, both client embedders, an evaluation built in code and a query file.
-* 13: the README's LangChain and LlamaIndex recipes, run as written on a table holding
+* 13: docs/querying.md's LangChain and LlamaIndex recipes, run as written on a table holding
   ``O'Brien notes.txt``: exactly that document, and nothing for a crafted id.
 * 14: ``refresh_indexes`` while another connection commits partitions (a real LanceDB commit
   conflict on the compaction) succeeds and loses no row.
@@ -14,7 +14,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import math
@@ -42,11 +41,11 @@ from latechunk_dagster.sink.indexing import has_fts_index, refresh_indexes
 from latechunk_dagster.sink.search import search
 from latechunk_dagster.sink.writes import replace_partition
 from latechunk_dagster.sources.files import Document
+from tests.doc_examples import example, lend_engine
 from tests.test_cli import run_cli
 
 warnings.filterwarnings("ignore", message=".*validate_default.*")  # pydantic, on importing llama_index
 
-README = Path(__file__).resolve().parents[1] / "README.md"
 APOSTROPHE = "O'Brien notes.txt"
 DOCS = {
     APOSTROPHE: "Notes of Mr O'Brien on the harbour pumps. The pumps compress data with zlib before the upload.",
@@ -62,7 +61,7 @@ HALF_EMOJI = "harbour pumps \ud83d"  # the high half of U+1F642, as a UTF-16 cli
 @pytest.fixture(scope="module")
 def project(tmp_path_factory: pytest.TempPathFactory, chunker: LateChunker) -> Path:
     """``data/lancedb`` with a ``chunks`` table written by the pipeline from :data:`DOCS`, in the
-    partition the README's examples filter on (``f-g``)."""
+    partition the guide's examples filter on (``f-g``)."""
     root = tmp_path_factory.mktemp("faults")
     settings = LanceDBSettings(uri=str(root / "data" / "lancedb"))
     materialize_partition(
@@ -141,49 +140,41 @@ def test_evaluation_queries_name_a_lone_surrogate(project: Path, chunker: LateCh
         read_queries(path)
 
 
-# -- 13. the README's store filters on an id with an apostrophe ------------------------------------------------
+# -- 13. the guide's store filters on an id with an apostrophe ------------------------------------------------
 
 
-def readme_block(name: str, doc_id: str) -> str:
-    """The README's example ``name`` with its ``DOC_ID = ...`` line set to ``doc_id`` (nothing else changed)."""
-    match = re.search(rf"<!-- readme-example: {re.escape(name)} -->\n```\w+\n(.*?)```", README.read_text(), re.S)
-    assert match, f"README has no example {name!r}"
-    code, n = re.subn(r"^DOC_ID = .*$", f"DOC_ID = {doc_id!r}", match.group(1), flags=re.M)
-    assert n == 1, f"README example {name!r} has no DOC_ID line"
+def example_for(name: str, doc_id: str) -> str:
+    """The example ``name`` (docs/querying.md) with its ``DOC_ID = ...`` line set to ``doc_id`` (nothing else
+    changed)."""
+    code, n = re.subn(r"^DOC_ID = .*$", f"DOC_ID = {doc_id!r}", example(name), flags=re.M)
+    assert n == 1, f"the example {name!r} has no DOC_ID line"
     return code
 
 
 @pytest.fixture
 def in_project(project: Path, chunker: LateChunker, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """Run in the project directory, ``LateChunker(model)`` handing back the module's engine (one
-    in-process vLLM engine per process; not a fake: as tests/test_clients.py's README tests)."""
-    import latechunk_dagster
-
-    @contextlib.contextmanager
-    def shared(model, **kwargs):  # noqa: ANN001, ANN202
-        assert Path(model).resolve() == Path(chunker.card.path).resolve() and not kwargs
-        yield chunker
-
-    monkeypatch.setattr(latechunk_dagster, "LateChunker", shared)
+    """Run in the project directory, ``LateChunker(model)`` handing back the module's engine
+    (``tests.doc_examples.lend_engine``, as tests/test_clients.py's example tests)."""
+    lend_engine(monkeypatch, chunker)
     monkeypatch.chdir(project)
     yield
 
 
-def test_readme_langchain_filter_matches_exactly_an_id_with_an_apostrophe(
+def test_guide_langchain_filter_matches_exactly_an_id_with_an_apostrophe(
     in_project: None, project: Path, capsys
 ) -> None:
     counts = chunk_counts(project)
     assert counts[APOSTROPHE] >= 2 and len(counts) == len(DOCS)
     scope: dict = {}
     crafted: dict = {}
-    exec(readme_block("langchain.py", APOSTROPHE), scope)
+    exec(example_for("langchain.py", APOSTROPHE), scope)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # LangChain's "No results found for the query."
-        exec(readme_block("langchain.py", CRAFTED), crafted)
+        exec(example_for("langchain.py", CRAFTED), crafted)
     assert [d.metadata["doc_id"] for d in scope["in_doc"]] == [APOSTROPHE] * min(3, counts[APOSTROPHE])
     assert {d.metadata["doc_id"] for d in scope["in_partition"]} <= set(DOCS)
     assert crafted["in_doc"] == []
-    # why the README says so: langchain-community pastes a dict filter's value between quotes as it is
+    # why the guide says so: langchain-community pastes a dict filter's value between quotes as it is
     store, search_kw = scope["store"], scope["search"]
     with pytest.raises(ValueError, match="invalid SQL predicate: Unterminated string literal"):
         store.similarity_search("pumps", filter={"doc_id": APOSTROPHE}, **search_kw)
@@ -191,16 +182,16 @@ def test_readme_langchain_filter_matches_exactly_an_id_with_an_apostrophe(
     assert {d.metadata["doc_id"] for d in leaked} == set(DOCS)
 
 
-def test_readme_llamaindex_filter_matches_exactly_an_id_with_an_apostrophe(
+def test_guide_llamaindex_filter_matches_exactly_an_id_with_an_apostrophe(
     in_project: None, project: Path, capsys
 ) -> None:
     counts = chunk_counts(project)
     scope: dict = {}
-    exec(readme_block("llamaindex.py", APOSTROPHE), scope)
+    exec(example_for("llamaindex.py", APOSTROPHE), scope)
     assert [n.node.metadata["doc_id"] for n in scope["in_doc"]] == [APOSTROPHE] * min(3, counts[APOSTROPHE])
     crafted: dict = {}
     with pytest.raises(Warning, match="query results are empty"):  # how LlamaIndex's store says "nothing"
-        exec(readme_block("llamaindex.py", CRAFTED), crafted)
+        exec(example_for("llamaindex.py", CRAFTED), crafted)
     assert "nodes" in crafted and "in_doc" not in crafted  # it was the filter line that found nothing
 
 
