@@ -10,7 +10,7 @@ set -uo pipefail
 wheels=${1:-} py=${2:?python} venv=${3:?venv}
 quiet() { sed -u '/^WARNING: Location/d'; }
 if [ -z "$wheels" ] || [ ! -f "$wheels/install-vllm-0.33-cpu.sh" ]; then
-    echo "SKIPPED native-path tests: no ../shared/wheels (vLLM 0.33 CPU build) on this machine"
+    echo "SKIPPED native-path tests: no vLLM 0.33 CPU wheels on this machine (VLLM033_WHEELS: docs/testing.md)"
     exit 3
 fi
 # the stamp holds the sha256 of the pyproject.toml it was built from

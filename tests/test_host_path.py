@@ -18,7 +18,7 @@ from latechunk_dagster.core.timebound import TimeLimitExceeded, call_with_time_l
 from latechunk_dagster.core.tokenization import tokenize_document, tokenize_documents
 from latechunk_dagster.core.windows import plan_windows
 
-#: pySBD 0.3.4 backtracks exponentially on this (shared/ENVIRONMENT.md: 41 s with 9 numbers, minutes with 10).
+#: pySBD 0.3.4 backtracks exponentially on this (measured on 2 cores: 41 s with 9 numbers, minutes with 10).
 PATHOLOGICAL = "The references follow ...[484 216 622 139 651 592 379 228 242 355] and more text here."
 
 TEXTS = [

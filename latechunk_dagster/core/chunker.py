@@ -318,7 +318,7 @@ class LateChunker:
         window_length: tokens per window (default and maximum: ``max_model_len``).
         allow_windows: ``False`` turns long documents into ``DocumentTooLongError``.
         gpu_memory_utilization: vLLM's memory fraction; default 0.3 on the CPU (where it is a
-            fraction of host memory and vLLM's 0.92 fails to start, see shared/ENVIRONMENT.md)
+            fraction of host memory and vLLM's 0.92 did not start on a 24 GiB machine)
             and 0.9 on a GPU.
         in_process: run vLLM's engine core in this process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``).
             Default: True on the CPU, where it measured 2.9 s vs 22 s start-up (eager) and

@@ -3,7 +3,7 @@
 Per-token states come from ``llm.encode(..., pooling_task="token_embed")`` with
 ``PoolingParams(use_activation=False)`` (normalization off); native chunk means from
 ``LateChunkingParams`` on vLLM >= 0.33. The CPU defaults below were measured on this
-project's machines (see ``shared/ENVIRONMENT.md``).
+project's machines (2 cores, 24 GiB; the figures are given at each default).
 """
 
 from __future__ import annotations
