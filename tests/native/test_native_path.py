@@ -1,7 +1,8 @@
 """vLLM >= 0.33 native late chunking (worker-side span means) against the token-state path.
 
-Runs only in an environment with vLLM 0.33 (`make test` builds `.venv-native` from
-`../shared/wheels` when that folder exists); elsewhere these tests are deselected.
+Runs only in an environment with vLLM 0.33 (`make test` builds `.venv-native` from the wheels that
+the Makefile's `VLLM033_WHEELS` names, where there are some: docs/testing.md); elsewhere these tests
+are deselected.
 """
 
 from __future__ import annotations
