@@ -284,6 +284,122 @@ class NomicBertConfig(GPT2Config):
         super().__init__(**kwargs)
 """
 
+#: The model code a NomicBert model ships (``auto_map`` ``AutoModel``: what ``trust_remote_code``
+#: loads in transformers), written for these tests in torch from the architecture above and the
+#: module names of Nomic's ``modeling_hf_nomic_bert.py`` (so its checkpoint's weight names load):
+#: post-norm blocks, rotary q/k (non-interleaved halves) with dynamic NTK scaling of the base for an
+#: input longer than ``max_trained_positions``, SwiGLU ``fc2(fc11(x) * silu(fc12(x)))``, padding
+#: masked out of attention. It shares no code with vLLM's implementation or with :func:`nomic_states`.
+NOMIC_MODEL_CODE = """
+import math
+
+import torch
+from torch import nn
+from transformers import PreTrainedModel
+from transformers.modeling_outputs import BaseModelOutput
+
+from .configuration_hf_nomic_bert import NomicBertConfig
+
+
+class NomicBertEmbeddings(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.word_embeddings = nn.Embedding(config.vocab_size, config.n_embd)
+        self.token_type_embeddings = nn.Embedding(config.type_vocab_size, config.n_embd)
+
+    def forward(self, input_ids, token_type_ids):
+        return self.word_embeddings(input_ids) + self.token_type_embeddings(token_type_ids)
+
+
+def rotate(x, cos, sin):
+    half = x.shape[-1] // 2
+    x1, x2 = x[..., :half], x[..., half:]
+    return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
+
+
+class NomicBertAttention(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.heads, self.dim = config.n_head, config.n_embd // config.n_head
+        self.base, self.factor = float(config.rotary_emb_base), config.rotary_scaling_factor
+        self.trained = config.max_trained_positions
+        self.Wqkv = nn.Linear(config.n_embd, 3 * config.n_embd, bias=config.qkv_proj_bias)
+        self.out_proj = nn.Linear(config.n_embd, config.n_embd, bias=config.qkv_proj_bias)
+
+    def forward(self, x, bias):
+        b, n, d = x.shape
+        q, k, v = self.Wqkv(x).view(b, n, 3, self.heads, self.dim).unbind(dim=2)
+        base = self.base
+        if self.factor and n > self.trained:  # dynamic NTK: the base grows with the input's length
+            base = base * ((self.factor * n / self.trained) - (self.factor - 1)) ** (self.dim / (self.dim - 2))
+        # the angles in float32, as Nomic's code (and vLLM's rotary embedding) computes them
+        inv_freq = 1.0 / base ** (torch.arange(0, self.dim, 2, dtype=torch.float32) / self.dim)
+        ang = torch.outer(torch.arange(n, dtype=torch.float32), inv_freq)
+        cos, sin = ang.cos()[None, :, None, :].to(x.dtype), ang.sin()[None, :, None, :].to(x.dtype)
+        q, k = rotate(q, cos, sin), rotate(k, cos, sin)
+        scores = torch.einsum("bqhd,bkhd->bhqk", q, k) / math.sqrt(self.dim) + bias
+        ctx = torch.einsum("bhqk,bkhd->bqhd", scores.softmax(dim=-1), v).reshape(b, n, d)
+        return self.out_proj(ctx)
+
+
+class NomciBertGatedMLP(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.fc11 = nn.Linear(config.n_embd, config.n_inner, bias=config.mlp_fc1_bias)
+        self.fc12 = nn.Linear(config.n_embd, config.n_inner, bias=config.mlp_fc1_bias)
+        self.fc2 = nn.Linear(config.n_inner, config.n_embd, bias=config.mlp_fc2_bias)
+
+    def forward(self, x):
+        return self.fc2(self.fc11(x) * nn.functional.silu(self.fc12(x)))
+
+
+class NomicBertBlock(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.attn = NomicBertAttention(config)
+        self.mlp = NomciBertGatedMLP(config)
+        self.norm1 = nn.LayerNorm(config.n_embd, eps=config.layer_norm_epsilon)
+        self.norm2 = nn.LayerNorm(config.n_embd, eps=config.layer_norm_epsilon)
+
+    def forward(self, x, bias):
+        x = self.norm1(x + self.attn(x, bias))
+        return self.norm2(x + self.mlp(x))
+
+
+class NomicBertEncoder(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.layers = nn.ModuleList([NomicBertBlock(config) for _ in range(config.n_layer)])
+
+
+class NomicBertPreTrainedModel(PreTrainedModel):
+    config_class = NomicBertConfig
+    base_model_prefix = "model"
+
+    def _init_weights(self, module):
+        pass
+
+
+class NomicBertModel(NomicBertPreTrainedModel):
+    def __init__(self, config):
+        super().__init__(config)
+        self.embeddings = NomicBertEmbeddings(config)
+        self.emb_ln = nn.LayerNorm(config.n_embd, eps=config.layer_norm_epsilon)
+        self.encoder = NomicBertEncoder(config)
+        self.post_init()
+
+    def forward(self, input_ids, attention_mask=None, token_type_ids=None, **kwargs):
+        if attention_mask is None:
+            attention_mask = torch.ones_like(input_ids)
+        if token_type_ids is None:
+            token_type_ids = torch.zeros_like(input_ids)
+        x = self.emb_ln(self.embeddings(input_ids, token_type_ids))
+        bias = (1.0 - attention_mask[:, None, None, :].to(x.dtype)) * torch.finfo(x.dtype).min
+        for layer in self.encoder.layers:
+            x = layer(x, bias)
+        return BaseModelOutput(last_hidden_state=x)
+"""
+
 NOMIC_HIDDEN, NOMIC_LAYERS, NOMIC_HEADS, NOMIC_INNER, NOMIC_VOCAB = 64, 2, 1, 96, 30528
 
 
@@ -298,14 +414,18 @@ def build_nomic(
     max_seq_length: int | None = None,
     seed: int = 3,
 ) -> Path:
-    """NomicBert (nomic-embed-text-v1/v1.5): config code shipped with the model (``auto_map``),
+    """NomicBert (nomic-embed-text-v1/v1.5): config and model code shipped with the model (``auto_map``),
     Nomic's weight names, BERT's uncased WordPiece, ``search_document: ``/``search_query: `` prompts."""
     out.mkdir(parents=True, exist_ok=True)
     wordpiece_tokenizer(out, minilm_dir)
     (out / "configuration_hf_nomic_bert.py").write_text(NOMIC_CONFIG_CODE)
+    (out / "modeling_hf_nomic_bert.py").write_text(NOMIC_MODEL_CODE)
     config = {
         "architectures": ["NomicBertModel"],
-        "auto_map": {"AutoConfig": "configuration_hf_nomic_bert.NomicBertConfig"},
+        "auto_map": {
+            "AutoConfig": "configuration_hf_nomic_bert.NomicBertConfig",
+            "AutoModel": "modeling_hf_nomic_bert.NomicBertModel",
+        },
         "model_type": "nomic_bert",
         "activation_function": "swiglu",
         "n_embd": NOMIC_HIDDEN,

@@ -65,6 +65,10 @@ from latechunk_dagster.core.windows import WindowPlan, default_overlap, plan_win
 log = logging.getLogger(__name__)
 
 EnginePath = Literal["auto", "native", "spans", "token_states"]
+EngineName = Literal["vllm", "transformers"]
+#: The engines :class:`LateChunker` starts by name: the in-process vLLM engine and the light
+#: transformers engine (:mod:`latechunk_dagster.core.engines.transformers_engine`).
+ENGINES: tuple[str, ...] = ("vllm", "transformers")
 
 #: Default per-document time bound of a strategy, in seconds. The default segmenter does
 #: ~5M tokens/s, pySBD ~22k tokens/s (so 30 s is ~650k tokens of pySBD); pySBD's exponential
@@ -270,8 +274,10 @@ class LateChunker:
 
     The encoder is an :class:`~latechunk_dagster.core.engines.Engine`: by default an
     in-process ``vllm.LLM`` (:class:`~latechunk_dagster.core.engines.vllm_local.VLLMEngine`)
-    built from the vLLM arguments below; pass ``engine=`` to use another one (those
-    arguments are then ignored).
+    built from the vLLM arguments below; ``engine="transformers"`` loads the model's own
+    transformers class instead (:class:`~latechunk_dagster.core.engines.transformers_engine.
+    TransformersEngine`: no vLLM, starts in seconds, runs where vLLM does not); pass an
+    :class:`Engine` to use another one (the vLLM arguments are then ignored).
 
     Example (the shipped model, on the CPU)::
 
@@ -329,8 +335,13 @@ class LateChunker:
         **engine_kwargs: passed to ``vllm.LLM`` (``tensor_parallel_size``, ``enforce_eager``...);
             on the CPU ``enforce_eager`` defaults to True (torch.compile measured +35 s start-up
             for +25% tokens/s: a loss below ~750k tokens).
-        engine: an already started :class:`~latechunk_dagster.core.engines.Engine` for this model;
-            the chunker owns it from then on (``close()`` closes it).
+        engine: which engine encodes: ``"vllm"`` (default; ``None`` means it too), ``"transformers"``
+            (the light engine: the same token states in float32 from transformers, for queries,
+            macOS/Windows and models vLLM does not serve; ``dtype`` may only be ``"float32"``, the vLLM
+            arguments are refused by name, and ``**engine_kwargs`` may hold its ``device`` and
+            ``batch_tokens``), or an already started :class:`~latechunk_dagster.core.engines.Engine`
+            for this model, which the chunker owns from then on (``close()`` closes it). The engine's
+            name is part of :attr:`settings` (lineage, and the incremental rule's record).
         strategy_timeout_s: per-document time bound of the chunking strategy, in seconds
             (default :data:`DEFAULT_STRATEGY_TIMEOUT_S`; ``None`` = unbounded). A document whose
             spans take longer is stopped and rejected alone (:class:`StrategyTimeoutError`,
@@ -343,7 +354,8 @@ class LateChunker:
         HeadNotSupportedError: non-linear projection on the token-state path.
         ValueError: ``window_overlap`` is not an int >= 0 below the document tokens a window holds, or
             ``window_length`` leaves no room for them beside the special and prefix tokens (checked
-            before the engine starts, naming the setting).
+            before the engine starts, naming the setting); an ``engine`` name other than
+            :data:`ENGINES`, or vLLM arguments given to the transformers engine.
     """
 
     def __init__(
@@ -364,7 +376,7 @@ class LateChunker:
         allow_windows: bool = True,
         gpu_memory_utilization: float | None = None,
         in_process: bool | None = None,
-        engine: Engine | None = None,
+        engine: Engine | EngineName | None = "vllm",
         strategy_timeout_s: float | None = DEFAULT_STRATEGY_TIMEOUT_S,
         **engine_kwargs: Any,
     ) -> None:
@@ -392,9 +404,33 @@ class LateChunker:
         self.allow_windows = allow_windows
         self.strategy_timeout_s = strategy_timeout_s
         self.check_windows()
-        # decided before the default engine starts
-        self.path: str = self._engine_path(engine_path, engine)
-        if engine is None:
+        named = "vllm" if engine is None else engine if isinstance(engine, str) else None
+        if named is not None and named not in ENGINES:
+            raise ValueError(f"engine must be one of {list(ENGINES)} or an Engine, got {engine!r}")
+        if named == "transformers":
+            from latechunk_dagster.core.engines.transformers_engine import TransformersEngine
+
+            vllm_args = {"dtype": dtype if dtype not in (None, "float32") else None}
+            vllm_args |= {"gpu_memory_utilization": gpu_memory_utilization, "in_process": in_process}
+            given = [f"{k}={v!r}" for k, v in vllm_args.items() if v is not None]
+            given += [f"{k}={v!r}" for k, v in engine_kwargs.items() if k not in ("device", "batch_tokens")]
+            if given:
+                raise ValueError(
+                    f"engine='transformers' computes in float32 and takes no vLLM arguments: {', '.join(given)} "
+                    "(its own options: device, batch_tokens)"
+                )
+        # decided before the engine starts: a named one by what its class supports (vLLM: the installed vLLM's)
+        starting = TransformersEngine if named == "transformers" else None
+        self.path: str = self._engine_path(engine_path, starting if named else engine)  # type: ignore[arg-type]
+        if named == "transformers":
+            engine = TransformersEngine(
+                self.card.path,
+                max_model_len=self.max_model_len,
+                dense=self.head.dense,
+                trust_remote_code=trust_remote_code,
+                **engine_kwargs,
+            )
+        elif named == "vllm":
             from latechunk_dagster.core.engines.vllm_local import VLLMEngine
 
             engine = VLLMEngine(
@@ -408,14 +444,16 @@ class LateChunker:
                 hf_overrides=dict(self.card.config_fills),
                 **engine_kwargs,
             )
-        self.engine: Engine | None = engine
+        self.engine: Engine | None = engine  # type: ignore[assignment]  # an Engine: started above or given
 
-    def _engine_path(self, requested: str, engine: Engine | None, strategy: ChunkingStrategy | None = None) -> str:
+    def _engine_path(
+        self, requested: str, engine: Engine | type[Engine] | None, strategy: ChunkingStrategy | None = None
+    ) -> str:
         """The one rule of which engine path serves a call: ``"native"``, ``"spans"`` or ``"token_states"``.
 
-        ``engine`` is the chunker's engine, or ``None`` before the default in-process engine starts
-        (then the installed vLLM decides; the in-process engine always sums spans: the package
-        ships the plugin, :mod:`latechunk_dagster.vllm_plugin`).
+        ``engine`` is the chunker's engine, its class before it starts (what the class supports), or
+        ``None`` before the default in-process engine starts (then the installed vLLM decides; the
+        in-process engine always sums spans: the package ships the plugin, :mod:`latechunk_dagster.vllm_plugin`).
 
         ``"auto"`` is native when the engine has native late chunking and the model's Pooling does
         not leave the prompt out of the means (``include_prompt=false``: vLLM's native chunks
@@ -438,7 +476,10 @@ class LateChunker:
             supports_native, supports_spans = native_late_chunking_available(), True
         else:
             supports_native, supports_spans = engine.supports_native, engine.supports_span_sums
-        what = engine.describe() if engine is not None else "the installed vLLM"
+        if isinstance(engine, Engine):
+            what = engine.describe()
+        else:
+            what = f"the {engine.name} engine" if engine is not None else "the installed vLLM"
         if requested == "native":
             if self.document_prompt_tokens:
                 raise ModelNotSupportedError(
@@ -566,6 +607,7 @@ class LateChunker:
             allow_windows=self.allow_windows,
             embedding_dim=self.embedding_dim,
             engine_version=self.vllm_version,
+            engine=self.engine.name if self.engine is not None else "closed",
         )
 
     @property

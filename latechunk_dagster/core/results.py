@@ -71,7 +71,10 @@ class ChunkerSettings:
             (:attr:`latechunk_dagster.LateChunker.resolved_window_overlap`, the default resolved).
         allow_windows: long documents are windowed (``False``: refused).
         embedding_dim: width of a chunk vector.
-        engine_version: the engine's version (vLLM's ``__version__``), ``"closed"`` after ``close()``.
+        engine_version: the engine's version (vLLM's ``__version__``; transformers' for the light
+            engine), ``"closed"`` after ``close()``.
+        engine: the engine's name (:attr:`Engine.name <latechunk_dagster.core.engines.Engine.name>`:
+            ``"vllm"``, ``"vllm-server"``, ``"transformers"``), ``"closed"`` after ``close()``.
     """
 
     model_name: str
@@ -85,3 +88,18 @@ class ChunkerSettings:
     allow_windows: bool
     embedding_dim: int
     engine_version: str
+    engine: str = "vllm"
+
+    @property
+    def engine_record(self) -> str:
+        """What the rows' ``vllm_version`` lineage column holds: the version alone for an engine that
+        runs vLLM (:data:`VLLM_ENGINES`, as rows were written before other engines existed), else
+        ``"<engine> <version>"`` (``"transformers 5.19.0"``), so a row names the engine that made it."""
+        return self.engine_version if self.engine in VLLM_ENGINES else f"{self.engine} {self.engine_version}"
+
+
+#: Engines whose token states come from vLLM's model code (in process, or a vLLM server). Their rows
+#: carry no engine name in their lineage record (:attr:`ChunkerSettings.engine_record`, the
+#: ``vector_config`` of :mod:`latechunk_dagster.pipeline.config`): those rows were written before
+#: the engine was recorded, and they stay valid.
+VLLM_ENGINES = frozenset({"vllm", "vllm-server"})

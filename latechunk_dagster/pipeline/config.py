@@ -8,7 +8,7 @@ import os
 
 from latechunk_dagster.core.chunker import LateChunker
 from latechunk_dagster.core.chunking import ChunkingStrategy, Sentences
-from latechunk_dagster.core.results import ChunkerSettings
+from latechunk_dagster.core.results import VLLM_ENGINES, ChunkerSettings
 
 #: Version of the package's chunking semantics (token -> span assignment, char ranges, mean,
 #: head order, window stitching). Raise it with any change that can alter a stored vector or
@@ -97,8 +97,16 @@ def default_host_workers() -> int:
 
 
 def vector_config_fields(settings: ChunkerSettings, strategy: ChunkingStrategy) -> dict[str, object]:
-    """Everything besides the text that changes a document's vectors or ranges."""
-    return {
+    """Everything besides the text that changes a document's vectors or ranges.
+
+    The engine's name is one of them (a change of engine re-encodes the partition's documents, like
+    a change of dtype), except for the engines that run vLLM's model code
+    (:data:`~latechunk_dagster.core.results.VLLM_ENGINES`): their rows were written before the
+    engine was recorded and keep their record (an in-process engine and a server already differ
+    by the dtype they record).
+    """
+    engine = {} if settings.engine in VLLM_ENGINES else {"engine": settings.engine}
+    return engine | {
         "chunking_version": CHUNKING_VERSION,
         "model_sha256": settings.model_sha256,
         "head": settings.head,

@@ -38,7 +38,7 @@ def lineage(
         "opt_ins": ",".join(settings.opt_ins),
         "strategy": strategy.describe(),
         "strategy_params": json.dumps({"name": strategy.name, **strategy.params()}, sort_keys=True),
-        "vllm_version": settings.engine_version,
+        "vllm_version": settings.engine_record,  # names the engine where it is not vLLM
         "package_version": __version__,
         "run_id": run_id,
         "materialized_at": now,
