@@ -16,6 +16,7 @@ import os
 import sys
 from pathlib import Path
 
+from latechunk_dagster.core.chunker import ENGINES
 from latechunk_dagster.core.errors import LateChunkError
 
 
@@ -72,7 +73,15 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _model_options(p: argparse.ArgumentParser) -> None:
-    """The query model's settings: the ones the table's chunk vectors were made with (``--model`` too)."""
+    """The query model's settings: the ones the table's chunk vectors were made with (``--model`` too),
+    and the engine that embeds the queries."""
+    p.add_argument(
+        "--engine",
+        choices=sorted(ENGINES, reverse=True),
+        default="transformers",
+        help="engine that embeds the queries: transformers (default: starts in about a second, the same "
+        "vectors as vLLM's within 1e-6) or vllm",
+    )
     p.add_argument("--dimensions", type=int, default=None, help="Matryoshka cut of the table's vectors")
     p.add_argument(
         "--trust-remote-code",
@@ -84,17 +93,26 @@ def _model_options(p: argparse.ArgumentParser) -> None:
 
 
 def _chunker(args: argparse.Namespace):  # noqa: ANN202 - LateChunker, imported lazily
-    """The query embedder of ``search``/``eval``: the model and the opt-ins given on the command line."""
+    """The query embedder of ``search``/``eval``: the model and the opt-ins given on the command line,
+    on ``--engine`` (the light transformers engine unless told ``vllm``). Says on stderr which engine
+    embeds the queries and how long it took to start."""
     from latechunk_dagster.app.definitions import shipped_model_path
     from latechunk_dagster.core.chunker import LateChunker
 
-    return LateChunker(
+    chunker = LateChunker(
         args.model or shipped_model_path(),
+        engine=args.engine,
         dimensions=args.dimensions,
         trust_remote_code=args.trust_remote_code,
         allow_non_mean_pooling=args.allow_non_mean_pooling,
         allow_causal=args.allow_causal,
     )
+    engine = chunker.engine.describe() if chunker.engine is not None else args.engine
+    print(
+        f"latechunk {args.command}: queries embedded by {engine} (started in {chunker.startup_seconds:.1f} s)",
+        file=sys.stderr,
+    )
+    return chunker
 
 
 def _run(args: argparse.Namespace) -> int:

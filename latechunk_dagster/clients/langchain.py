@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import os
+from typing import Any
+
 from latechunk_dagster.clients import missing_extra
-from latechunk_dagster.clients.vectors import query_vectors, text_vectors
+from latechunk_dagster.clients.vectors import embedder_chunker, query_vectors, text_vectors
 from latechunk_dagster.core.chunker import LateChunker
 
 try:
@@ -21,14 +24,39 @@ class LangChainEmbeddings(Embeddings):
     a document (not a late-chunk vector; the table's rows come from the pipeline).
 
     Args:
-        chunker: an open ``LateChunker`` or ``RemoteLateChunker`` (a vLLM server) of the model that
-            wrote the table; its lifetime is the caller's.
+        chunker: the model directory that wrote the table: loaded on the light transformers engine
+            (no vLLM; the same vectors within 1e-6) and closed by :meth:`close` (or the ``with``
+            block); or an open ``LateChunker`` or ``RemoteLateChunker`` (a vLLM server) of that model,
+            whose lifetime is the caller's.
+        table: the LanceDB chunk table the store reads (optional): refused at once, naming the
+            difference, when its vectors are of another model fingerprint, head or width.
+        model_options: ``LateChunker`` options for a model directory (``dimensions``, ``trust_remote_code``...).
 
     Returns (both methods): lists of ``embedding_dim`` floats (the float32 values).
+
+    Raises:
+        ValueError: a table the model cannot reproduce; ``model_options`` beside a ready chunker.
     """
 
-    def __init__(self, chunker: LateChunker) -> None:
-        self.chunker = chunker
+    def __init__(
+        self,
+        chunker: LateChunker | str | os.PathLike[str],
+        *,
+        table: Any = None,
+        model_options: dict[str, Any] | None = None,
+    ) -> None:
+        self.chunker, self._owned = embedder_chunker(chunker, model_options, table)
+
+    def close(self) -> None:
+        """Close the chunker this embedder loaded (a chunker handed to it stays open)."""
+        if self._owned:
+            self.chunker.close()
+
+    def __enter__(self) -> LangChainEmbeddings:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def embed_query(self, text: str) -> list[float]:
         """The query's vector; ``ValueError`` for a query longer than the model (never windowed)."""

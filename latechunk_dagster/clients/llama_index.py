@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from latechunk_dagster.clients import missing_extra
-from latechunk_dagster.clients.vectors import query_vectors, text_vectors
+from latechunk_dagster.clients.vectors import embedder_chunker, query_vectors, text_vectors
 from latechunk_dagster.core.chunker import LateChunker
 
 try:
@@ -24,17 +25,45 @@ class LlamaIndexEmbedding(BaseEmbedding):
     ``model_name`` is the model's name; LlamaIndex batches texts by ``embed_batch_size``.
 
     Args:
-        chunker: an open ``LateChunker`` or ``RemoteLateChunker`` (a vLLM server) of the model that
-            wrote the table; its lifetime is the caller's.
+        chunker: the model directory that wrote the table: loaded on the light transformers engine
+            (no vLLM; the same vectors within 1e-6) and closed by :meth:`close` (or the ``with``
+            block); or an open ``LateChunker`` or ``RemoteLateChunker`` (a vLLM server) of that model,
+            whose lifetime is the caller's.
+        table: the LanceDB chunk table the store reads (optional): refused at once, naming the
+            difference, when its vectors are of another model fingerprint, head or width.
+        model_options: ``LateChunker`` options for a model directory (``dimensions``, ``trust_remote_code``...).
         **kwargs: ``BaseEmbedding`` fields (``embed_batch_size``, ``callback_manager``...).
+
+    Raises:
+        ValueError: a table the model cannot reproduce; ``model_options`` beside a ready chunker.
     """
 
     _chunker: Any = PrivateAttr()
+    _owned: bool = PrivateAttr(default=False)
 
-    def __init__(self, chunker: LateChunker, **kwargs: Any) -> None:
-        kwargs.setdefault("model_name", chunker.settings.model_name)
+    def __init__(
+        self,
+        chunker: LateChunker | str | os.PathLike[str],
+        *,
+        table: Any = None,
+        model_options: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        live, owned = embedder_chunker(chunker, model_options, table)
+        kwargs.setdefault("model_name", live.settings.model_name)
         super().__init__(**kwargs)
-        self._chunker = chunker
+        self._chunker, self._owned = live, owned
+
+    def close(self) -> None:
+        """Close the chunker this embedder loaded (a chunker handed to it stays open)."""
+        if self._owned:
+            self._chunker.close()
+
+    def __enter__(self) -> LlamaIndexEmbedding:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     @classmethod
     def class_name(cls) -> str:

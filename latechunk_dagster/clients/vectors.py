@@ -2,13 +2,46 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
 from latechunk_dagster.core.chunker import LateChunker
 from latechunk_dagster.core.tokenization import check_query
 from latechunk_dagster.evaluation.retrieval import naive_vectors
+from latechunk_dagster.sink.search import check_table_lineage, query_chunker
+
+
+def embedder_chunker(
+    chunker: LateChunker | str | os.PathLike[str], model_options: dict[str, Any] | None, table: Any
+) -> tuple[LateChunker, bool]:
+    """The chunker of a client embedder, and whether the embedder owns it (and closes it).
+
+    Args:
+        chunker: an open ``LateChunker`` or ``RemoteLateChunker`` (the caller's: used as it is), or a
+            model directory: loaded on the light transformers engine
+            (:func:`~latechunk_dagster.sink.search.query_chunker`) with ``model_options``.
+        table: a LanceDB chunk table whose lineage the chunker must reproduce
+            (:func:`~latechunk_dagster.sink.search.check_table_lineage`), or ``None``.
+
+    Raises:
+        ValueError: ``model_options`` beside a ready chunker; a table written by another model or
+            head (naming the difference).
+    """
+    owned = not isinstance(chunker, LateChunker)
+    if not owned and model_options:
+        raise ValueError(f"model_options {sorted(model_options)} apply to a model directory, not to a ready chunker")
+    live = query_chunker(chunker, **(model_options or {})) if owned else chunker  # type: ignore[arg-type]
+    if table is not None:
+        try:
+            check_table_lineage(live, table, table.name)
+        except ValueError:
+            if owned:
+                live.close()
+            raise
+    return live, owned
 
 
 def query_vectors(chunker: LateChunker, queries: Sequence[str]) -> list[list[float]]:

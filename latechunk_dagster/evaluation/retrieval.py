@@ -33,9 +33,13 @@ from latechunk_dagster.evaluation.metrics import judge, metric_names, query_metr
 from latechunk_dagster.evaluation.queries import LabeledQuery, QueryFileError
 from latechunk_dagster.evaluation.report import EvalReport
 from latechunk_dagster.sink.indexing import has_fts_index, hybrid_query
+from latechunk_dagster.sink.search import lineage_difference
 
 #: Columns read from the chunk table.
-COLUMNS = ["chunk_id", "doc_id", "partition", "char_start", "char_end", "text", "vector", "model_sha256", "strategy"]
+COLUMNS = [
+    "chunk_id", "doc_id", "partition", "char_start", "char_end", "text", "vector",
+    "model_sha256", "model_name", "head", "strategy",
+]  # fmt: skip
 
 #: A chunk size no chunk text reaches: one span over the whole text (the naive embedding).
 WHOLE = 1 << 30
@@ -103,20 +107,19 @@ def evaluate_rows(
             rows were read from, with ``where`` their filter; module docstring); ``None``: not.
 
     Raises:
-        ValueError: the rows hold vectors of another model than ``chunker``'s; no row; no query
+        ValueError: the rows hold vectors the query model cannot reproduce (another model
+            fingerprint or head: :func:`~latechunk_dagster.sink.search.lineage_difference`); no row; no query
             left to evaluate; a naive embedding failed; a query that is not valid Unicode
             (``InvalidQueryError``, before anything is embedded).
         QueryFileError: a passage starts beyond the end of its document's chunks (a label for
             another version of the document); names the query file line.
     """
     names = metric_names(k)
-    fingerprints = set(rows.column("model_sha256").unique().to_pylist()) if rows.num_rows else set()
-    if fingerprints - {chunker.card.fingerprint}:
-        other = sorted(fingerprints - {chunker.card.fingerprint})[0]
-        raise ValueError(
-            f"the chunk rows hold vectors of model {other[:12]}, the query model is "
-            f"{chunker.card.fingerprint[:12]}: evaluate with the model that wrote the table"
-        )
+    lineage = [c for c in ("model_sha256", "model_name", "head") if c in rows.column_names]
+    for row in rows.select(lineage).group_by(lineage).aggregate([]).to_pylist():  # one row per distinct lineage
+        why = lineage_difference(chunker, row)
+        if why is not None:
+            raise ValueError(f"the chunk rows hold {why}")
     with_text = pc.is_valid(rows.column("char_start"))
     usable = rows.filter(with_text)
     if usable.num_rows == 0:

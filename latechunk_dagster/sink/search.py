@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,7 +38,9 @@ class Hit:
 def search(
     query: str,
     *,
-    chunker: LateChunker,
+    chunker: LateChunker | None = None,
+    model: str | os.PathLike[str] | None = None,
+    model_options: dict[str, Any] | None = None,
     uri: str,
     table_name: str = sink.CHUNK_TABLE,
     k: int = 5,
@@ -62,7 +66,14 @@ def search(
     cosine distance of each hit's stored vector to the query vector (float64), also for a hit
     that only the full-text search found.
 
+    The table's lineage is checked first (:func:`check_table_lineage`): a table whose vectors the
+    query's model cannot reproduce (another model fingerprint, head or width) is refused, naming the
+    difference.
+
     Args:
+        chunker: embeds the query (its lifetime is the caller's); or give ``model``.
+        model: a model directory, loaded for this call on the light transformers engine
+            (:func:`query_chunker`, with ``model_options``: ``dimensions``, the opt-ins...) and closed after it.
         connect_kwargs: options for ``lancedb.connect`` (``storage_options`` for an object store,
             ``api_key`` for LanceDB Cloud: what ``LanceDBResource.connect_kwargs()`` returns).
         where: optional LanceDB SQL filter (e.g. ``"partition = 'a'"``; quote with
@@ -74,34 +85,113 @@ def search(
     Raises:
         InvalidQueryError: ``query`` is not a ``str`` or not valid Unicode (a lone surrogate: a
             byte that is not UTF-8 on the command line, half an emoji); a ``ValueError`` too.
-        ValueError: the table was written by another model than ``chunker``'s, or does not exist;
-            an unknown ``mode``; hybrid on a table without the full-text index (built by
-            ``refresh_indexes``, the index asset).
+        ValueError: the table's vectors are not the query model's (another model fingerprint, head
+            or width: :func:`check_table_lineage`), or it does not exist; an unknown ``mode``; hybrid on
+            a table without the full-text index (built by ``refresh_indexes``, the index asset);
+            neither or both of ``chunker`` and ``model``.
     """
     check_query(query)  # before the table is opened and the tokenizer sees it
     if mode not in SEARCH_MODES:
         raise ValueError(f"mode must be one of {SEARCH_MODES}, got {mode!r}")
+    if (chunker is None) == (model is None):
+        raise ValueError("search() takes a chunker or a model directory (model=...), one of the two")
     db = sink.connect(uri, **(connect_kwargs or {}))
     if table_name not in db.list_tables().tables:
         raise ValueError(f"no table {table_name!r} at {uri}: materialize chunk_vectors first")
     table = db.open_table(table_name)
-    other = (
-        table.search()
-        .where(f"model_sha256 != {sink.sql_string(chunker.card.fingerprint)}")
-        .select(["model_sha256"])
-        .limit(1)
-        .to_list()
-    )
-    if other:
-        raise ValueError(
-            f"table {table_name!r} holds vectors of model {other[0]['model_sha256'][:12]}, "
-            f"the query model is {chunker.card.fingerprint[:12]}: embed queries with the same model"
-        )
     if mode == "hybrid" and not has_fts_index(table):
         raise ValueError(
             f"table {table_name!r} has no full-text index on text, which hybrid search needs: "
             "materialize the index asset (chunk_vectors_index) or call sink.indexing.refresh_indexes"
         )
+    if chunker is None:
+        with query_chunker(model, **(model_options or {})) as own:  # type: ignore[arg-type]
+            return _search(own, table, table_name, query, k, where, exact, mode, reranker)
+    return _search(chunker, table, table_name, query, k, where, exact, mode, reranker)
+
+
+def query_chunker(model: str | os.PathLike[str], **options: Any) -> LateChunker:
+    """The chunker that embeds queries where the documents' engine is not needed: ``model`` on the
+    light transformers engine (:class:`~latechunk_dagster.core.engines.transformers_engine.TransformersEngine`;
+    the same vectors as vLLM's within 1e-6, started in about a second). ``latechunk search``/``eval``,
+    :func:`search` with ``model=`` and the client embedders given a model directory use it.
+
+    Args:
+        model: the model directory that wrote the table.
+        **options: ``LateChunker`` options (``dimensions``, ``trust_remote_code``, ``query_prefix``...).
+
+    Raises:
+        as :class:`~latechunk_dagster.LateChunker` (a model refused without its opt-in, ...).
+    """
+    return LateChunker(model, engine="transformers", **options)
+
+
+def lineage_difference(chunker: LateChunker, row: Mapping[str, Any]) -> str | None:
+    """How a chunk row's lineage differs from what ``chunker`` makes, or ``None`` when its queries
+    can be compared with the row's vector.
+
+    Args:
+        row: the row's ``model_sha256``, ``model_name`` and ``head`` columns (``head`` may be absent:
+            not compared).
+
+    The model's fingerprint (its weights and config files, the prompts of
+    ``config_sentence_transformers.json`` included) and the head (projection, Matryoshka cut,
+    normalization) must be the chunker's; the engine may differ (the transformers engine reproduces
+    vLLM's vectors within 1e-6).
+    """
+    model_sha256, model_name, head = row["model_sha256"], row.get("model_name", "?"), row.get("head")
+    if model_sha256 != chunker.card.fingerprint:
+        return (
+            f"vectors of model {model_sha256[:12]} ({model_name}), the query model is "
+            f"{chunker.card.fingerprint[:12]} ({chunker.card.name}): embed queries with the model that wrote the table"
+        )
+    if head is not None and head != chunker.head.describe():
+        return (
+            f"vectors of model {model_sha256[:12]} ({model_name}) with the head {head}, the query model's head is "
+            f"{chunker.head.describe()}: give the dimensions the table was written with"
+        )
+    return None
+
+
+def check_table_lineage(chunker: LateChunker, table: Any, table_name: str) -> None:
+    """Refuse a chunk table whose vectors ``chunker``'s queries cannot reproduce, naming the difference:
+    another vector width, or a row of another model fingerprint or head (:func:`lineage_difference`).
+    One filtered read of the lineage columns (no vectors).
+
+    Raises:
+        ValueError: ``table {name!r} holds ...`` naming the table's and the query model's values.
+    """
+    width = table.schema.field("vector").type.list_size
+    if width != chunker.embedding_dim:
+        raise ValueError(
+            f"table {table_name!r} holds {width}-dimensional vectors, the query model {chunker.card.name} makes "
+            f"{chunker.embedding_dim} (head {chunker.head.describe()}): embed queries as the table was written"
+        )
+    fingerprint, head = sink.sql_string(chunker.card.fingerprint), sink.sql_string(chunker.head.describe())
+    other = (
+        table.search()
+        .where(f"model_sha256 != {fingerprint} OR head != {head}")
+        .select(["model_sha256", "model_name", "head"])
+        .limit(1)
+        .to_list()
+    )
+    if other:
+        raise ValueError(f"table {table_name!r} holds {lineage_difference(chunker, other[0])}")
+
+
+def _search(
+    chunker: LateChunker,
+    table: Any,
+    table_name: str,
+    query: str,
+    k: int,
+    where: str | None,
+    exact: bool,
+    mode: str,
+    reranker: Any,
+) -> list[Hit]:
+    """:func:`search` once the table is open and the query's chunker is known."""
+    check_table_lineage(chunker, table, table_name)
     [vec] = chunker.embed_queries([query])
     columns = ["chunk_id", "doc_id", "partition", "chunk_index", "char_start", "char_end", "text"]
     q: Any
