@@ -40,6 +40,7 @@ _INTEGRATION = {
     "LateChunkTranslator": "latechunk_dagster.integration.translator",
     "LateChunkTableProps": "latechunk_dagster.integration.translator",
     "VLLMEngineResource": "latechunk_dagster.integration.resources",
+    "TransformersEngineResource": "latechunk_dagster.integration.resources",
     "LanceDBResource": "latechunk_dagster.integration.resources",
     "DocumentStoreResource": "latechunk_dagster.integration.resources",
 }
@@ -85,6 +86,7 @@ __all__ = [
     "StrategyFailedError",
     "StrategyTimeoutError",
     "TokenizationMismatchError",
+    "TransformersEngineResource",
     "VLLMEngineResource",
     "__version__",
     "late_chunk_assets",

@@ -444,3 +444,61 @@ def test_host_workers_of_the_operator_reach_the_partition(env, tmp_path: Path, c
     )
     with pytest.raises(ValueError, match=r"host_workers=-1: expected an integer >= 0"):
         LateChunkShardOperator(task_id="bad", store_path="s", shard="a", host_workers=-1)
+
+
+LIGHT_ENGINE_DAG = """
+from datetime import datetime
+
+from airflow.sdk import DAG
+
+from latechunk_dagster.airflow.operators import LateChunkShardOperator
+
+with DAG(dag_id="latechunk_light_engine", schedule=None, start_date=datetime(2026, 1, 1), catchup=False) as dag:
+    LateChunkShardOperator(
+        task_id="late_chunk", store_path=STORE, shard="alpha", model=MODEL, strategy="sentences", engine="transformers"
+    )
+"""
+
+
+def test_the_operator_encodes_on_the_transformers_engine(env, tmp_path: Path, chunker: LateChunker) -> None:
+    """``LateChunkShardOperator(engine="transformers")`` (issue 30): the task starts the light engine
+    itself (this process holds a live in-process vLLM engine, beside which no other vLLM engine could
+    start); its rows are the example DAG's vLLM rows within 1e-6 and name the engine, and their
+    ``vector_config`` differs (a switch of engine re-encodes). vLLM settings given to it, and a
+    shared chunker of the other engine, are refused by name."""
+    import transformers
+
+    from latechunk_dagster.airflow.engine import EngineSpec, open_chunker
+    from latechunk_dagster.airflow.operators import LateChunkShardOperator
+
+    dag_file = airflow_env.DAGS / "latechunk_light_engine.py"
+    dag_file.write_text(f"STORE = {str(env['store'])!r}\nMODEL = {env['conf']['model']!r}\n" + LIGHT_ENGINE_DAG)
+    db = tmp_path / "lancedb"
+    set_lancedb_connection(db)
+    try:
+        module = load_dag_file(dag_file, "light_engine_dag_under_test")
+        dr = module.dag.test()  # no use_chunker: the task starts its own (transformers) engine
+        assert str(dr.state) == "success", states(dr)
+    finally:
+        set_lancedb_connection(env["db"])
+        dag_file.unlink()
+        sys.modules.pop("light_engine_dag_under_test", None)
+    want = table(env["db"]).filter(pa.compute.equal(table(env["db"]).column("partition"), "alpha"))
+    got = table(db)
+    same = [c for c in SAME if c != "vector_config"]
+    assert got.select(same).to_pylist() == want.select(same).to_pylist()
+    np.testing.assert_allclose(
+        np.array(got.column("vector").to_pylist()), np.array(want.column("vector").to_pylist()), atol=1e-6
+    )
+    assert set(got.column("vllm_version").to_pylist()) == {f"transformers {transformers.__version__}"}
+    assert set(got.column("vector_config").to_pylist()).isdisjoint(want.column("vector_config").to_pylist())
+    with pytest.raises(ValueError, match=r"engine='transformers' .* takes no dtype='bfloat16', enforce_eager=True$"):
+        LateChunkShardOperator(
+            task_id="bad", store_path="s", shard="a", engine="transformers", dtype="bfloat16", enforce_eager=True
+        )
+    with pytest.raises(ValueError, match=r"engine must be one of \['vllm', 'transformers'\], got 'vlm'"):
+        LateChunkShardOperator(task_id="bad", store_path="s", shard="a", engine="vlm")
+    spec = EngineSpec(model=env["conf"]["model"], engine="transformers")
+    with use_chunker(chunker), pytest.raises(ValueError, match="shared chunker runs on the vllm engine, the task"):
+        with open_chunker(spec):
+            pass

@@ -180,3 +180,56 @@ def test_engine_names_and_vllm_settings_of_the_light_engine_are_refused_by_name(
         LateChunker(minilm_dir, engine="transformers", dtype="bfloat16", gpu_memory_utilization=0.1)
     with pytest.raises(ValueError, match=r"takes no vLLM arguments: enforce_eager=True"):
         LateChunker(minilm_dir, engine="transformers", enforce_eager=True)
+
+
+def test_the_component_yaml_chooses_the_transformers_engine(minilm_dir: Path, tmp_path: Path) -> None:
+    """``engine: {kind: transformers, ...}`` in a component's YAML: a real Dagster run writes the
+    partition on the light engine, and the rows and the materialization name it; an unknown kind is
+    refused naming the known ones."""
+    import dagster as dg
+    from dagster.components.testing import create_defs_folder_sandbox
+
+    from latechunk_dagster.integration.component import LateChunkComponent, engine_resource
+    from latechunk_dagster.integration.resources import TransformersEngineResource
+    from latechunk_dagster.integration.sensors import sync_partitions
+
+    store, db = tmp_path / "store", tmp_path / "lancedb"
+    (store / "north").mkdir(parents=True)
+    (store / "north" / "pumps.txt").write_text("The pump in Lyon was repaired in spring. Its seals are new.")
+    with create_defs_folder_sandbox() as sandbox:
+        defs_path = sandbox.scaffold_component(
+            component_cls=LateChunkComponent,
+            defs_yaml_contents={
+                "type": "latechunk_dagster.integration.component.LateChunkComponent",
+                "attributes": {
+                    "key_prefix": "light",
+                    "table_name": "chunks_light",
+                    "strategy": {"name": "fixed_tokens", "params": {"chunk_size": 8}},
+                    "engine": {"kind": "transformers", "model": str(minilm_dir)},
+                    "lancedb": {"uri": str(db)},
+                    "store": {"path": str(store)},
+                    "index": False,
+                    "sensor": False,
+                },
+            },
+        )
+        with sandbox.load_component_and_build_defs(defs_path=defs_path) as (_component, defs):
+            assert isinstance(defs.resources["engine"], TransformersEngineResource)
+            assets_def = defs.resolve_assets_def(dg.AssetKey(["light", "chunk_vectors"]))
+            (tmp_path / "home").mkdir()
+            with dg.instance_for_test(temp_dir=str(tmp_path / "home")) as instance:
+                sync_partitions(instance, DocumentStore.from_path(store), assets_def.partitions_def)
+                result = defs.resolve_job_def("light_chunk_vectors_job").execute_in_process(
+                    instance=instance, partition_key="north"
+                )
+    assert result.success
+    [event] = [e for e in result.get_asset_materialization_events() if e.asset_key.path[-1] == "chunk_vectors"]
+    metadata = event.materialization.metadata
+    assert metadata["engine"].value == "transformers"
+    assert metadata["vllm_version"].value == f"transformers {transformers.__version__}"
+    rows = sink.connect(str(db)).open_table("chunks_light").to_arrow()
+    assert rows.num_rows >= 2 and set(rows.column("vllm_version").to_pylist()) == {
+        f"transformers {transformers.__version__}"
+    }
+    with pytest.raises(ValueError, match=r"engine kind 'vlm' is not one of \['transformers', 'vllm'\]"):
+        engine_resource({"kind": "vlm", "model": str(minilm_dir)})

