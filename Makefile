@@ -10,7 +10,7 @@ QUIET_PIP := sed -u '/^WARNING: Location/d'
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: demo test lint test-main test-airflow test-native dev clean
+.PHONY: demo test check lint test-main test-airflow test-native dev clean
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(VENV)/bin/python || $(PY) -m venv $(VENV)
@@ -35,7 +35,12 @@ lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check latechunk_dagster tests bench
 
 test-main: $(VENV)/.installed
-	$(VENV)/bin/python -m pytest -m "not native" tests --ignore-glob='tests/test_airflow*' --doctest-modules latechunk_dagster/core/chunking
+	$(VENV)/bin/python -m pytest -m "not native" tests --ignore-glob='tests/test_airflow*' --doctest-modules latechunk_dagster/core/chunking --durations=20
+
+# The fast tier: ruff, then the unit and contract tests on the module's shared engine (no servers,
+# daemon, scheduler or subprocess fleets: tests/conftest.py SLOW_MODULES), with the 20 slowest tests.
+check: lint
+	$(VENV)/bin/python -m pytest -m "not native and not slow" tests --ignore-glob='tests/test_airflow*' --doctest-modules latechunk_dagster/core/chunking --durations=20
 
 # Airflow's tests in a pytest process of their own: importing Airflow configures process-wide
 # state (AIRFLOW_HOME, its logging, its ORM) that the other tests should not run under.

@@ -55,3 +55,29 @@ def session_engine_resource(chunker: LateChunker, **fields: object):  # noqa: AN
             self._chunker = None
 
     return SessionEngineResource(model=str(chunker.card.path), **fields)
+
+
+#: Test modules of the full tier only (``make test``): they start vLLM servers, a Dagster daemon,
+#: an Airflow scheduler, subprocess fleets or object-store servers, or engines of many model
+#: families. ``make check`` runs the rest (``-m "not slow"``): unit and contract tests on the
+#: module's shared engine. One list, so a new slow module is marked in one place.
+SLOW_MODULES = frozenset(
+    {
+        "test_airflow_scheduler",
+        "test_cli",
+        "test_concurrent_writers",
+        "test_deploy",
+        "test_evaluation_cli",
+        "test_fanout",
+        "test_model_families",
+        "test_object_store",
+        "test_remote_engine",
+    }
+)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark every test of :data:`SLOW_MODULES` ``slow`` (``make check`` deselects them)."""
+    for item in items:
+        if item.module is not None and item.module.__name__.rsplit(".", 1)[-1] in SLOW_MODULES:
+            item.add_marker(pytest.mark.slow)

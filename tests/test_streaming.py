@@ -251,7 +251,7 @@ def test_the_token_estimate_tightens_after_a_batch(chunker: LateChunker) -> None
     """The reader estimates tokens before tokenizing (chars x ratio + specials, ratio 1.0 at first: never
     under the budget); after observing encoded documents the ratio falls to what the text needs.
     (Tested directly: how many batches the reader forms before the first result returns is timing.)"""
-    from latechunk_dagster.pipeline.partition import _TokenEstimate
+    from latechunk_dagster.pipeline.run import TokenEstimate as _TokenEstimate
 
     docs = [d for d in corpus(12) if d.doc_id not in ("long", "blank")]
     results = chunker.chunk([d.text for d in docs], FixedTokens(chunk_size=64), doc_ids=[d.doc_id for d in docs])

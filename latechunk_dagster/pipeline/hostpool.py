@@ -54,6 +54,7 @@ from latechunk_dagster.core.engines.base import Engine, NativeChunks
 from latechunk_dagster.core.errors import DocumentError, LateChunkError
 from latechunk_dagster.core.results import ChunkedDocument
 from latechunk_dagster.pipeline.accounting import DocumentSummary
+from latechunk_dagster.pipeline.finish import finish_rows
 from latechunk_dagster.sources.documents import Document
 
 log = logging.getLogger(__name__)
@@ -471,14 +472,11 @@ def _finish(
     refused: dict[int, DocumentError],
     context: tuple,
 ) -> tuple:
-    from latechunk_dagster.sink.rows import chunk_batch
-
     t0 = time.perf_counter()
     for name in forget:  # blocks the parent no longer keeps
         old = maps.pop(name, None)
         if old is not None:
             old.close()
-    partition, row_lineage, dim = context
     batch, prepared = held.pop(seq)
     prepared.refuse(refused)
     shm = None
@@ -495,13 +493,11 @@ def _finish(
             rows = [block[a : a + n] for a, n in spans]
         else:
             block, rows = None, []
-        results = chunker.finish(EncodedBatch(prepared, rows, native), errors="return")
+        results, record = finish_rows(chunker, EncodedBatch(prepared, rows, native), batch, context)
         del rows, block
     finally:
         if shm is not None and not kept:
             shm.close()
-    good = [(d, r) for d, r in zip(batch, results) if isinstance(r, ChunkedDocument)]
-    record = chunk_batch(good, partition, row_lineage, dim) if good else None
     summaries: list[DocumentSummary | DocumentError] = [
         DocumentSummary(len(r.token_ids), r.windows, r.path) if isinstance(r, ChunkedDocument) else r for r in results
     ]

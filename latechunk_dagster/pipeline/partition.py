@@ -6,17 +6,21 @@ Flow of :func:`materialize_partition` (three threads, bounded queues between the
                     ``batch_tokens`` estimated document tokens -> chunker.prepare(batch)
                     (check, tokenize, spans, window plans)
     engine thread   chunker.encode(prepared)                    (the engine; one call at a time)
-    writer thread   chunker.finish(encoded) (means, head) -> counted (pipeline.accounting)
-                    -> Arrow rows (sink.rows.chunk_batch) -> staged to a local Arrow IPC file
+    writer thread   finish_rows: chunker.finish(encoded) (means, head) -> Arrow rows
+                    (sink.rows.chunk_batch) -> counted (pipeline.accounting) -> staged to a
+                    local Arrow IPC file
     then            systemic-failure check -> ONE LanceDB commit streamed from the staged file
 
 With ``host_workers >= 1`` the same three threads only move batches: prepare runs in a worker
-process and finish with the Arrow rows in the same worker, the token states passing through shared
-memory (:mod:`latechunk_dagster.pipeline.hostpool`); order, staging and the one commit are unchanged.
+process and finish with the Arrow rows in the same worker (the same ``finish_rows``), the engine's
+rows passing through shared memory (:mod:`latechunk_dagster.pipeline.hostpool`); order, staging and
+the one commit are unchanged.
 
-In the code, one step each: ``_begin`` (budget, vector configuration, stored documents),
-``_Stream`` (the three threads), ``_count_reader_rejections``, ``_check_systemic``, ``_commit``,
-``_final_report``.
+In the code, one step each: ``_begin`` (budget, vector configuration, stored documents; the run's
+bookkeeping is :mod:`latechunk_dagster.pipeline.run`), the stream (:mod:`latechunk_dagster.pipeline.stream`:
+one loop of three threads over a local or pooled host), ``_count_reader_rejections``,
+``_check_systemic``, ``_commit``, ``_final_report``. Crash-test kill points:
+:mod:`latechunk_dagster.pipeline.killpoints`.
 
 **Overlap.** While the engine encodes batch k, the calling thread prepares batch k+1 and the
 writer pools and writes batch k-1. The heavy parts of each step release the GIL (vLLM's model
@@ -82,22 +86,14 @@ partition, the reason and the counts, and neither table is touched.
 
 from __future__ import annotations
 
-import collections
 import contextlib
-import itertools
 import logging
 import os
-import queue
 import shutil
-import signal
 import tempfile
-import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import Future
-from concurrent.futures import TimeoutError as FutureTimeout
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -107,19 +103,22 @@ import pyarrow as pa
 from latechunk_dagster.core.chunker import LateChunker
 from latechunk_dagster.core.chunking import ChunkingStrategy
 from latechunk_dagster.core.errors import LateChunkError
-from latechunk_dagster.core.results import ChunkedDocument
-from latechunk_dagster.pipeline.accounting import PartitionReport, account_results, token_count
+from latechunk_dagster.pipeline.accounting import PartitionReport
 from latechunk_dagster.pipeline.config import (
     check_host_workers,
     default_batch_tokens,
     default_host_workers,
     vector_config,
 )
-from latechunk_dagster.pipeline.hostpool import discard_host_pool, host_pool, pool_refusal
-from latechunk_dagster.pipeline.memory import FreedMemory
+from latechunk_dagster.pipeline.hostpool import pool_refusal
+from latechunk_dagster.pipeline.killpoints import TEST_KILL_ENV as TEST_KILL_ENV  # re-exported
+from latechunk_dagster.pipeline.killpoints import TEST_KILL_ONCE_ENV as TEST_KILL_ONCE_ENV  # re-exported
+from latechunk_dagster.pipeline.killpoints import kill_point, killing_after_first, kills_here
 from latechunk_dagster.pipeline.progress import Progress, ProgressMeter
-from latechunk_dagster.sink.rows import chunk_batch, lineage, rejected_row, rejection_row
-from latechunk_dagster.sink.schema import REJECTED_SCHEMA, chunk_schema, sql_string
+from latechunk_dagster.pipeline.run import PartitionRun, TokenEstimate, special_tokens
+from latechunk_dagster.pipeline.stream import LocalHost, PoolHost, Stream
+from latechunk_dagster.sink.rows import lineage, rejected_row, rejection_row
+from latechunk_dagster.sink.schema import REJECTED_SCHEMA, sql_string
 from latechunk_dagster.sink.writes import commit_documents, replace_partition
 from latechunk_dagster.sources.documents import READ_ERRORS, Document, RejectedRow, fingerprint_of
 from latechunk_dagster.sources.listing import INCOMPLETE_READS
@@ -130,25 +129,11 @@ IN_FLIGHT_BATCHES = 5
 #: Seconds between two progress reports of a partition.
 PROGRESS_INTERVAL = 10.0
 
-#: Test hook: when this environment variable names a point, the process SIGKILLs itself there
-#: (``before_engine``: before the first engine call; ``during_encode``: in the encode loop, after the
-#: first engine call returned and its results went to the staging writer; ``during_commit``: inside the LanceDB
-#: commit, after it has read the first staged record batch; ``between_commits``: after the chunk-table
-#: commit, before the rejected-table commit). ``point@partition`` kills only that partition's run.
-#: For crash-safety tests only.
-TEST_KILL_ENV = "LATECHUNK_TEST_KILL_AT"
-
-#: With :data:`TEST_KILL_ENV`: a file path; the process kills itself only if it can create that file
-#: (so only the first run that reaches the point dies, and a retry of it goes through).
-TEST_KILL_ONCE_ENV = "LATECHUNK_TEST_KILL_ONCE"
-
 #: Prefix of a staging directory; the writing process's pid follows it.
 STAGE_PREFIX = "latechunk-stage-"
 
 #: ``doc_id`` of the rejection row that stands for a whole shard that could not be read or failed systemically.
 UNREADABLE_SHARD = "*"
-
-_END = object()
 
 
 class SystemicFailureError(LateChunkError):
@@ -244,7 +229,8 @@ def materialize_partition(
     ):
         staged = Path(tmp) / "rows.arrows"
         # read, skip unchanged, encode, pool, stage
-        (_PooledStream(run, staged, workers) if workers else _Stream(run, staged)).stream(documents)
+        host = PoolHost(run, workers) if workers else LocalHost(run)
+        Stream(run, staged, host).stream(documents)
         _count_reader_rejections(run)
         _check_systemic(run, max_rejected_share, systemic_min_documents)
         removed = _commit(run, staged, opened, chunk_table, rejected_table)
@@ -252,72 +238,6 @@ def materialize_partition(
 
 
 # -- the steps of one call, in order -------------------------------------------------------------
-
-
-@dataclass
-class _State:
-    """Bookkeeping of the documents of one call (ids and hashes only, never texts)."""
-
-    items_read: int = 0
-    present: set[str] = field(default_factory=set)
-    skipped: set[str] = field(default_factory=set)
-    attempted: set[str] = field(default_factory=set)
-    chunked: set[str] = field(default_factory=set)
-    reader_rejections: list[RejectedRow] = field(default_factory=list)
-    rejections: list[dict] = field(default_factory=list)
-    fingerprint_pairs: list[Document | RejectedRow] = field(default_factory=list)
-
-    def __post_init__(self) -> None:
-        # fingerprint_of needs only (doc_id, sha256): keep light records, not the texts
-        self.fingerprint_pairs = _LightList()  # type: ignore[assignment]
-
-
-@dataclass
-class _Run:
-    """One call: its settings, the partition's stored documents, the report and the bookkeeping."""
-
-    chunker: LateChunker
-    partition: str
-    strategy: ChunkingStrategy
-    run_id: str
-    force: bool
-    budget: int
-    config: str
-    existing: dict[str, tuple[str, str | None]]
-    now: datetime
-    row_lineage: dict[str, Any]
-    meter: ProgressMeter
-    estimator: _TokenEstimate
-    t_start: float
-    report: PartitionReport
-    state: _State = field(default_factory=_State)
-
-    def admit(self, item: Document | RejectedRow) -> Document | None:
-        """Record one item read; the document to encode, or ``None`` (a reader's rejection, or a
-        document whose text and vector configuration equal its stored rows')."""
-        st = self.state
-        st.items_read += 1
-        st.fingerprint_pairs.append(item)
-        if isinstance(item, RejectedRow):
-            st.reader_rejections.append(item)
-            return None
-        st.present.add(item.doc_id)
-        if not self.force and self.existing.get(item.doc_id) == (item.sha256, self.config):
-            st.skipped.add(item.doc_id)
-            self.meter.add(1, 0)
-            return None
-        return item
-
-    def account(self, batch: list[Document], results: list) -> list[tuple[Document, ChunkedDocument]]:
-        """Count a finished batch into the report and the bookkeeping; its chunked (document, result) pairs."""
-        good, failed = account_results(self.report, batch, results, self.chunker.window_length)
-        self.state.attempted.update(doc.doc_id for doc in batch)
-        self.state.chunked.update(doc.doc_id for doc, _ in good)
-        self.state.rejections.extend(
-            rejection_row(doc.doc_id, doc.sha256, self.partition, err.reason, err.detail, self.run_id, self.now)
-            for doc, err in failed
-        )
-        return good
 
 
 def _begin(
@@ -329,7 +249,7 @@ def _begin(
     batch_tokens: int | None,
     force: bool,
     meter: ProgressMeter,
-) -> _Run:
+) -> PartitionRun:
     """Step 1: the batch budget (checked), the vector configuration and the partition's stored documents."""
     t_start = time.perf_counter()
     budget = int(batch_tokens or default_batch_tokens(chunker))
@@ -339,7 +259,7 @@ def _begin(
     config = vector_config(settings, strategy)
     existing = _stored_documents(chunk_table, partition)
     now = datetime.now(UTC)
-    return _Run(
+    return PartitionRun(
         chunker=chunker,
         partition=partition,
         strategy=strategy,
@@ -351,231 +271,13 @@ def _begin(
         now=now,
         row_lineage=lineage(settings, strategy, run_id, now, config),
         meter=meter,
-        estimator=_TokenEstimate(_special_tokens(chunker)),
+        estimator=TokenEstimate(special_tokens(chunker)),
         t_start=t_start,
         report=PartitionReport(partition),
     )
 
 
-class _Stream:
-    """Step 2: the three threads of the module docstring, with bounded queues between them.
-
-    calling thread: read, skip unchanged, form batches, ``chunker.prepare``; engine thread:
-    ``chunker.encode``; writer thread: ``chunker.finish``, accounting, Arrow rows to the staging file.
-    """
-
-    def __init__(self, run: _Run, staged: Path) -> None:
-        self.run, self.staged = run, staged
-        self.to_engine: queue.Queue = queue.Queue(maxsize=1)
-        self.to_writer: queue.Queue = queue.Queue(maxsize=1)
-        self.stop = threading.Event()
-        self.error: BaseException | None = None
-
-    def stream(self, documents: Iterable[Document | RejectedRow]) -> None:
-        """Stream every document to the staging file; raises the first error of any thread."""
-        name = self.run.partition
-        engine = threading.Thread(target=self._guarded, args=(self._encode,), name=f"latechunk-engine-{name}")
-        writer = threading.Thread(target=self._guarded, args=(self._write,), name=f"latechunk-write-{name}")
-        engine.daemon = writer.daemon = True
-        engine.start()
-        writer.start()
-        try:
-            self._submit_all(documents)
-            while engine.is_alive() or writer.is_alive():
-                engine.join(timeout=0.1)
-                writer.join(timeout=0.1)
-        except BaseException:
-            self.stop.set()
-            raise
-        finally:
-            engine.join(timeout=5)
-            writer.join(timeout=5)
-        if self.error is not None:
-            raise self.error
-
-    def _guarded(self, loop: Callable[[], None]) -> None:
-        """Runs a thread's loop; its error stops the other threads and is raised by :meth:`stream`."""
-        try:
-            loop()
-        except _Stopped:
-            return  # another thread failed and raises its own error
-        except BaseException as exc:
-            if self.error is None:
-                self.error = exc
-            self.stop.set()
-
-    def _batches(self, documents: Iterable[Document | RejectedRow]) -> Iterator[list[Document]]:
-        """The documents to encode, in batches of at most ``budget`` estimated tokens (calling thread)."""
-        run = self.run
-        batch: list[Document] = []
-        tokens = 0
-        for item in documents:
-            if self.stop.is_set():
-                return
-            doc = run.admit(item)
-            if doc is None:
-                continue
-            cost = run.estimator.estimate(doc.text)
-            if batch and tokens + cost > run.budget:
-                yield batch
-                batch, tokens = [], 0
-            batch.append(doc)
-            tokens += cost
-        if batch and not self.stop.is_set():
-            yield batch
-
-    def _submit_all(self, documents: Iterable[Document | RejectedRow]) -> None:
-        """Prepare each batch and queue it for the engine, then the end mark (calling thread)."""
-        run = self.run
-        for batch in self._batches(documents):
-            t0 = time.perf_counter()
-            prepared = run.chunker.prepare([d.text for d in batch], run.strategy, doc_ids=[d.doc_id for d in batch])
-            run.report.prepare_seconds += time.perf_counter() - t0
-            _put(self.to_engine, (batch, prepared), self.stop)
-            del batch, prepared
-        _put(self.to_engine, _END, self.stop)
-
-    def _encode(self) -> None:
-        """The engine thread: one ``chunker.encode`` call at a time."""
-        run = self.run
-        while (item := _get(self.to_engine, self.stop)) is not _END:
-            batch, prepared = item
-            _test_kill_point("before_engine", run.partition)
-            t0 = time.perf_counter()
-            encoded = run.chunker.encode(prepared)
-            run.report.engine_seconds += time.perf_counter() - t0
-            run.report.batches += 1
-            _put(self.to_writer, (batch, encoded), self.stop)
-            del item, prepared, encoded
-            _test_kill_point("during_encode", run.partition)
-        _put(self.to_writer, _END, self.stop)
-
-    def _write(self) -> None:
-        """The writer thread: means and head, accounting, Arrow rows appended to the staging file."""
-        run = self.run
-        dim = run.chunker.embedding_dim
-        freed = FreedMemory()
-        with pa.OSFile(str(self.staged), "wb") as sink, pa.ipc.new_stream(sink, chunk_schema(dim)) as stream:
-            while (item := _get(self.to_writer, self.stop)) is not _END:
-                batch, encoded = item
-                t0 = time.perf_counter()
-                results = run.chunker.finish(encoded, errors="return")
-                states = sum(r.nbytes for r in encoded.rows)
-                del item, encoded
-                good = run.account(batch, results)
-                if good:
-                    rows = chunk_batch(good, run.partition, run.row_lineage, dim)
-                    stream.write_batch(rows)
-                    run.report.chunks_written += rows.num_rows
-                    run.estimator.observe(good)
-                run.report.finish_seconds += time.perf_counter() - t0
-                run.meter.add(len(batch), sum(token_count(r) for _, r in good))
-                del results, good
-                freed.freed(states)  # the batch's token states are freed: hand the pages back now and then
-
-
-class _PooledStream(_Stream):
-    """Step 2 with host worker processes (:mod:`latechunk_dagster.pipeline.hostpool`): the same
-    three threads and the same order, but prepare and finish (with the Arrow rows) run in the
-    workers; the threads only move batches, token ids, shared-memory blocks and finished rows."""
-
-    def __init__(self, run: _Run, staged: Path, workers: int) -> None:
-        super().__init__(run, staged)
-        self.pool = host_pool(run.chunker, workers)
-        self.to_writer = queue.Queue(maxsize=workers)  # up to `workers` batches finishing at once
-        self.blocks: set[Any] | None = set()  # shared-memory blocks not yet released (None: call over)
-        self.blocks_lock = threading.Lock()
-
-    def stream(self, documents: Iterable[Document | RejectedRow]) -> None:
-        try:
-            super().stream(documents)
-        except BaseException:
-            discard_host_pool(self.pool)  # its workers may hold batches of this failed call
-            raise
-        finally:
-            with self.blocks_lock:
-                blocks, self.blocks = self.blocks, None
-            for shm in blocks or ():
-                self.pool.release(shm)
-
-    def _track(self, shm: Any) -> None:
-        """Keep a batch's shared-memory block until the writer releases it (at once if the call is over)."""
-        with self.blocks_lock:
-            if self.blocks is not None:
-                self.blocks.add(shm)
-                return
-        self.pool.release(shm)  # an engine thread still running after a failure: nothing will read it
-
-    def _wait(self, fut: Future) -> Any:
-        """A worker's answer; raises ``_Stopped`` when another thread failed meanwhile."""
-        while True:
-            try:
-                return fut.result(timeout=0.1)
-            except FutureTimeout:
-                if self.stop.is_set():
-                    raise _Stopped from None
-
-    def _submit_all(self, documents: Iterable[Document | RejectedRow]) -> None:
-        """Send each batch to a worker to prepare (up to one per worker ahead), queue them in order."""
-        run, ahead = self.run, collections.deque()
-        for batch in self._batches(documents):
-            ahead.append((batch, self.pool.prepare(batch, run.strategy)))
-            if len(ahead) >= self.pool.workers:
-                self._forward(*ahead.popleft())
-        while ahead:
-            self._forward(*ahead.popleft())
-        _put(self.to_engine, _END, self.stop)
-
-    def _forward(self, batch: list[Document], fut: Future) -> None:
-        handle = self._wait(fut)
-        self.run.report.prepare_seconds += handle.seconds
-        _put(self.to_engine, (batch, handle), self.stop)
-
-    def _encode(self) -> None:
-        """The engine thread: the engine call, its rows into shared memory, the finish sent to the worker."""
-        run = self.run
-        chunker = run.chunker
-        context = (run.partition, run.row_lineage, chunker.embedding_dim)
-        while (item := _get(self.to_engine, self.stop)) is not _END:
-            batch, handle = item
-            _test_kill_point("before_engine", run.partition)
-            t0 = time.perf_counter()
-            rows, native, refused = chunker.encode_inputs(handle.inputs)
-            run.report.engine_seconds += time.perf_counter() - t0
-            run.report.batches += 1
-            fut, shm = self.pool.finish(handle, rows, native, refused, context)
-            del rows, native
-            if shm is not None:
-                self._track(shm)
-            _put(self.to_writer, (batch, fut, shm), self.stop)
-            del item, handle
-            _test_kill_point("during_encode", run.partition)
-        _put(self.to_writer, _END, self.stop)
-
-    def _write(self) -> None:
-        """The writer thread: each batch's finished rows, in batch order, appended to the staging file."""
-        run = self.run
-        dim = run.chunker.embedding_dim
-        with pa.OSFile(str(self.staged), "wb") as sink, pa.ipc.new_stream(sink, chunk_schema(dim)) as stream:
-            while (item := _get(self.to_writer, self.stop)) is not _END:
-                batch, fut, shm = item
-                done = self._wait(fut)
-                with self.blocks_lock:
-                    if self.blocks is not None:
-                        self.blocks.discard(shm)
-                self.pool.release(shm)
-                good = run.account(batch, done.results)
-                if done.rows is not None:
-                    stream.write_batch(done.rows)
-                    run.report.chunks_written += done.rows.num_rows
-                if good:
-                    run.estimator.observe(good)
-                run.report.finish_seconds += done.seconds
-                run.meter.add(len(batch), sum(token_count(r) for _, r in good))
-                del item, done, good
-
-
-def _count_reader_rejections(run: _Run) -> None:
+def _count_reader_rejections(run: PartitionRun) -> None:
     """Step 3: the rows the reader could not make into documents join the rejections; the totals."""
     state, report = run.state, run.report
     for row in state.reader_rejections:
@@ -585,7 +287,7 @@ def _count_reader_rejections(run: _Run) -> None:
     report.rejected = len(state.rejections)
 
 
-def _check_systemic(run: _Run, max_share: float, min_documents: int) -> None:
+def _check_systemic(run: PartitionRun, max_share: float, min_documents: int) -> None:
     """Step 4: the systemic-failure rule (module docstring); raises before anything is written."""
     state, partition, total = run.state, run.partition, run.report.documents
     for row in state.reader_rejections:
@@ -613,7 +315,9 @@ def _check_systemic(run: _Run, max_share: float, min_documents: int) -> None:
         )
 
 
-def _commit(run: _Run, staged: Path, opened: contextlib.ExitStack, chunk_table: Any, rejected_table: Any) -> set[str]:
+def _commit(
+    run: PartitionRun, staged: Path, opened: contextlib.ExitStack, chunk_table: Any, rejected_table: Any
+) -> set[str]:
     """Step 5: ONE chunk-table commit streamed from the staging file, then the rejections; the removed doc_ids."""
     state, report = run.state, run.report
     removed = set(run.existing) - state.present
@@ -621,20 +325,20 @@ def _commit(run: _Run, staged: Path, opened: contextlib.ExitStack, chunk_table: 
 
     def staged_rows() -> pa.RecordBatchReader:  # opened afresh for each commit attempt
         reader = pa.ipc.open_stream(opened.enter_context(pa.OSFile(str(staged), "rb")))
-        if _kills_here("during_commit", run.partition):
-            return pa.RecordBatchReader.from_batches(reader.schema, _killing_after_first(reader))
+        if kills_here("during_commit", run.partition):
+            return pa.RecordBatchReader.from_batches(reader.schema, killing_after_first(reader))
         return reader
 
     rows = staged_rows if report.chunks_written else None
     report.write = commit_documents(chunk_table, run.partition, rows, replaced=replaced, kept=state.skipped)
-    _test_kill_point("between_commits", run.partition)
+    kill_point("between_commits", run.partition)
     replace_partition(
         rejected_table, "rejection_id", run.partition, pa.Table.from_pylist(state.rejections, schema=REJECTED_SCHEMA)
     )
     return removed
 
 
-def _final_report(run: _Run, removed: set[str], chunk_table: Any) -> PartitionReport:
+def _final_report(run: PartitionRun, removed: set[str], chunk_table: Any) -> PartitionReport:
     """Step 6: the document counts, the partition's rows afterwards, the wall time; the last progress line."""
     state, report = run.state, run.report
     report.documents_skipped = len(state.skipped)
@@ -705,65 +409,6 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def _kills_here(point: str, partition: str) -> bool:
-    """Whether the :data:`TEST_KILL_ENV` hook asks to die at ``point`` of ``partition`` now
-    (creating the :data:`TEST_KILL_ONCE_ENV` file when that is set)."""
-    at, _, only = os.environ.get(TEST_KILL_ENV, "").partition("@")
-    if at != point or (only and only != partition):
-        return False
-    once = os.environ.get(TEST_KILL_ONCE_ENV)
-    if once:
-        try:
-            os.close(os.open(once, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
-        except FileExistsError:
-            return False
-    return True
-
-
-def _test_kill_point(point: str, partition: str) -> None:
-    """The :data:`TEST_KILL_ENV` hook: SIGKILL this process at ``point`` when the hook asks for it."""
-    if _kills_here(point, partition):
-        os.kill(os.getpid(), signal.SIGKILL)
-
-
-def _killing_after_first(reader: pa.RecordBatchReader):  # noqa: ANN202
-    """Yields ``reader``'s first batch, then SIGKILLs the process when LanceDB asks for more."""
-    yield from itertools.islice(reader, 1)
-    os.kill(os.getpid(), signal.SIGKILL)
-
-
-class _LightList(list):
-    """Keeps (doc_id, sha256) stand-ins instead of whole documents (memory stays per document, not per text)."""
-
-    def append(self, item: Document | RejectedRow) -> None:  # type: ignore[override]
-        super().append(Document(item.doc_id, "", item.sha256) if isinstance(item, Document) else item)
-
-
-class _TokenEstimate:
-    """Document tokens of a text before tokenizing it: ``chars * ratio + specials``."""
-
-    def __init__(self, specials: int) -> None:
-        self.specials = specials
-        self.ratio = 1.0
-        self._chars = 0
-        self._tokens = 0
-
-    def estimate(self, text: str) -> int:
-        return int(len(text) * self.ratio) + self.specials
-
-    def observe(self, good: list[tuple[Document, ChunkedDocument]]) -> None:
-        self._chars += sum(len(doc.text) for doc, _ in good)
-        self._tokens += sum(max(token_count(res) - self.specials, 0) for _, res in good)
-        if self._chars:
-            self.ratio = min(1.0, 1.25 * self._tokens / self._chars)
-
-
-def _special_tokens(chunker: LateChunker) -> int:
-    """Special and prefix tokens every document gets."""
-    prefix = len(chunker.tokenizer(chunker.prefix, add_special_tokens=False)["input_ids"]) if chunker.prefix else 0
-    return prefix + chunker.tokenizer.num_special_tokens_to_add(pair=False)
-
-
 def _stored_documents(table: Any, partition: str) -> dict[str, tuple[str, str | None]]:
     """{doc_id: (doc_sha256, vector_config)} of the partition's stored documents (their first chunk)."""
     where = f"partition = {sql_string(partition)} AND chunk_index = 0"
@@ -774,25 +419,3 @@ def _stored_documents(table: Any, partition: str) -> dict[str, tuple[str, str | 
             zip(rows.column("doc_sha256").to_pylist(), rows.column("vector_config").to_pylist()),
         )
     )
-
-
-def _put(q: queue.Queue, item: object, stop: threading.Event) -> None:
-    while not stop.is_set():
-        try:
-            q.put(item, timeout=0.1)
-            return
-        except queue.Full:
-            continue
-
-
-def _get(q: queue.Queue, stop: threading.Event) -> object:
-    while True:
-        try:
-            return q.get(timeout=0.1)
-        except queue.Empty:
-            if stop.is_set():
-                raise _Stopped from None
-
-
-class _Stopped(Exception):
-    """Raised in a pipeline thread waiting on a queue after another thread failed."""
