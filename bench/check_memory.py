@@ -144,7 +144,7 @@ def child(mode: str, tmp: Path, n: int) -> None:
                 dg.AssetMaterialization(
                     tables.wiring.chunk_key,
                     partition=p,
-                    metadata={"partition_row_count": counts[p], "embedding_dim": DIM},
+                    metadata={"partition_rows": counts[p], "embedding_dim": DIM},
                 )
             )
 

@@ -195,6 +195,19 @@ def test_rows_identical_to_the_dagster_asset(env, tmp_path: Path, chunker: LateC
             tags={"dagster/asset_partition_range_start": "alpha", "dagster/asset_partition_range_end": "gamma"},
         )
         assert result.success
+    # one shard run, one set of names (issue 28, 1): each partition's metadata holds exactly the
+    # summary keys Airflow's task returns, besides the run-level keys of the asset's materialization
+    from latechunk_dagster.pipeline.shard import SUMMARY_KEYS
+
+    run_level = {"dagster/row_count", "dagster/uri", "dagster/column_schema", "version", "model", "model_sha256"}
+    run_level |= {"strategy", "engine_path", "engine", "vllm_version", "code_version"}
+    airflow_keys = {tuple(sorted(r)) for r in xcoms(env["first"], "late_chunk").values()}
+    assert airflow_keys == {tuple(sorted(SUMMARY_KEYS))}
+    for event in result.get_asset_materialization_events():
+        metadata = event.event_specific_data.materialization.metadata
+        published = set(metadata) - {k for k in metadata if k.startswith("run_")}
+        assert published - run_level == set(SUMMARY_KEYS) - run_level, event.partition
+        assert set(SUMMARY_KEYS) <= set(metadata)
     ours, theirs = table(env["db"]), table(dagster_db)
     assert ours.num_rows == theirs.num_rows > 0
     for column in SAME:

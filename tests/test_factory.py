@@ -243,8 +243,15 @@ def test_run_config_refuses_fields_the_strategy_ignores() -> None:
         ChunkingConfig(chunk_size=64).build(default)
     with pytest.raises(ValueError, match=r"max_tokens=-3, language='xx', which strategy 'fixed_tokens'"):
         ChunkingConfig(strategy="fixed_tokens", language="xx", max_tokens=-3).build(default)
-    with pytest.raises(ValueError, match=r"batch_tokens must be >= 0"):
-        ChunkingConfig(batch_tokens=-1).build(default)
+    with pytest.raises(ValueError, match=r"batch_tokens must be an integer >= 0"):
+        ChunkingConfig(batch_tokens=-1).shard_settings(None)
+    with pytest.raises(ValueError, match=r"max_rejected_share must be a number in \(0, 1\], got 1.5"):
+        ChunkingConfig(max_rejected_share=1.5).shard_settings(None)
+    assert ChunkingConfig(systemic_min_documents=3).shard_settings(2).systemic_min_documents == 3
+    # one rule with Airflow's resolve_strategy: fixed_tokens has no default chunk size (issue 28, 1)
+    with pytest.raises(ValueError, match=r"chunk_size"):
+        ChunkingConfig(strategy="fixed_tokens").build(default)
+    assert ChunkingConfig(strategy="fixed_tokens").build(FixedTokens(chunk_size=48)) == FixedTokens(chunk_size=48)
     assert ChunkingConfig(strategy="fixed_tokens", chunk_size=32).build(default) == FixedTokens(chunk_size=32)
     assert ChunkingConfig(max_tokens=64).build(default) == Sentences(max_tokens=64)
 

@@ -116,11 +116,11 @@ def test_multi_partition_backfill_runs_once_and_writes_every_partition(env) -> N
     mats = result.get_asset_materialization_events()
     by_part = {m.partition: m.event_specific_data.materialization.metadata for m in mats}
     assert sorted(by_part) == ["alpha", "beta", "gamma"]  # three partitions, one run
-    assert by_part["alpha"]["documents_in"].value == 3 and by_part["alpha"]["rejected"].value == 1
+    assert by_part["alpha"]["documents_in"].value == 3 and by_part["alpha"]["documents_rejected"].value == 1
     assert by_part["beta"]["encoder_windows"].value > 2  # the long document was windowed, not rejected
     assert by_part["beta"]["documents_over_model_length"].value == 1
     rows = table_rows(env["db"])
-    assert rows.num_rows == sum(m["partition_row_count"].value for m in by_part.values())
+    assert rows.num_rows == sum(m["partition_rows"].value for m in by_part.values())
     assert set(rows.column("doc_id").to_pylist()) == set(DOCS) - {"alpha/empty.txt"}
     lineage = rows.slice(0, 1).to_pylist()[0]
     assert lineage["run_id"] == result.run_id and lineage["engine_path"] == "spans"
@@ -404,7 +404,7 @@ def test_a_shard_gone_from_the_store_keeps_its_rows_and_a_bug_fails_the_run(
     away) is bad data: its old rows stay, an ``unreadable_shard`` row says why, and the blocking
     ``documents_accounted`` check fails for it. A programming error (a fault injected here: the
     partition pipeline raising a plain ``TypeError``) fails the run and records nothing."""
-    import latechunk_dagster.integration.assets as assets
+    import latechunk_dagster.pipeline.shard as shard_run
 
     store = write_store(tmp_path / "store", {"keep/a.txt": DOCS["alpha/acme.txt"], "gone/b.txt": DOCS["beta/owls.txt"]})
     with materialized(tmp_path, store, "gone", "keep") as (defs, instance, db):
@@ -421,7 +421,7 @@ def test_a_shard_gone_from_the_store_keeps_its_rows_and_a_bug_fails_the_run(
         def bug(*args: Any, **kwargs: Any) -> None:
             raise TypeError("a bug, not bad data")
 
-        monkeypatch.setattr(assets, "materialize_partition", bug)
+        monkeypatch.setattr(shard_run, "materialize_partition", bug)  # the one shard run both orchestrators call
         failed = run_partitions(defs, instance, "keep", "keep")
         assert not failed.success
         [failure] = [e for e in failed.all_events if e.event_type_value == "STEP_FAILURE"]

@@ -284,7 +284,7 @@ def test_the_dagster_checks_publish_the_same_outcomes(tmp_path: Path) -> None:
     (tmp_path / "home").mkdir()
     with dg.instance_for_test(temp_dir=str(tmp_path / "home")) as instance:
         for p in ALL:
-            metadata = {"partition_row_count": CHUNKS[p], "embedding_dim": DIM}
+            metadata = {"partition_rows": CHUNKS[p], "embedding_dim": DIM}
             instance.report_runless_asset_event(
                 dg.AssetMaterialization(tables.wiring.chunk_key, partition=p, metadata=metadata)
             )

@@ -2,8 +2,8 @@
 
 The operators of :mod:`latechunk_dagster.airflow.operators` are thin: they read connections
 (hooks), open the engine (:mod:`latechunk_dagster.airflow.engine`) and call these. These call
-exactly what the Dagster assets call: :func:`~latechunk_dagster.pipeline.materialize_partition`
-for a shard, :func:`~latechunk_dagster.sink.validation.check_partitions` for the checks and
+exactly what the Dagster assets call: :func:`~latechunk_dagster.pipeline.shard.run_shard` for a
+shard, :func:`~latechunk_dagster.sink.validation.check_partitions` for the checks and
 :func:`~latechunk_dagster.sink.indexing.refresh_indexes` for the indexes.
 """
 
@@ -14,10 +14,15 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from latechunk_dagster.core.chunker import LateChunker
-from latechunk_dagster.core.chunking import ChunkingStrategy, strategy_from_config
-from latechunk_dagster.pipeline import PartitionReport, materialize_partition
+from latechunk_dagster.core.chunking import ChunkingStrategy
 from latechunk_dagster.pipeline.config import DEFAULT_STRATEGY
-from latechunk_dagster.pipeline.partition import SHARD_ERRORS, record_shard_failure
+from latechunk_dagster.pipeline.shard import (
+    CHAR_SPANS_REFUSAL,
+    ShardSettings,
+    run_shard,
+    shard_summary,
+    strategy_from_run_config,
+)
 from latechunk_dagster.sink import validation
 from latechunk_dagster.sink.database import LanceDBSettings
 from latechunk_dagster.sink.indexing import refresh_indexes
@@ -49,32 +54,21 @@ def resolve_strategy(
         strategy: a strategy, a strategy name (``fixed_tokens``, ``sentences``, ``paragraphs``,
             ``markdown_sections``) or ``None`` (the default, sentences of at most 128 tokens, as
             Dagster's factory).
-        params: the named strategy's parameters (``{"chunk_size": 64}``); for the default strategy's
-            name they update its parameters. Not allowed with a strategy object. A value that is
-            the text of an integer (``"64"``, what a Jinja template renders) is that integer.
+        params: the named strategy's parameters (``{"chunk_size": 64}``), by the one rule of both
+            orchestrators (:func:`~latechunk_dagster.pipeline.shard.strategy_from_run_config`). Not
+            allowed with a strategy object.
 
     Raises:
-        ValueError: an unknown name or parameter, ``char_spans`` (needs spans per document), or params
-            with a strategy object.
+        ValueError: an unknown name or parameter, a missing one, ``char_spans`` (needs spans per
+            document), or params with a strategy object.
     """
     if isinstance(strategy, ChunkingStrategy):
         if params:
             raise ValueError("strategy_params apply to a strategy name, not to a strategy object")
-        chosen = strategy
-    else:
-        name = strategy or DEFAULT_STRATEGY.name
-        merged = dict(DEFAULT_STRATEGY.params()) if name == DEFAULT_STRATEGY.name else {}
-        merged.update({k: _int_text(v) for k, v in (params or {}).items()})
-        chosen = strategy_from_config(name, merged)
-    if chosen.name == "char_spans":
-        raise ValueError("char_spans needs per-document spans; call LateChunker.chunk directly")
-    return chosen
-
-
-def _int_text(value: Any) -> Any:
-    if isinstance(value, str) and value.strip().lstrip("+-").isdigit():
-        return int(value)
-    return value
+        if strategy.name == "char_spans":
+            raise ValueError(CHAR_SPANS_REFUSAL)
+        return strategy
+    return strategy_from_run_config(strategy, params, DEFAULT_STRATEGY)
 
 
 def list_shards(store_path: str, log: logging.Logger | Any | None = None) -> Listing:
@@ -129,106 +123,47 @@ def chunk_shard(
     table_name: str,
     rejected_table_name: str,
     run_id: str,
-    batch_tokens: int | None = None,
-    force: bool = False,
-    max_rejected_share: float = 0.5,
-    systemic_min_documents: int = 10,
-    host_workers: int | None = None,
+    settings: ShardSettings | None = None,
     log: logging.Logger | Any | None = None,
 ) -> dict[str, Any]:
-    """Late-chunk one shard of a store into ``table_name`` with :func:`materialize_partition`.
+    """Late-chunk one shard of a store into ``table_name``: the shard run both orchestrators call
+    (:func:`~latechunk_dagster.pipeline.shard.run_shard`).
 
     Streaming batches, incremental skip, one atomic commit, rejected rows in
     ``rejected_table_name``, progress lines on ``log``.
 
     Returns:
-        :func:`shard_summary` (small and JSON-able: counts, table URI and version, never vectors).
+        :func:`~latechunk_dagster.pipeline.shard.shard_summary` (small and JSON-able: counts,
+        table URI and version, never vectors; the names Dagster's partition metadata has too).
 
     Raises:
-        SystemicFailureError: the shard's documents failed for one reason. ShardError, OSError or
-            a pyarrow error (``sources.documents.READ_ERRORS``): the shard cannot be read. In both
-            cases nothing was written to the chunk table (its old rows are kept) and the shard's
-            rejection rows were replaced by one row naming the error (``doc_id`` ``"*"``). Any other
-            error (a bad setting, a table of another schema) fails the task and records nothing.
+        SystemicFailureError, and a shard that cannot be read (``sources.documents.READ_ERRORS``):
+            as :func:`~latechunk_dagster.pipeline.shard.run_shard` (recorded, old rows kept).
     """
     rejected_table = db.rejected_table(rejected_table_name)  # a bad URI fails before the shard is read
     table = db.chunk_table(table_name, chunker.embedding_dim)
     store = DocumentStore.from_path(store_path)
-    try:
-        report = materialize_partition(
-            chunker,
-            store.iter_shard(shard),
-            shard,
-            strategy,
-            chunk_table=table,
-            rejected_table=rejected_table,
-            run_id=run_id,
-            batch_tokens=batch_tokens or None,
-            force=force,
-            max_rejected_share=max_rejected_share,
-            systemic_min_documents=systemic_min_documents,
-            expected_documents=store.count_documents(shard),
-            host_workers=host_workers,
-            log=log,
-        )
-    except SHARD_ERRORS as exc:
-        reason = record_shard_failure(rejected_table, shard, exc, run_id)
-        if log is not None:
-            log.error(f"shard {shard}: {reason}, its old rows are kept: {exc}")
-        raise
-    if report.rejected and log is not None:
-        log.warning(
-            f"shard {shard}: {report.rejected} of {report.documents} documents rejected "
-            f"{report.rejected_reasons} (see table {rejected_table_name})"
-        )
-    return shard_summary(report, chunker, strategy, db, table, table_name, run_id)
-
-
-def shard_summary(
-    report: PartitionReport,
-    chunker: LateChunker,
-    strategy: ChunkingStrategy,
-    db: LanceDBSettings,
-    table: Any,
-    table_name: str,
-    run_id: str,
-) -> dict[str, Any]:
-    """A shard's :class:`PartitionReport` as the task's XCom value (JSON-able, no vectors).
-
-    Keys: ``table_uri``, ``table``, ``version`` (the table version after the commit, or the
-    current one when nothing changed), ``partition``, ``run_id``, ``documents_in``,
-    ``documents_reencoded``, ``documents_new``, ``documents_skipped``, ``documents_rejected``,
-    ``documents_deleted``, ``rejected_reasons``, ``chunks_written``, ``partition_rows``,
-    ``tokens_encoded``, ``window_tokens``, ``embedding_dim``, ``engine_seconds``, ``seconds``,
-    ``model``, ``model_sha256``, ``strategy``, ``engine_path``, ``shard_fingerprint``.
-    """
-    write = report.write
-    return {
-        "table_uri": db.table_uri(table_name),
-        "table": table_name,
-        "version": int(write.version if write else table.version),
-        "partition": report.partition,
-        "run_id": run_id,
-        "documents_in": report.documents,
-        "documents_reencoded": report.documents_reencoded,
-        "documents_new": report.documents_new,
-        "documents_skipped": report.documents_skipped,
-        "documents_rejected": report.rejected,
-        "documents_deleted": report.documents_deleted,
-        "rejected_reasons": dict(report.rejected_reasons),
-        "chunks_written": report.chunks_written,
-        "partition_rows": report.partition_rows,
-        "tokens_encoded": report.tokens_encoded,
-        "window_tokens": report.window_tokens,
-        "embedding_dim": chunker.embedding_dim,
-        "engine_seconds": round(report.engine_seconds, 3),
-        "seconds": round(report.seconds, 3),
-        "model": chunker.card.name,
-        "model_sha256": chunker.card.fingerprint,
-        "strategy": strategy.describe(),
-        "engine_path": chunker.path,
-        "shard_fingerprint": report.fingerprint,
-    }
+    report = run_shard(
+        chunker,
+        store.iter_shard(shard),
+        shard,
+        strategy,
+        chunk_table=table,
+        rejected_table=rejected_table,
+        run_id=run_id,
+        settings=settings or ShardSettings(),
+        expected_documents=store.count_documents(shard),
+        log=log,
+    )
+    return shard_summary(
+        report,
+        chunker,
+        strategy,
+        table_uri=db.table_uri(table_name),
+        table_name=table_name,
+        table_version=table.version,
+        run_id=run_id,
+    )
 
 
 def check_shards(

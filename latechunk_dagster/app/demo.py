@@ -70,8 +70,8 @@ def main() -> int:
     mats = [e for e in result.get_asset_materialization_events()]
     md = [m.event_specific_data.materialization.metadata for m in mats]  # type: ignore[union-attr]
     docs = sum(m["documents_in"].value for m in md)
-    chunks = sum(m["chunks_out"].value for m in md)
-    rejected = sum(m["rejected"].value for m in md)
+    chunks = sum(m["chunks_written"].value for m in md)
+    rejected = sum(m["documents_rejected"].value for m in md)
     tokens = sum(m["tokens_encoded"].value for m in md)
     encoded = sum(m["window_tokens"].value for m in md)
     windows = sum(m["encoder_windows"].value for m in md)

@@ -11,18 +11,22 @@
 * index: ANN, full-text and scalar indexes over the whole table, then compaction.
 """
 
-import hashlib
-import json
 from typing import Any
 
 import dagster as dg
 from pydantic import Field
 
-from latechunk_dagster.core.chunking import ChunkingStrategy, strategy_from_config
+from latechunk_dagster.core.chunking import ChunkingStrategy
 from latechunk_dagster.integration.wiring import TableWiring
-from latechunk_dagster.pipeline import PartitionReport, materialize_partition
-from latechunk_dagster.pipeline.partition import SHARD_ERRORS, record_shard_failure
+from latechunk_dagster.pipeline.partition import SHARD_ERRORS
 from latechunk_dagster.pipeline.partition import UNREADABLE_SHARD as UNREADABLE_SHARD  # re-exported
+from latechunk_dagster.pipeline.shard import (
+    CHAR_SPANS_REFUSAL,
+    ShardSettings,
+    run_shard,
+    shard_summary,
+    strategy_from_run_config,
+)
 from latechunk_dagster.sink.indexing import refresh_indexes
 from latechunk_dagster.sources.documents import UnknownShardError
 from latechunk_dagster.sources.frames import iter_table_documents, partition_tables
@@ -53,20 +57,42 @@ class ChunkingConfig(dg.Config):
     batch_tokens: int = Field(
         default=0, description="Document tokens per engine call; 0: the default (8,192 on CPU, 131,072 on GPU)."
     )
+    max_rejected_share: float = Field(
+        default=ShardSettings.max_rejected_share,
+        description="A reason that rejects at least this share of a shard's documents fails the shard (old rows kept).",
+    )
+    systemic_min_documents: int = Field(
+        default=ShardSettings.systemic_min_documents,
+        description="...of at least this many documents (fewer: only all-rejected fails the shard).",
+    )
+
+    def shard_settings(self, host_workers: int | None) -> ShardSettings:
+        """The shard run's settings (the same :class:`ShardSettings` Airflow's operator builds).
+
+        Raises:
+            ValueError: a setting out of range, naming it.
+        """
+        return ShardSettings(
+            batch_tokens=self.batch_tokens,
+            force=self.force,
+            max_rejected_share=self.max_rejected_share,
+            systemic_min_documents=self.systemic_min_documents,
+            host_workers=host_workers,
+        )
 
     def build(self, default: ChunkingStrategy) -> ChunkingStrategy:
         """The strategy of this run: ``default`` with the fields that are set replaced.
 
         Raises:
-            ValueError: unknown strategy, ``char_spans``, parameter values the strategy refuses, a
-                field that the chosen strategy does not take (``chunk_size`` with ``sentences``,
-                ``language`` with ``fixed_tokens``...: set, it would be ignored), or ``batch_tokens < 0``.
+            ValueError: unknown strategy, ``char_spans``, a missing parameter (``fixed_tokens``
+                without ``chunk_size``, unless it is the default strategy), parameter values the
+                strategy refuses, or a field that the chosen strategy does not take (``chunk_size``
+                with ``sentences``, ``language`` with ``fixed_tokens``...: set, it would be ignored).
+                The rule is Airflow's too (:func:`~latechunk_dagster.pipeline.shard.strategy_from_run_config`).
         """
         name = self.strategy or default.name
         if name == "char_spans":
-            raise ValueError("char_spans needs per-document spans; call LateChunker.chunk directly")
-        if self.batch_tokens < 0:
-            raise ValueError(f"batch_tokens must be >= 0 (0: the default), got {self.batch_tokens}")
+            raise ValueError(CHAR_SPANS_REFUSAL)
         unused = ["max_tokens", "language", "segmenter"] if name == "fixed_tokens" else ["chunk_size"]
         ignored = [f for f in unused if getattr(self, f) is not None]
         if ignored:
@@ -74,19 +100,8 @@ class ChunkingConfig(dg.Config):
                 f"run config sets {', '.join(f'{f}={getattr(self, f)!r}' for f in ignored)}, which strategy "
                 f"{name!r} does not take; remove it or choose a strategy that uses it"
             )
-        params = default.params() if name == default.name else {}
-        if name == "fixed_tokens":
-            if self.chunk_size is not None:
-                params["chunk_size"] = self.chunk_size
-            params.setdefault("chunk_size", 64)
-        else:
-            if self.max_tokens is not None:
-                params["max_tokens"] = self.max_tokens
-            if self.language is not None:
-                params["language"] = self.language
-            if self.segmenter is not None:
-                params["segmenter"] = self.segmenter
-        return strategy_from_config(name, params)
+        params = {f: getattr(self, f) for f in ("chunk_size", "max_tokens", "language", "segmenter")}
+        return strategy_from_run_config(self.strategy, params, default)
 
 
 def build_documents_asset(w: TableWiring, spec: dg.AssetSpec) -> dg.AssetsDefinition:
@@ -183,19 +198,23 @@ def _raise(exc: Exception) -> Any:
 def materialize_chunks(
     context: dg.AssetExecutionContext, w: TableWiring, config: ChunkingConfig, upstream: Any, code_version: str | None
 ) -> dg.MaterializeResult:
-    """Late-chunk every partition of the run into the chunk table (one commit per partition)."""
+    """Late-chunk every partition of the run into the chunk table (one commit per partition), each
+    with the shard run Airflow calls too (:func:`~latechunk_dagster.pipeline.shard.run_shard`); its
+    :func:`~latechunk_dagster.pipeline.shard.shard_summary` is the partition's metadata."""
     strategy = config.build(w.strategy)
     lancedb = w.resource(context, w.lancedb_key)
     rejected_table = lancedb.rejected_table(w.rejected_table_name)  # a bad URI fails before the engine loads
     engine = w.resource(context, w.engine_key)
+    settings = config.shard_settings(getattr(engine, "host_workers", None))
     chunker = engine.get_chunker()
     table = lancedb.chunk_table(w.table_name, chunker.embedding_dim)
+    table_uri = f"{lancedb.uri}/{w.table_name}"
     totals: dict[str, float] = dict.fromkeys(
         ("documents", "chunks", "rejected", "tokens", "seconds", "unreadable_shards"), 0
     )
     for partition, documents, expected in _partition_sources(context, w, upstream):
         try:
-            out = materialize_partition(
+            out = run_shard(
                 chunker,
                 documents,
                 partition,
@@ -203,27 +222,30 @@ def materialize_chunks(
                 chunk_table=table,
                 rejected_table=rejected_table,
                 run_id=context.run.run_id,
-                batch_tokens=config.batch_tokens or None,
-                force=config.force,
+                settings=settings,
                 expected_documents=expected,
-                host_workers=getattr(engine, "host_workers", None),
                 log=context.log,
             )
         except SHARD_ERRORS as exc:
             # The shard cannot be read or its documents failed for one reason: its old chunk rows
-            # are kept, the reason is recorded, and the blocking `documents_accounted` check fails
-            # for it, while the other partitions of the run are written and recorded as usual.
-            _record_unreadable_shard(context, rejected_table, partition, exc)
+            # are kept, the reason is recorded (run_shard), and the blocking `documents_accounted`
+            # check fails for it, while the other partitions of the run are written as usual.
+            context.add_asset_metadata(
+                {"shard_error": dg.MetadataValue.text(str(exc)), "partition_rows": dg.MetadataValue.int(-1)},
+                partition_key=partition,
+            )
             totals["unreadable_shards"] += 1
             continue
-        md = _partition_metadata(out, table)
-        md["embedding_dim"] = dg.MetadataValue.int(chunker.embedding_dim)
-        context.add_asset_metadata(md, partition_key=partition)
-        if out.rejected:
-            context.log.warning(
-                f"partition {partition}: {out.rejected} of {out.documents} documents rejected "
-                f"{out.rejected_reasons} (see table {w.rejected_table_name})"
-            )
+        summary = shard_summary(
+            out,
+            chunker,
+            strategy,
+            table_uri=table_uri,
+            table_name=w.table_name,
+            table_version=table.version,
+            run_id=context.run.run_id,
+        )
+        context.add_asset_metadata({k: _metadata_value(v) for k, v in summary.items()}, partition_key=partition)
         for k, v in (
             ("documents", out.documents),
             ("chunks", out.chunks_written),
@@ -235,12 +257,12 @@ def materialize_chunks(
     return dg.MaterializeResult(
         metadata={
             "dagster/row_count": dg.MetadataValue.int(table.count_rows()),
-            "dagster/uri": dg.MetadataValue.text(f"{lancedb.uri}/{w.table_name}"),
+            "dagster/uri": dg.MetadataValue.text(table_uri),
             "dagster/column_schema": _column_schema(table.schema),
-            "lancedb_version": dg.MetadataValue.int(table.version),
+            "version": dg.MetadataValue.int(table.version),
             "run_documents_in": dg.MetadataValue.int(int(totals["documents"])),
-            "run_chunks_out": dg.MetadataValue.int(int(totals["chunks"])),
-            "run_rejected": dg.MetadataValue.int(int(totals["rejected"])),
+            "run_chunks_written": dg.MetadataValue.int(int(totals["chunks"])),
+            "run_documents_rejected": dg.MetadataValue.int(int(totals["rejected"])),
             "run_unreadable_shards": dg.MetadataValue.int(int(totals["unreadable_shards"])),
             "run_tokens_per_second": dg.MetadataValue.float(totals["tokens"] / max(totals["seconds"], 1e-9)),
             "model": dg.MetadataValue.text(chunker.card.name),
@@ -254,44 +276,17 @@ def materialize_chunks(
     )
 
 
-def _record_unreadable_shard(
-    context: dg.AssetExecutionContext, rejected_table: Any, partition: str, exc: Exception
-) -> None:
-    reason = record_shard_failure(rejected_table, partition, exc, context.run.run_id)
-    context.log.error(f"partition {partition}: {reason}, its old rows are kept: {exc}")
-    context.add_asset_metadata(
-        {"shard_error": dg.MetadataValue.text(str(exc)), "partition_row_count": dg.MetadataValue.int(-1)},
-        partition_key=partition,
-    )
-
-
-def _partition_metadata(out: PartitionReport, table: Any) -> dict[str, Any]:
-    written = out.write
-    return {
-        "partition_row_count": dg.MetadataValue.int(out.partition_rows),
-        "documents_in": dg.MetadataValue.int(out.documents),
-        "chunks_out": dg.MetadataValue.int(out.chunks_written),
-        "rejected": dg.MetadataValue.int(out.rejected),
-        "rejected_reasons": dg.MetadataValue.json(out.rejected_reasons),
-        "encoder_windows": dg.MetadataValue.int(out.windows),
-        "documents_over_model_length": dg.MetadataValue.int(out.windowed_documents),
-        "window_tokens": dg.MetadataValue.int(out.window_tokens),
-        "tokens_per_second": dg.MetadataValue.float(out.tokens_encoded / max(out.engine_seconds, 1e-9)),
-        "engine_seconds": dg.MetadataValue.float(out.engine_seconds),
-        "engine_paths": dg.MetadataValue.json(out.paths),
-        "documents_skipped": dg.MetadataValue.int(out.documents_skipped),
-        "documents_reencoded": dg.MetadataValue.int(out.documents_reencoded),
-        "documents_deleted": dg.MetadataValue.int(out.documents_deleted),
-        "tokens_encoded": dg.MetadataValue.int(out.tokens_encoded),
-        "rows_inserted": dg.MetadataValue.int(written.inserted if written else 0),
-        "rows_updated": dg.MetadataValue.int(written.updated if written else 0),
-        "rows_deleted": dg.MetadataValue.int(written.deleted if written else 0),
-        "lancedb_version": dg.MetadataValue.int(written.version if written else table.version),
-        "commit_attempts": dg.MetadataValue.int(written.attempts if written else 0),
-        "lancedb_commit_attempts": dg.MetadataValue.int(written.lance_attempts if written else 0),
-        "shard_fingerprint": dg.MetadataValue.text(out.fingerprint),
-        "doc_ids_sha256": dg.MetadataValue.text(hashlib.sha256(json.dumps(out.chunked_doc_ids).encode()).hexdigest()),
-    }
+def _metadata_value(value: Any) -> Any:
+    """A summary value as Dagster metadata (ints, floats, text; dicts as JSON)."""
+    if isinstance(value, bool):
+        return dg.MetadataValue.bool(value)
+    if isinstance(value, int):
+        return dg.MetadataValue.int(value)
+    if isinstance(value, float):
+        return dg.MetadataValue.float(value)
+    if isinstance(value, dict):
+        return dg.MetadataValue.json(value)
+    return dg.MetadataValue.text(str(value))
 
 
 def _column_schema(schema: Any) -> dg.TableSchemaMetadataValue:

@@ -112,7 +112,7 @@ def build_checks(w: TableWiring, *, with_parity: bool = True) -> list[dg.AssetCh
             lancedb.open_table(w.rejected_table_name),
             partitions,
             dim=reported.pop() if len(reported) == 1 else dim,
-            expected_rows={p: last_reported(w, context.instance, p, "partition_row_count") for p in partitions},
+            expected_rows={p: last_reported(w, context.instance, p, "partition_rows") for p in partitions},
             store=None if w.documents_from_asset else w.resource(context, w.store_key).get_store(),
             accounted=(lambda p, rows, rejected: _reported_outcome(w, context.instance, p, rows, rejected))
             if w.documents_from_asset

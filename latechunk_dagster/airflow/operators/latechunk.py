@@ -36,7 +36,7 @@ from latechunk_dagster.airflow.tasks import (
 )
 from latechunk_dagster.core.chunking import ChunkingStrategy
 from latechunk_dagster.pipeline import SystemicFailureError
-from latechunk_dagster.pipeline.config import check_host_workers
+from latechunk_dagster.pipeline.shard import ShardSettings
 from latechunk_dagster.sink import CHUNK_TABLE, REJECTED_TABLE
 
 #: Airflow pool of the tasks that hold an engine: create it with as many slots as GPUs
@@ -233,8 +233,8 @@ class LateChunkShardOperator(BaseOperator):
         self.force = force
         self.max_rejected_share = max_rejected_share
         self.systemic_min_documents = systemic_min_documents
-        # refused when the DAG is parsed, by the rule materialize_partition applies when the task runs
-        self.host_workers = None if host_workers is None else check_host_workers(host_workers)
+        self.host_workers = host_workers
+        self.shard_settings()  # a setting out of range is refused when the DAG is parsed, by the run's own rule
         self.engine_spec()  # an unknown engine, or vLLM settings given to the transformers engine: at parse time
 
     @classmethod
@@ -252,6 +252,17 @@ class LateChunkShardOperator(BaseOperator):
             ],
         )
         return partial(cls, **kwargs)
+
+    def shard_settings(self) -> ShardSettings:
+        """The shard run's settings (:class:`~latechunk_dagster.pipeline.shard.ShardSettings`: the
+        same ones Dagster's run config sets)."""
+        return ShardSettings(
+            batch_tokens=self.batch_tokens,
+            force=self.force,
+            max_rejected_share=self.max_rejected_share,
+            systemic_min_documents=self.systemic_min_documents,
+            host_workers=self.host_workers,
+        )
 
     def engine_spec(self) -> EngineSpec:
         """The engine this task encodes with."""
@@ -289,11 +300,7 @@ class LateChunkShardOperator(BaseOperator):
                     table_name=self.table_name,
                     rejected_table_name=self.rejected_table_name,
                     run_id=run_id,
-                    batch_tokens=self.batch_tokens,
-                    force=self.force,
-                    max_rejected_share=self.max_rejected_share,
-                    systemic_min_documents=self.systemic_min_documents,
-                    host_workers=self.host_workers,
+                    settings=self.shard_settings(),
                     log=self.log,
                 )
             except SystemicFailureError as exc:
