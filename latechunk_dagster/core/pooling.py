@@ -57,18 +57,10 @@ def span_means(rows: Sequence[np.ndarray], plan: WindowPlan, spans: Sequence[Spa
     if plan.source is None:
         sums = span_sums(rows[0], spans)
     else:
-        segments = plan.segments().tolist()  # [doc_start, doc_end, window, row_start] per run
         sums = np.zeros((len(spans), rows[0].shape[1]), dtype=np.float64)
-        seg = 0
-        for k, s in enumerate(spans):
-            while segments[seg][1] <= s.start:
-                seg += 1
-            j = seg
-            while j < len(segments) and segments[j][0] < s.end:
-                a, b, w, r = segments[j]
-                lo, hi = max(a, s.start), min(b, s.end)
-                sums[k] += np.add.reduce(rows[w][r + lo - a : r + hi - a], axis=0, dtype=np.float64)
-                j += 1
+        for window, pieces in zip(rows, window_pieces(plan, spans)):
+            for a, b, k in pieces.tolist():
+                sums[k] += np.add.reduce(window[a:b], axis=0, dtype=np.float64)
     lengths = np.fromiter((s.end - s.start for s in spans), dtype=np.float64, count=len(spans))
     return sums / lengths[:, None]
 
