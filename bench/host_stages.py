@@ -39,14 +39,25 @@ from latechunk_dagster.core.engines.base import Engine  # noqa: E402
 
 
 class RandomStates(Engine):
-    """An engine that returns random float32 rows ``[len(prompt), dim]`` (views into one pool)."""
+    """A free engine: random float32 token rows ``[len(prompt), dim]`` (views into one pool), and on
+    the span path (the default, issue 26) zero span-sum pairs ``[n_pieces, 2 * dim]`` per prompt
+    (views into one zero block): what a GPU engine hands back there, with no token state made or
+    copied. ``LateChunker(..., engine=RandomStates(...), engine_path="token_states")`` measures the
+    token-state path instead."""
 
     name = "random"
     version = "0"
+    supports_span_sums = True
 
     def __init__(self, dim: int, max_len: int, seed: int = 0) -> None:
         self._pool = np.random.default_rng(seed).standard_normal((4096 + max_len, dim), dtype=np.float32)
+        self._zeros = np.zeros((max_len, 2 * dim), dtype=np.float32)  # a window has <= max_len pieces
+        self._zeros.flags.writeable = False
         self._k = 0
+
+    def span_sums(self, prompts: Sequence[Sequence[int]], pieces: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """float32 zeros ``[len(p), 2 * dim]`` per prompt (read-only views: nothing is computed or copied)."""
+        return [self._zeros[: len(p)] for p in pieces]
 
     def token_states(self, prompts: Sequence[Sequence[int]]) -> list[np.ndarray]:
         out = []

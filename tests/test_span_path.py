@@ -308,6 +308,28 @@ def test_the_pooler_sums_each_range_in_float64_and_refuses_bad_ranges() -> None:
         assert span_sum_pairs(rows, bad).shape == (0, 7), bad
 
 
+def test_the_pooler_sums_the_same_on_the_host_and_on_a_device() -> None:
+    """Rows in host memory are summed with numpy (one thread: torch's ops open an OpenMP region per
+    call, which stalls on a loaded CPU); an accelerator's with one ``index_add_``. Both branches, run
+    here on CPU tensors, give the same answer, for float32 and bfloat16 rows (vLLM's head dtypes)."""
+    import torch
+
+    from latechunk_dagster.vllm_plugin import _cpu_sum_pairs, _device_sum_pairs, span_sum_pairs
+
+    rows = torch.tensor(np.random.default_rng(3).standard_normal((300, 384)), dtype=torch.float32)
+    bounds = torch.tensor([[0, 1], [1, 130], [130, 256], [260, 300]])  # rows 256-259 are another window's
+    for x in (rows, rows.to(torch.bfloat16)):
+        host, device = _cpu_sum_pairs(x, bounds), _device_sum_pairs(x, bounds)
+        assert host.dtype == device.dtype == torch.float32 and host.shape == device.shape == (4, 2 * 384 + 1)
+        exact = x.double().numpy()
+        want = np.stack([exact[a:b].sum(0) for a, b in bounds.tolist()])
+        for got in (host, device):
+            pair = got[:, :384].double().numpy() + got[:, 384:768].double().numpy()
+            assert np.abs(pair - want).max() < 1e-12
+            np.testing.assert_array_equal(got[:, -1].numpy(), [1, 129, 126, 40])
+        assert torch.equal(span_sum_pairs(x, bounds.ravel().tolist()), host)
+
+
 # -- lineage: the rows record the path ---------------------------------------------------------
 
 

@@ -9,9 +9,14 @@ a sum stays ~1e-16 relative whatever the span length or the states' norms. Measu
 matrix, which would also accumulate in float32.
 
 Windowed documents (contract section 5) are pooled straight from their windows' rows:
-:meth:`~latechunk_dagster.core.windows.WindowPlan.segments` says which contiguous rows of which
-window each run of document tokens takes, so a span is summed piece by piece from those rows and
-the document's states are never gathered into a copy.
+:func:`window_pieces` says which rows of which window each span takes (from
+:meth:`~latechunk_dagster.core.windows.WindowPlan.segments`), so a span is summed piece by piece
+from those rows and the document's states are never gathered into a copy.
+
+**Two paths, one mean.** On the token-state path the host sums each piece (:func:`span_means`).
+On the span path (``engine_path="spans"``) the engine sums the same pieces where the states are
+(:mod:`latechunk_dagster.vllm_plugin`, float64, returned as float32 pairs: :func:`sum_pairs`)
+and the host only adds a windowed span's pieces and divides (:func:`means_from_pair_sums`).
 """
 
 from __future__ import annotations

@@ -18,7 +18,8 @@ encoder's states with the model's *linear* projection (if any) applied per token
 (contract section 3: a linear projection commutes with the mean; the head proper is applied by the
 host after the mean, :mod:`latechunk_dagster.core.head`).
 
-Sums are accumulated in float64 (``index_add_`` into a float64 buffer), on the engine's device.
+Sums are accumulated in float64: on an accelerator with one ``index_add_`` into a float64 buffer on
+the device; rows in host memory (the CPU engine) with numpy's float64 reduce per range, on one thread.
 Ranges that are not sorted, overlap, are empty or pass the end of the prompt get a ``[0, 2*dim+1]``
 answer instead of an error (an error in the worker would fail every request of the batch); the
 host refuses that document alone (:class:`~latechunk_dagster.core.errors.SpanError`).
@@ -74,6 +75,34 @@ def span_sum_pairs(rows: Any, spans: list[int]) -> Any:
     bounds = torch.tensor(spans, dtype=torch.long).reshape(-1, 2) if len(spans) % 2 == 0 else None
     if bounds is None or not _valid(bounds, n):
         return rows.new_zeros((0, 2 * dim + 1), dtype=torch.float32)
+    if rows.device.type == "cpu":
+        return _cpu_sum_pairs(rows, bounds)
+    return _device_sum_pairs(rows, bounds)
+
+
+def _cpu_sum_pairs(rows: Any, bounds: Any) -> Any:
+    """:func:`span_sum_pairs` of rows in host memory: numpy's float64 reduce per range, the host's
+    own rule (:func:`latechunk_dagster.core.pooling.piece_sums`), on one thread.
+
+    Not torch's ops: on the CPU engine each of them over a window's rows (more than torch's grain of
+    32,768 elements) opens an OpenMP region on every core, and a region waits for a core another
+    process holds: measured 54 ms a window instead of 0.2 ms on 2 loaded cores (bench/README.md)."""
+    import numpy as np
+    import torch
+
+    from latechunk_dagster.core.pooling import piece_sums
+
+    b = bounds.numpy()
+    pairs = piece_sums(rows.float().numpy(), b)  # float32 [k, 2 * dim]: hi | lo
+    counts = (b[:, 1] - b[:, 0]).astype(np.float32)[:, None]
+    return torch.from_numpy(np.concatenate([pairs, counts], axis=1))
+
+
+def _device_sum_pairs(rows: Any, bounds: Any) -> Any:
+    """:func:`span_sum_pairs` on an accelerator: one float64 ``index_add_`` of every row into its range."""
+    import torch
+
+    n, dim = rows.shape
     k = bounds.shape[0]
     starts, ends = bounds[:, 0].contiguous(), bounds[:, 1].contiguous()
     # each row's range, or k for rows no range takes (rows another window owns); shape [n]
@@ -94,6 +123,4 @@ def _valid(bounds: Any, n: int) -> bool:
     if bounds.numel() == 0:
         return False
     starts, ends = bounds[:, 0], bounds[:, 1]
-    return bool(
-        (starts >= 0).all() and (ends <= n).all() and (ends > starts).all() and (starts[1:] >= ends[:-1]).all()
-    )
+    return bool((starts >= 0).all() and (ends <= n).all() and (ends > starts).all() and (starts[1:] >= ends[:-1]).all())
