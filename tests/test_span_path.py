@@ -135,7 +135,15 @@ class References:
         ranges = [c.token_range for c in doc.chunks]
         ranges[0] = (max(ranges[0][0], skip), ranges[0][1])
         means = np.stack([h[s:e].mean(axis=0) for s, e in ranges])
-        return reference_head(self.model_dir, means, self.fam.dimensions)
+        if source == "model":
+            return reference_head(self.model_dir, means, self.fam.dimensions)
+        # the engine's rows already hold the linear projection (vLLM's token_embed applies a Dense per
+        # token, which commutes with the mean): what is left of the head is the cut and the L2 norm
+        modules = json.loads((self.model_dir / "modules.json").read_text())
+        x = means[:, : self.fam.dimensions] if self.fam.dimensions else means
+        if any(m["type"].endswith(".Normalize") for m in modules):
+            x = x / np.linalg.norm(x, axis=1, keepdims=True)
+        return x
 
 
 def same_chunks(a: ChunkedDocument, b: ChunkedDocument) -> bool:
