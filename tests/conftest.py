@@ -79,5 +79,5 @@ SLOW_MODULES = frozenset(
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Mark every test of :data:`SLOW_MODULES` ``slow`` (``make check`` deselects them)."""
     for item in items:
-        if item.module is not None and item.module.__name__.rsplit(".", 1)[-1] in SLOW_MODULES:
+        if item.path.stem in SLOW_MODULES:  # doctest items have a path but no module
             item.add_marker(pytest.mark.slow)
