@@ -233,3 +233,34 @@ def test_the_component_yaml_chooses_the_transformers_engine(minilm_dir: Path, tm
     }
     with pytest.raises(ValueError, match=r"engine kind 'vlm' is not one of \['transformers', 'vllm'\]"):
         engine_resource({"kind": "vlm", "model": str(minilm_dir)})
+
+
+def test_what_the_transformers_engine_cannot_serve_is_refused_by_name(minilm_dir: Path, tmp_path: Path) -> None:
+    """A non-linear Dense (before the engine starts), a Dense module without weights, a model
+    transformers cannot load, and an encoder input longer than the engine takes: one sentence each."""
+    import json
+    import shutil
+
+    from latechunk_dagster import HeadNotSupportedError, ModelNotSupportedError
+    from latechunk_dagster.core.engines.transformers_engine import TransformersEngine
+    from tests.tiny_models import build_tiny_bert
+
+    tanh = build_tiny_bert(tmp_path / "tanh", minilm_dir, dense=[(64, 32, "torch.nn.modules.activation.Tanh")])
+    with pytest.raises(HeadNotSupportedError, match=r"dense\(64->32,Tanh\)\+l2 is non-linear"):
+        LateChunker(tanh, engine="transformers")
+    dense = build_tiny_bert(tmp_path / "dense", minilm_dir, dense=[(64, 32, "torch.nn.modules.linear.Identity")])
+    (dense / "2_Dense" / "model.safetensors").unlink()
+    with pytest.raises(ModelNotSupportedError, match=r"2_Dense: Dense module without weights"):
+        LateChunker(dense, engine="transformers")
+    unknown = Path(shutil.copytree(tmp_path / "tanh", tmp_path / "unknown"))
+    shutil.rmtree(unknown / "2_Dense")
+    modules = [m for m in json.loads((unknown / "modules.json").read_text()) if "Dense" not in m["type"]]
+    (unknown / "modules.json").write_text(json.dumps(modules))
+    config = json.loads((unknown / "config.json").read_text())
+    (unknown / "config.json").write_text(json.dumps(dict(config, model_type="imaginary-encoder")))
+    with pytest.raises(ModelNotSupportedError, match=rf"unknown: transformers {transformers.__version__} could not"):
+        LateChunker(unknown, engine="transformers")
+    engine = TransformersEngine(minilm_dir, max_model_len=8)
+    assert [s.shape for s in engine.token_states([[101, 102], [101, 7592, 102]])] == [(2, 384), (3, 384)]
+    with pytest.raises(ValueError, match=r"encoder input 1 has 9 tokens; the engine takes 1 to 8"):
+        engine.token_states([[101, 102], [101] * 9])
