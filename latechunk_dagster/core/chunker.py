@@ -510,7 +510,7 @@ class LateChunker:
     # -- engine lifecycle -------------------------------------------------------------
     @property
     def vllm_version(self) -> str:
-        """Version of the engine (vLLM's ``__version__``), recorded in lineage."""
+        """Version of the engine (vLLM's ``__version__``; transformers' for the light engine), recorded in lineage."""
         return self._engine().version if self.engine is not None else "closed"
 
     @property
