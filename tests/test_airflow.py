@@ -492,6 +492,7 @@ def test_the_operator_encodes_on_the_transformers_engine(env, tmp_path: Path, ch
         module = load_dag_file(dag_file, "light_engine_dag_under_test")
         dr = module.dag.test()  # no use_chunker: the task starts its own (transformers) engine
         assert str(dr.state) == "success", states(dr)
+        assert [x["engine"] for x in xcoms(dr, "late_chunk").values()] == ["transformers"]
     finally:
         set_lancedb_connection(env["db"])
         dag_file.unlink()

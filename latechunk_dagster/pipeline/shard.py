@@ -62,6 +62,7 @@ SUMMARY_KEYS = (
     "model_sha256",
     "strategy",
     "engine_path",
+    "engine",
     "shard_fingerprint",
     "doc_ids_sha256",
     "rows_inserted",
@@ -234,6 +235,7 @@ def shard_summary(
         "model_sha256": chunker.card.fingerprint,
         "strategy": strategy.describe(),
         "engine_path": chunker.path,
+        "engine": chunker.settings.engine,  # "vllm", "vllm-server", "transformers"
         "shard_fingerprint": report.fingerprint,
         "doc_ids_sha256": hashlib.sha256(json.dumps(report.chunked_doc_ids).encode()).hexdigest(),
         "rows_inserted": write.inserted if write else 0,
