@@ -179,6 +179,7 @@ def check_both_paths(
     return worst_rows, worst_model, any(d.windows > 1 for d in spans)
 
 
+@pytest.mark.slow  # an engine per family, as tests/test_model_families.py (conftest.SLOW_MODULES)
 @pytest.mark.parametrize("fam", FAMILIES, ids=[f.name for f in FAMILIES])
 def test_span_path_matches_float64_and_the_token_state_ranges(fam: Family, tmp_path: Path, minilm_dir: Path) -> None:
     model_dir = fam.build(tmp_path / fam.name, minilm_dir)
