@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from latechunk_dagster.core.engines.base import Engine, NativeChunks, check_pieces, pair_rows
-from latechunk_dagster.core.errors import ModelNotSupportedError
+from latechunk_dagster.core.errors import EngineAnswerError, ModelNotSupportedError
 
 log = logging.getLogger(__name__)
 
@@ -249,7 +249,21 @@ class VLLMEngine(Engine):
         self.dtype = str(self.llm.model_config.dtype).removeprefix("torch.")
         if self.in_process:
             _IN_PROCESS_ENGINES.add(id(self))
+        if not self.in_process:
+            self._probe_span_sums()
         log.info("vLLM %s engine for %s started in %.1f s", self.version, model, self.startup_seconds)
+
+    def _probe_span_sums(self) -> None:
+        """An engine core in its own process loads the span plugin only where vLLM loads the package's
+        general plugins (installed, and named by ``VLLM_PLUGINS`` if that is set): ask it once; where
+        it answers token rows instead of span sums, this engine takes the token-state path."""
+        ids = [0, 1]
+        try:
+            probe = np.array([[0, 2]], dtype=np.int64)
+            self.span_sums([ids], [probe])
+        except EngineAnswerError as exc:
+            self.supports_span_sums = False
+            log.warning("the engine core has no span sums (%s); chunks take the token-state path", exc)
 
     def _live(self) -> Any:
         if self.llm is None:
