@@ -59,6 +59,31 @@ def text_sha256(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
+#: A document's own chunks (:attr:`Document.chunks`): ``(start, end)`` char ranges, or the chunk texts.
+ChunkList = tuple[tuple[int, int], ...] | tuple[str, ...]
+
+
+def document_sha256(text: str, chunks: ChunkList | None = None) -> str:
+    """The hash of a document, what the incremental rule compares with a stored ``doc_sha256``
+    (one home: every reader makes documents with :meth:`Document.from_text`, which calls this).
+
+    Without chunks it is :func:`text_sha256` of ``text``, so a store read without a chunks column
+    keeps the hashes it always had. With chunks it is :func:`key_of` of ``text_sha256(text)`` and
+    the chunks as JSON (``[[start, end], ...]`` or ``["text", ...]``), so it changes when the text
+    or any chunk changes, and ranges never pass for texts.
+
+    Args:
+        text: the document's text; chunks: the canonical tuple of
+            :func:`~latechunk_dagster.sources.chunk_column.as_chunks`, or ``None``.
+
+    Returns:
+        64 hex characters.
+    """
+    if chunks is None:
+        return text_sha256(text)
+    return key_of(text_sha256(text), [list(c) if isinstance(c, tuple) else c for c in chunks])
+
+
 class ShardError(Exception):
     """A whole shard cannot be read as documents: gone from the store, not a table, a column missing.
 
@@ -102,16 +127,24 @@ class Document:
     Attributes:
         doc_id: unique id within its shard.
         text: the text; may hold lone surrogates if the source was not valid Unicode.
-        sha256: :func:`text_sha256` of ``text`` (64 hex characters).
+        sha256: :func:`document_sha256` of ``text`` and ``chunks`` (64 hex characters; without
+            chunks, :func:`text_sha256` of ``text``).
+        chunks: the document's own chunks, read from a store's chunks column
+            (:mod:`latechunk_dagster.sources.chunk_column`): ``None`` (none given: the run's
+            strategy splits the text), ``((start, end), ...)`` int char ranges into ``text``, or
+            ``(chunk_text, ...)``, non-empty and of one kind; whether they fit the text is the
+            ``GivenChunks`` strategy's rule.
     """
 
     doc_id: str
     text: str
     sha256: str
+    chunks: ChunkList | None = None
 
     @classmethod
-    def from_text(cls, doc_id: str, text: str) -> Document:
-        return cls(doc_id, text, text_sha256(text))
+    def from_text(cls, doc_id: str, text: str, chunks: ChunkList | None = None) -> Document:
+        """The document of ``text`` (and its ``chunks``), with its :func:`document_sha256`."""
+        return cls(doc_id, text, document_sha256(text, chunks), chunks)
 
 
 @dataclass(frozen=True)
@@ -126,7 +159,9 @@ class RejectedRow:
             ``bad_shard`` | ``invalid_json`` (JSON that Python's parser cannot read included: nested
             too deeply, an integer of too many digits) | ``duplicate_key`` (a JSON object repeats a key) |
             ``duplicate_id`` | ``unreadable_file`` | ``truncated_file`` (a JSONL file whose last line
-            is cut off: no newline and not valid JSON; its partition keeps its old rows).
+            is cut off: no newline and not valid JSON; its partition keeps its old rows) | ``bad_chunks``
+            (a chunks column's value of the wrong shape: null, empty, not a list, pairs mixed with
+            strings, a pair not of two integers; :mod:`latechunk_dagster.sources.chunk_column`).
         detail: a sentence naming the file, the row and what is wrong.
     """
 

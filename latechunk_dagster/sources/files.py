@@ -41,6 +41,12 @@ Rules, the same for every store kind:
   (reason ``bad_id``) naming the file / row and the escaped id; its neighbours are read as usual.
 * **Repeated JSON keys**: a JSONL object that gives a key twice is a ``RejectedRow`` (reason
   ``duplicate_key``), never read with one of its values.
+* **A document's own chunks** (``chunks_column``, JSONL / Parquet only): each row's value of that
+  column becomes :attr:`Document.chunks` (shape rule: :mod:`latechunk_dagster.sources.chunk_column`),
+  and the document's ``sha256`` covers them, so editing a row's chunks re-encodes it. A value of the
+  wrong shape (null or missing included) is a ``bad_chunks`` row; a Parquet file without the column
+  is ``unreadable_file``, as one without ``text`` (the partition keeps its old rows). Without
+  ``chunks_column`` every ``Document.chunks`` is ``None`` and a column named so is not read.
 * **One pass per store**: :meth:`DocumentStore.fingerprints` reads a single-file store once for all
   of its shards (a sensor tick is linear in rows, not shards x rows); directory stores list their
   files once.
@@ -52,6 +58,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from latechunk_dagster.sources.chunk_column import check_chunks_column
 from latechunk_dagster.sources.documents import (
     Document,
     RejectedRow,
@@ -105,28 +112,43 @@ class DocumentStore:
         kind: ``"text"``, ``"jsonl"`` or ``"parquet"``.
         uri: absolute path of the store (file or directory) as a string.
         path: the same as a :class:`~pathlib.Path`.
+        chunks_column: the column (JSONL key) holding each document's own chunks, or ``None``
+            (module docstring).
+
+    Raises:
+        ValueError: ``chunks_column`` on a text tree (it has no columns), or naming ``id``,
+            ``text`` or ``shard``.
     """
 
-    def __init__(self, path: Path, kind: str) -> None:
+    def __init__(self, path: Path, kind: str, chunks_column: str | None = None) -> None:
+        check_chunks_column(chunks_column)
+        if chunks_column is not None and kind == "text":
+            why = "has no columns (JSONL and Parquet stores do)"
+            raise ValueError(f"chunks_column {chunks_column!r}: the text tree {path} {why}")
         self.path = path
         self.kind = kind
         self.uri = str(path)
+        self.chunks_column = chunks_column
 
     def __repr__(self) -> str:
-        return f"DocumentStore(kind={self.kind!r}, uri={self.uri!r})"
+        chunks = f", chunks_column={self.chunks_column!r}" if self.chunks_column is not None else ""
+        return f"DocumentStore(kind={self.kind!r}, uri={self.uri!r}{chunks})"
 
     @classmethod
-    def from_path(cls, path: str | Path) -> DocumentStore:
+    def from_path(cls, path: str | Path, chunks_column: str | None = None) -> DocumentStore:
         """Open a store, detecting its kind from the file suffix or the files in the directory.
 
         A directory of one table kind (``.jsonl`` or ``.parquet``) may also hold ``.txt``/``.md``
         files at its top level (a dataset card, a README): they are not documents, and
         :meth:`listing` names them as skipped.
 
+        ``chunks_column``: the column holding each document's own chunks (see the class).
+
         Raises:
             FileNotFoundError: ``path`` does not exist.
             ValueError: a file that is not a regular ``.jsonl``/``.parquet`` file, or a directory
-                holding no supported file or more than one kind of them (naming a file of each).
+                holding no supported file or more than one kind of them (naming a file of each);
+                a ``chunks_column`` the store cannot have (see the class).
         """
         path = Path(path).expanduser().resolve()
         if not path.exists():
@@ -137,11 +159,11 @@ class DocumentStore:
             if kind is None or what is not None:
                 why = f"it is {what}" if what else "expected a .jsonl or .parquet file"
                 raise ValueError(f"unknown document store kind for file {path}: {why}")
-            return cls(path, kind)
+            return cls(path, kind, chunks_column)
         kinds = {file: kind for file in walk(path).files if (kind := _kind_of(file))}
         tables = set(kinds.values()) - {"text"}
         if len(tables) == 1 and all(f.parent == path for f, k in kinds.items() if k == "text"):
-            return cls(path, tables.pop())  # text files at the top of a table store: a dataset card
+            return cls(path, tables.pop(), chunks_column)  # text files at the top of a table store: a dataset card
         if len(set(kinds.values())) != 1:
             # a file of each kind; of the text files, one below the top (the one a table store cannot hold)
             order = sorted(kinds, key=lambda f: (kinds[f] == "text" and f.parent == path,))
@@ -152,7 +174,7 @@ class DocumentStore:
                 f"or only .parquet files (a table store may hold .txt/.md files at its top level), "
                 f"found kinds: {found}"
             )
-        return cls(path, kinds.popitem()[1])
+        return cls(path, kinds.popitem()[1], chunks_column)
 
     # -- shards ----------------------------------------------------------------------------------
 
@@ -392,7 +414,7 @@ class DocumentStore:
                 doc = read_text_file(file, file.relative_to(self.path).as_posix())
                 yield (doc, printable(str(file))) if isinstance(doc, Document) else doc
             else:
-                yield from _table_documents(file)
+                yield from self._table_documents(file)
 
     def _scope(self, shard: str) -> str:
         return f" in shard {shard!r} of document store {printable(self.uri)}"
@@ -450,10 +472,12 @@ class DocumentStore:
         return (rel.parent / name).as_posix() if name else rel.as_posix()
 
     def _single_file_rows(
-        self, columns: tuple[str, ...] = ("id", "text", "shard"), rows: Iterable[Row | RejectedRow] | None = None
+        self, columns: tuple[str, ...] | None = None, rows: Iterable[Row | RejectedRow] | None = None
     ) -> Iterator[tuple[str, tuple[Document, str] | RejectedRow]]:
-        """Single-file store: (shard, document or rejection) per row (of ``rows``, default the file's)."""
+        """Single-file store: (shard, document or rejection) per row (of ``rows``, default the file's;
+        ``columns``, default the document's and ``shard``)."""
         stem = self.path.stem
+        columns = (*self._document_columns(), "shard") if columns is None else columns
         if rows is None:
             rows = jsonl_rows(self.path) if self.kind == "jsonl" else parquet_rows(self.path, columns)
         for row in rows:
@@ -466,7 +490,20 @@ class DocumentStore:
             elif "text" not in columns:
                 yield shard, row  # type: ignore[misc]  # shards(): only the shard matters
             else:
-                yield shard, _with_where(row)
+                yield shard, self._with_where(row)
+
+    def _document_columns(self) -> tuple[str, ...]:
+        """The columns a document is read from: ``id``, ``text`` and the chunks column if any."""
+        return ("id", "text") if self.chunks_column is None else ("id", "text", self.chunks_column)
+
+    def _with_where(self, row: Row) -> tuple[Document, str] | RejectedRow:
+        doc = document_from_row(row, self.chunks_column)
+        return (doc, row.where) if isinstance(doc, Document) else doc
+
+    def _table_documents(self, file: Path) -> Iterator[tuple[Document, str] | RejectedRow]:
+        rows = jsonl_rows(file) if file.suffix.lower() == ".jsonl" else parquet_rows(file, self._document_columns())
+        for row in rows:
+            yield row if isinstance(row, RejectedRow) else self._with_where(row)
 
     def _indexed_shard(
         self, shard: str, lines: list[tuple[int, int]], stamp: tuple[int, int]
@@ -487,19 +524,8 @@ def _stamp(path: Path) -> tuple[int, int]:
 
 
 def _light(doc: Document) -> Document:
-    """``doc`` without its text (what a fingerprint needs: doc_id and sha256)."""
+    """``doc`` without its text and chunks (what a fingerprint needs: doc_id and sha256)."""
     return Document(doc.doc_id, "", doc.sha256)
-
-
-def _with_where(row: Row) -> tuple[Document, str] | RejectedRow:
-    doc = document_from_row(row)
-    return (doc, row.where) if isinstance(doc, Document) else doc
-
-
-def _table_documents(file: Path) -> Iterator[tuple[Document, str] | RejectedRow]:
-    rows = jsonl_rows(file) if file.suffix.lower() == ".jsonl" else parquet_rows(file, ("id", "text"))
-    for row in rows:
-        yield row if isinstance(row, RejectedRow) else _with_where(row)
 
 
 def _kind_of(file: Path) -> str | None:

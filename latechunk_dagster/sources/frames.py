@@ -6,6 +6,11 @@ and a text column. A multi-partition load of a partitioned upstream asset arrive
 ``{partition_key: table}`` (Dagster's default IO managers do this). Rows follow the same rules as
 the file stores (:mod:`latechunk_dagster.sources.readers`): a bad row or a later duplicate id
 becomes a :class:`~latechunk_dagster.sources.documents.RejectedRow`, a leading BOM is removed.
+A ``chunks_column`` carries each document's own chunks, as in a file store
+(:mod:`latechunk_dagster.sources.chunk_column`): a value of the wrong shape is a ``bad_chunks`` row,
+a table without the column cannot be read (``MissingColumnError``). A pandas column of Python
+lists that mixes pairs and strings cannot become Arrow at all, so its whole table is refused
+(``NotATableError``).
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from latechunk_dagster.sources.chunk_column import arrow_chunks, check_chunks_column
 from latechunk_dagster.sources.documents import (
     Document,
     NotATableError,
@@ -47,29 +53,41 @@ def as_arrow(value: Any) -> pa.Table:
 
 
 def iter_table_documents(
-    value: Any, id_column: str = "id", text_column: str = "text", *, where: str = "documents"
+    value: Any,
+    id_column: str = "id",
+    text_column: str = "text",
+    *,
+    where: str = "documents",
+    chunks_column: str | None = None,
 ) -> Iterator[Document | RejectedRow]:
     """The documents of one table in row order, one record batch at a time.
 
+    ``chunks_column``: the column of each document's own chunks (module docstring), or ``None``.
+
     Raises:
-        NotATableError: not a table. MissingColumnError: ``id_column`` or ``text_column`` is missing.
-        RepeatedColumnError: one of them is named twice (:func:`~latechunk_dagster.sources.readers.check_columns`).
+        NotATableError: not a table. MissingColumnError: ``id_column``, ``text_column`` or
+            ``chunks_column`` is missing. RepeatedColumnError: one of them is named twice
+            (:func:`~latechunk_dagster.sources.readers.check_columns`). ValueError: ``chunks_column``
+            is ``id_column`` or ``text_column``, or ``"id"`` / ``"text"`` (names a row's fields take).
     """
+    check_chunks_column(chunks_column, tuple(dict.fromkeys(("id", "text", id_column, text_column))))
     table = as_arrow(value)
-    check_columns(table.column_names, (id_column, text_column), where=where)
-    yield from first_of_each_id(_table_rows(table, id_column, text_column, where))
+    columns = (id_column, text_column) if chunks_column is None else (id_column, text_column, chunks_column)
+    check_columns(table.column_names, columns, where=where)
+    yield from first_of_each_id(_table_rows(table, columns, where, chunks_column))
 
 
 def _table_rows(
-    table: pa.Table, id_column: str, text_column: str, where: str
+    table: pa.Table, columns: tuple[str, ...], where: str, chunks_column: str | None
 ) -> Iterator[tuple[Document, str] | RejectedRow]:
     """``(document, where)`` or a :class:`RejectedRow` per row, one record batch at a time."""
     number = 0
-    for batch in table.select([id_column, text_column]).to_batches(max_chunksize=1024):
-        for doc_id, text in zip(column_values(batch.column(0)), column_values(batch.column(1))):
+    keys = ("id", "text", chunks_column)[: len(columns)]
+    for batch in table.select(list(columns)).to_batches(max_chunksize=1024):
+        for values in zip(*(column_values(arrow_chunks(batch.column(i))) for i in range(len(columns)))):
             number += 1
-            row = Row(number, {"id": doc_id, "text": text}, f"{where}: row {number}")
-            item = document_from_row(row)
+            row = Row(number, dict(zip(keys, values)), f"{where}: row {number}")
+            item = document_from_row(row, chunks_column)
             yield (item, row.where) if isinstance(item, Document) else item
 
 

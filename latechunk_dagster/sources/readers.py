@@ -4,18 +4,19 @@
 * JSONL: line by line from a binary file handle (:func:`jsonl_rows`); splits on ``\\n`` only, as
   U+2028 and friends may occur raw inside JSON strings;
 * Parquet: record batches of :data:`PARQUET_BATCH_ROWS` rows (:func:`parquet_rows`), only the
-  ``id``, ``text`` and ``shard`` columns.
+  ``id``, ``text`` and ``shard`` columns (and a chunks column when the store has one).
 
 Peak memory is one line, one file (text) or one record batch, whatever the store's size.
 
 A row that does not make a document (invalid JSON, JSON that Python's parser cannot read: nested
 too deeply or an integer of too many digits, a JSON object with a repeated key, a missing or null
 ``id``, an ``id`` that is not valid Unicode, a ``text`` that is not a string or is UTF-16/UTF-32
-read as UTF-8, a bad ``shard`` value) becomes a :class:`~latechunk_dagster.sources.documents.RejectedRow`
-naming the file, the row (from 1) and the reason; the rows around it are read as usual. A file
-that cannot be read at all (I/O error, not Parquet, no ``id``/``text`` column or one of them
-named twice, a JSONL file in UTF-16/UTF-32) is one ``RejectedRow`` with doc_id ``"*"``; a text
-file in UTF-16/UTF-32 is one ``bad_encoding`` row. Nothing here raises for bad data.
+read as UTF-8, a bad ``shard`` value, a chunks value of the wrong shape) becomes a
+:class:`~latechunk_dagster.sources.documents.RejectedRow` naming the file, the row (from 1) and
+the reason; the rows around it are read as usual. A file that cannot be read at all (I/O error,
+not Parquet, no ``id``/``text``/chunks column or one of them named twice, a JSONL file in
+UTF-16/UTF-32) is one ``RejectedRow`` with doc_id ``"*"``; a text file in UTF-16/UTF-32 is one
+``bad_encoding`` row. Nothing here raises for bad data.
 
 Leading byte order marks are removed (rule in :mod:`latechunk_dagster.sources.documents`); text
 in UTF-16 or UTF-32 is found by :func:`~latechunk_dagster.core.encoding.foreign_encoding`.
@@ -35,6 +36,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from latechunk_dagster.core.encoding import SAMPLE_BYTES, foreign_encoding
+from latechunk_dagster.sources.chunk_column import BadChunksError, arrow_chunks, as_chunks
 from latechunk_dagster.sources.documents import (
     BOM,
     Document,
@@ -283,9 +285,11 @@ def check_columns(names: Sequence[str], required: Iterable[str], optional: Itera
 
 def parquet_rows(file: Path, columns: tuple[str, ...] = ("id", "text", "shard")) -> Iterator[Row | RejectedRow]:
     """A :class:`Row` per row of a Parquet file, read in record batches of
-    :data:`PARQUET_BATCH_ROWS`, only ``columns`` that exist. A file that is not Parquet, or whose
-    ``id``/``text`` is missing or one of ``columns`` named twice (:func:`check_columns`), is one
-    ``unreadable_file`` ``RejectedRow`` (doc_id ``"*"``)."""
+    :data:`PARQUET_BATCH_ROWS`, only ``columns`` that exist. Each of ``columns`` but ``shard`` is
+    required: a file that is not Parquet, or lacks one of them (``id``, ``text``, a chunks column),
+    or names one of ``columns`` twice (:func:`check_columns`), is one ``unreadable_file``
+    ``RejectedRow`` (doc_id ``"*"``). A ``list<struct<start, end>>`` chunks column is read as pairs
+    (:func:`~latechunk_dagster.sources.chunk_column.arrow_chunks`)."""
     name = printable(str(file))
     try:
         parquet = pq.ParquetFile(file)
@@ -293,7 +297,7 @@ def parquet_rows(file: Path, columns: tuple[str, ...] = ("id", "text", "shard"))
     except (OSError, ValueError) as exc:  # pyarrow raises ArrowInvalid (a ValueError) on a bad file
         yield RejectedRow("*", name, "unreadable_file", f"{name}: not a readable Parquet file: {exc}")
         return
-    needed = [c for c in ("id", "text") if c in columns]
+    needed = [c for c in columns if c != "shard"]
     try:
         check_columns(names, needed, columns, where=name)
     except ShardError as exc:
@@ -303,7 +307,7 @@ def parquet_rows(file: Path, columns: tuple[str, ...] = ("id", "text", "shard"))
     number = 0
     try:
         for batch in parquet.iter_batches(batch_size=PARQUET_BATCH_ROWS, columns=wanted):
-            cols = {c: column_values(batch.column(c)) for c in wanted}
+            cols = {c: column_values(arrow_chunks(batch.column(c))) for c in wanted}
             for i in range(batch.num_rows):
                 number += 1
                 yield Row(number, {c: cols[c][i] for c in wanted}, f"{name}: row {number}")
@@ -325,11 +329,15 @@ def column_values(array: pa.Array) -> list[Any]:
         return [None if v is None else v.decode("utf-8", errors="surrogateescape") for v in raw.to_pylist()]
 
 
-def document_from_row(row: Row) -> Document | RejectedRow:
+def document_from_row(row: Row, chunks_column: str | None = None) -> Document | RejectedRow:
     """The document of a table row (``id`` string or integer, ``text`` string; BOM removed from
     the text), or a ``RejectedRow`` saying which value is wrong (an ``id`` that is not valid Unicode
     is named with :func:`~latechunk_dagster.sources.documents.printable` escapes; a ``text`` that
-    is UTF-16 / UTF-32 bytes read as UTF-8 is ``bad_encoding``, naming the encoding)."""
+    is UTF-16 / UTF-32 bytes read as UTF-8 is ``bad_encoding``, naming the encoding).
+
+    ``chunks_column``: the key of the row's own chunks (``None``: none, ``Document.chunks`` is
+    ``None``); a value that is missing or of the wrong shape is ``bad_chunks``
+    (:func:`~latechunk_dagster.sources.chunk_column.as_chunks`, naming the row and the chunk)."""
     if row.repeated:
         return _duplicate_key_row(row)
     doc_id = row.values.get("id")
@@ -352,7 +360,16 @@ def document_from_row(row: Row) -> Document | RejectedRow:
     if encoding is not None:
         detail = f"{row.where}: 'text' of id {str(doc_id)!r}: {encoding.text_detail()}"
         return RejectedRow(str(doc_id), row.where, "bad_encoding", detail)
-    return Document.from_text(str(doc_id), strip_bom(text))
+    if chunks_column is None:
+        return Document.from_text(str(doc_id), strip_bom(text))
+    try:
+        if chunks_column not in row.values:
+            raise BadChunksError("is missing (each document needs its chunks)")
+        chunks = as_chunks(row.values[chunks_column])
+    except BadChunksError as exc:
+        detail = f"{row.where}: {chunks_column!r} of id {str(doc_id)!r} {exc}"
+        return RejectedRow(str(doc_id), row.where, "bad_chunks", detail)
+    return Document.from_text(str(doc_id), strip_bom(text), chunks)
 
 
 def shard_of_row(row: Row, default: str) -> tuple[str, RejectedRow | None]:
