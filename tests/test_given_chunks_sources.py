@@ -17,7 +17,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from latechunk_dagster.sources.documents import Document, MissingColumnError, RejectedRow, fingerprint_of
+from latechunk_dagster.sources.documents import (
+    Document,
+    MissingColumnError,
+    NotATableError,
+    RejectedRow,
+    fingerprint_of,
+)
 from latechunk_dagster.sources.files import DocumentStore
 from latechunk_dagster.sources.frames import iter_table_documents
 
@@ -261,6 +267,11 @@ def test_pandas_frame_with_pairs_and_texts() -> None:
         ("triple", "partition 'p': row 5", "bad_chunks"),
     ]
     assert "partition 'p': row 5: 'spans' of id 'triple' chunk 0 must be a [start, end] pair" in rejected[2].detail
+    # pandas cannot make Arrow of a column mixing pairs and strings: the whole table is refused (a
+    # ShardError, so the partition keeps its old rows), not read with some rows guessed
+    mixed = pd.DataFrame({"id": ["a", "b"], "text": [TEXT_A] * 2, "chunks": [[(0, 19)], ["Owls"]]})
+    with pytest.raises(NotATableError, match="cannot mix list and non-list"):
+        list(iter_table_documents(mixed, chunks_column="chunks"))
     texts = pd.DataFrame({"id": ["b"], "text": [TEXT_B], "chunks": [list(TEXTS_B)]})
     (doc,) = iter_table_documents(texts, chunks_column="chunks")
     assert (doc.chunks, doc.sha256) == (TEXTS_B, sha_with(TEXT_B, list(TEXTS_B)))  # type: ignore[union-attr]
