@@ -1,0 +1,343 @@
+"""The HTTP side of :class:`~latechunk_dagster.core.engines.vllm_server.VLLMServerEngine`: one
+client per server, the rotation with failover (fewest in flight first; a failing server out for
+:attr:`ServerTransport.retry_after_s`, a wrongly answering one out for good), retries with backoff,
+requests split by size and sent in a bounded pool, 4xx inputs isolated by bisection, and the
+errors the server's answers raise."""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import httpx
+
+from latechunk_dagster.core.engines.vllm_server.settings import ServerSettings
+from latechunk_dagster.core.errors import DocumentError, EngineAnswerError, LateChunkError
+
+if TYPE_CHECKING:
+    from latechunk_dagster.core.engines.vllm_server.fleet import ServerInfo
+
+log = logging.getLogger(__package__)  # the engine's one logger, named as before the split
+
+#: Answers retried with backoff like a dropped connection: overload and transient server faults.
+RETRY_STATUS = frozenset({429, 500, 502, 503, 504})
+
+
+class ServerError(LateChunkError):
+    """The vLLM server could not serve a request (base class)."""
+
+
+class ServerUnavailableError(ServerError):
+    """Connection errors, timeouts or 5xx answers persisted through every retry."""
+
+
+class ServerRejectedError(ServerError):
+    """The server answered 4xx for some inputs: they are bad for the server, retrying will not help.
+
+    Attributes:
+        status: the HTTP status of the (first) rejection.
+        rejected: ``{input index: server message}`` for each rejected input of the call
+            (isolated by splitting the failing request), indices into the engine call's inputs.
+        inputs: the rejected inputs themselves (token-id lists or texts), same order as ``rejected``.
+    """
+
+    def __init__(self, status: int, rejected: dict[int, str], inputs: list[Any]) -> None:
+        self.status = status
+        self.rejected = rejected
+        self.inputs = inputs
+        first = next(iter(rejected.items()))
+        super().__init__(
+            f"the server rejected {len(rejected)} input(s) with HTTP {status}: input {first[0]}: {first[1]}"
+        )
+
+
+class ServerRejectedDocumentError(DocumentError):
+    """The vLLM server answered 4xx for this document (e.g. a token id out of its vocabulary)."""
+
+    reason = "server_rejected"
+
+
+@dataclass
+class _Server:
+    """One server of the engine's rotation: its client, requests in flight, when it may be tried again."""
+
+    url: str
+    client: httpx.Client
+    in_flight: int = 0
+    down_until: float = 0.0  #: time.monotonic() before which it is out of the rotation
+    requests: int = 0  #: requests answered (any status), for logs and tests
+    verified: bool = True  #: probed and checked; False: it did not answer at start (probed when due)
+    excluded: str = ""  #: why it is out for good: it serves something else, or answered wrongly
+    probing: bool = False  #: a late probe of it is running
+    info: ServerInfo | None = None  #: what its probe found (None: not probed yet)
+
+
+class _Rejected(Exception):
+    def __init__(self, status: int, message: str) -> None:
+        self.status = status
+        self.message = message
+
+
+def _message(resp: httpx.Response) -> str:
+    try:
+        body = resp.json()
+    except ValueError:
+        return resp.text[:300]
+    if isinstance(body, dict):
+        err = body.get("error", body)
+        if isinstance(err, dict):
+            return str(err.get("message", err))[:300]
+        return str(err)[:300]
+    return str(body)[:300]
+
+
+class ServerTransport:
+    """Requests to the engine's servers (module docstring); :meth:`_open` sets them up.
+
+    The fleet's late probe of a server silent at start is :meth:`_probe_late` (the engine's,
+    :class:`~latechunk_dagster.core.engines.vllm_server.fleet.ServerFleet`).
+    """
+
+    #: seconds a failing server stays out of the rotation before it is tried again
+    retry_after_s = 10.0
+
+    def _open(self, base_url: str | Sequence[str], cfg: ServerSettings) -> None:
+        """A client per URL of ``base_url`` (a root URL or a list of them), the rotation and the
+        request pool, with ``cfg``'s settings (``max_in_flight`` per server).
+
+        Raises:
+            ValueError: no URL, or a repeated one.
+        """
+        urls = [u.rstrip("/") for u in ([base_url] if isinstance(base_url, str) else base_url)]
+        if not urls or len(set(urls)) != len(urls):
+            raise ValueError(f"base_url must be one URL or a list of distinct URLs, got {base_url!r}")
+        self.base_urls = urls
+        self.base_url = urls[0]
+        self.max_in_flight = max_in_flight = cfg.max_in_flight
+        self.timeout_s = cfg.timeout_s
+        self.retries = cfg.retries
+        self.backoff_s = cfg.backoff_s
+        self.max_inputs_per_request = cfg.max_inputs_per_request
+        self.max_tokens_per_request = cfg.max_tokens_per_request
+        self.retried = 0  #: attempts repeated after a connection error, timeout or 5xx (for logs and tests)
+        self._retried_lock = threading.Lock()
+        headers = {"Authorization": f"Bearer {cfg.api_key}"} if cfg.api_key else {}
+        limits = httpx.Limits(max_connections=max_in_flight, max_keepalive_connections=max_in_flight)
+        self._servers: list[_Server] = [
+            _Server(u, httpx.Client(base_url=u, timeout=httpx.Timeout(cfg.timeout_s), headers=headers, limits=limits))
+            for u in urls
+        ]
+        self._lock = threading.Lock()
+        self._pool: ThreadPoolExecutor | None = ThreadPoolExecutor(
+            max_in_flight * len(urls), thread_name_prefix="vllm-server"
+        )
+
+    def server_states(self) -> dict[str, str]:
+        """Each server's state by URL: ``"up"``, ``"down"`` (failed lately, tried again when due),
+        ``"not probed"`` (silent since start) or ``"excluded: <why>"``."""
+        now = time.monotonic()
+        with self._lock:
+            return {
+                srv.url: f"excluded: {srv.excluded}"
+                if srv.excluded
+                else "not probed"
+                if not srv.verified
+                else "up"
+                if srv.down_until <= now
+                else "down"
+                for srv in self._servers
+            }
+
+    def requests_by_server(self) -> dict[str, int]:
+        """Requests each server has answered (any status), by URL."""
+        with self._lock:
+            return {srv.url: srv.requests for srv in self._servers}
+
+    def _probe_late(self, srv: _Server) -> None:
+        """Probe a server that did not answer at start, in the background (the fleet's)."""
+        raise NotImplementedError
+
+    def _pick(self) -> _Server:
+        """The server for the next request: in the rotation, fewest in flight, then fewest answered;
+        when every server is out, the one that comes back first.
+
+        Raises:
+            EngineAnswerError: every probed server is left out for good (each answered wrongly or
+                differs); the message names each one and why.
+        """
+        now = time.monotonic()
+        with self._lock:
+            due = [
+                srv
+                for srv in self._servers
+                if not (srv.verified or srv.excluded or srv.probing) and srv.down_until <= now
+            ]
+            for srv in due:  # claimed: one late probe per server at a time
+                srv.probing = True
+            ready = [srv for srv in self._servers if srv.verified and not srv.excluded]
+            up = [srv for srv in ready if srv.down_until <= now]
+            pick = min(up, key=lambda srv: (srv.in_flight, srv.requests)) if up else None
+            pick = pick or min(ready, key=lambda srv: srv.down_until, default=None)
+        for srv in due:
+            threading.Thread(target=self._probe_late, args=(srv,), name="vllm-server-probe", daemon=True).start()
+        if pick is None:
+            states = "; ".join(f"{url}: {state}" for url, state in self.server_states().items())
+            raise EngineAnswerError(f"no server of the engine is left to ask ({states})")
+        return pick
+
+    def _call(
+        self,
+        method: str,
+        path: str,
+        payload: dict | None = None,
+        *,
+        server: _Server | None = None,
+        decode: Callable[[httpx.Response], Any] | None = None,
+        wrong_status: frozenset[int] = frozenset(),
+    ) -> Any:
+        """One request with retries on connection errors, timeouts and 429/5xx; its decoded answer.
+
+        ``server=None`` spreads requests over the rotation (:meth:`_pick`): a failing server leaves it
+        and the retry goes to another one at once; the backoff wait is taken only when no other
+        server is left (always with a single server, or with ``server`` given, as the probes do).
+
+        Args:
+            decode: reads a 2xx answer (default: its JSON body); raises ``EngineAnswerError`` when
+                the answer is not one to what was asked (another number or shape of results).
+            wrong_status: statuses that mean the server answers wrongly rather than that the input
+                is bad (404 from the span route of a server that had it at start).
+
+        A wrong answer (``decode`` refuses it, or a ``wrong_status``) from a server of the rotation
+        leaves that server out for good (:meth:`server_states`: ``excluded``), like a server that
+        differs, and the request goes to another one.
+
+        Raises:
+            _Rejected: a 4xx answer (not retried).
+            EngineAnswerError: a wrong answer from ``server``, or from the last server of the rotation.
+            ServerUnavailableError: still failing after ``retries`` extra attempts.
+        """
+        if self._pool is None:
+            raise RuntimeError("VLLMServerEngine is closed")
+        last = ""
+        tried: list[str] = []
+        for attempt in range(self.retries + 1):
+            srv = server or self._pick()
+            if attempt:
+                with self._retried_lock:
+                    self.retried += 1
+                if server is not None or srv.down_until > time.monotonic():
+                    time.sleep(self.backoff_s * 2 ** (attempt - 1) * random.uniform(0.5, 1.5))
+            tried.append(srv.url)
+            with self._lock:
+                srv.in_flight += 1
+            try:
+                resp = srv.client.request(method, path, json=payload)
+            except httpx.TransportError as exc:  # connect/read/write errors, dropped connections, timeouts
+                last = f"{srv.url}: {type(exc).__name__}: {exc}"
+                self._failed(srv, method, path, last, attempt)
+                continue
+            finally:
+                with self._lock:
+                    srv.in_flight -= 1
+            with self._lock:
+                srv.requests += 1
+            if resp.status_code in RETRY_STATUS:
+                last = f"{srv.url}: HTTP {resp.status_code}: {_message(resp)}"
+                self._failed(srv, method, path, last, attempt)
+                continue
+            with self._lock:
+                srv.down_until = 0.0  # it answered: back in the rotation
+            try:
+                if resp.status_code in wrong_status:
+                    raise EngineAnswerError(f"HTTP {resp.status_code}: {_message(resp)}")
+                if resp.status_code >= 400:  # 4xx, and 501 ("the model does not support this API")
+                    raise _Rejected(resp.status_code, _message(resp))
+                return resp.json() if decode is None else decode(resp)
+            except EngineAnswerError as exc:
+                last = f"{srv.url} answered {method} {path} wrongly: {exc}"
+                if server is not None:  # a probe: its caller refuses the server
+                    raise EngineAnswerError(last) from None
+                self._refuse(srv, last)
+                continue
+        where = ", ".join(dict.fromkeys(tried))
+        raise ServerUnavailableError(
+            f"{method} {path} failed {self.retries + 1} times on {where} (timeout {self.timeout_s} s); last: {last}"
+        )
+
+    def _refuse(self, srv: _Server, why: str) -> None:
+        """Leave a server that answered wrongly out for good (as one that differs at its probe).
+
+        Raises:
+            EngineAnswerError: no other server is left in the rotation (``why`` and that).
+        """
+        with self._lock:
+            srv.excluded, srv.down_until = why, float("inf")
+            left = [s.url for s in self._servers if s.verified and not s.excluded]
+        log.error("%s; left out for good", why)
+        if not left:
+            raise EngineAnswerError(f"{why}; no other server of the engine is left, so none of its answers is used")
+
+    def _failed(self, srv: _Server, method: str, path: str, why: str, attempt: int) -> None:
+        """Log a failed attempt and take the server out of the rotation for :attr:`retry_after_s`."""
+        with self._lock:
+            srv.down_until = time.monotonic() + self.retry_after_s
+        log.warning("%s %s%s failed (%s); attempt %d of %d", method, srv.url, path, why, attempt + 1, self.retries + 1)
+
+    def _batches(self, sizes: Sequence[int]) -> list[list[int]]:
+        """Input indices grouped into requests of at most ``max_inputs_per_request`` / ``max_tokens_per_request``."""
+        batches: list[list[int]] = []
+        cur: list[int] = []
+        tokens = 0
+        for k, n in enumerate(sizes):
+            if cur and (len(cur) >= self.max_inputs_per_request or tokens + n > self.max_tokens_per_request):
+                batches.append(cur)
+                cur, tokens = [], 0
+            cur.append(k)
+            tokens += n
+        if cur:
+            batches.append(cur)
+        return batches
+
+    def _run(self, inputs: Sequence[Any], sizes: Sequence[int], send: Callable[[list[int]], list[Any]]) -> list[Any]:
+        """Send ``inputs`` (``send`` takes the indices of one request's inputs) in bounded concurrent
+        requests; isolate 4xx inputs by splitting the failing request (``ServerRejectedError`` names them)."""
+        pool = self._pool
+        if pool is None:
+            raise RuntimeError("VLLMServerEngine is closed")
+        results: list[Any] = [None] * len(inputs)
+        rejected: dict[int, str] = {}
+        status = [0]
+
+        def one(idx: list[int]) -> None:
+            try:
+                for k, r in zip(idx, send(idx)):
+                    results[k] = r
+            except _Rejected as exc:
+                status[0] = status[0] or exc.status
+                if len(idx) == 1:
+                    rejected[idx[0]] = exc.message
+                    return
+                half = len(idx) // 2  # bisect: about 2 log2(n) extra requests per bad input
+                one(idx[:half])
+                one(idx[half:])
+
+        futures = [pool.submit(one, b) for b in self._batches(sizes)]
+        for f in futures:
+            f.result()
+        if rejected:
+            order = sorted(rejected)
+            raise ServerRejectedError(status[0], {k: rejected[k] for k in order}, [inputs[k] for k in order])
+        return results
+
+    def close(self) -> None:
+        pool, self._pool = getattr(self, "_pool", None), None
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
+        for srv in getattr(self, "_servers", []):
+            srv.client.close()
