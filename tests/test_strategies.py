@@ -20,6 +20,7 @@ import pytest  # noqa: E402
 from latechunk_dagster.core.chunking import (  # noqa: E402
     STRATEGIES,
     CharSpans,
+    GivenChunks,
     ChunkingStrategy,
     FixedTokens,
     MarkdownSections,
@@ -348,11 +349,19 @@ ALL = [
     Paragraphs(max_tokens=128),
     MarkdownSections(max_tokens=256),
     CharSpans(((0, 5), (6, 11))),
+    GivenChunks(),
 ]
 
 
 def test_registry_names() -> None:
-    assert list(STRATEGIES) == ["fixed_tokens", "sentences", "paragraphs", "markdown_sections", "char_spans"]
+    assert list(STRATEGIES) == [
+        "fixed_tokens",
+        "sentences",
+        "paragraphs",
+        "markdown_sections",
+        "char_spans",
+        "given_chunks",
+    ]
     assert sorted(type(s).name for s in ALL) == sorted(STRATEGIES)
 
 

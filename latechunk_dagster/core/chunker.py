@@ -29,6 +29,7 @@ import numpy as np
 
 from latechunk_dagster.core.chunking.base import ChunkingStrategy, Span, check_tiling
 from latechunk_dagster.core.chunking.fixed import FixedTokens
+from latechunk_dagster.core.chunking.given import GivenChunkList, GivenChunks
 from latechunk_dagster.core.engines.base import Engine, NativeChunks
 from latechunk_dagster.core.errors import (
     DocumentBatchError,
@@ -42,6 +43,13 @@ from latechunk_dagster.core.errors import (
     StrategyTimeoutError,
     TokenizationMismatchError,
 )
+from latechunk_dagster.core.granularities import (
+    DocumentSpans,
+    check_granularities,
+    document_spans,
+    granularity_means,
+    parent_indices,
+)
 from latechunk_dagster.core.head import apply_head_after_projection, prompt_length
 from latechunk_dagster.core.model_card import (
     ModelCard,
@@ -49,7 +57,7 @@ from latechunk_dagster.core.model_card import (
     position_limits,
     read_model_card,
 )
-from latechunk_dagster.core.pooling import mean_pool_spans, means_from_pair_sums, span_means, window_pieces
+from latechunk_dagster.core.pooling import mean_pool_spans, sums_from_pair_sums, window_pieces, window_span_sums
 from latechunk_dagster.core.results import Chunk, ChunkedDocument, ChunkerSettings
 from latechunk_dagster.core.timebound import TimeLimitExceeded, WorkerCallError, call_with_time_limit
 from latechunk_dagster.core.tokenization import (
@@ -76,8 +84,9 @@ ENGINES: tuple[str, ...] = ("vllm", "transformers")
 DEFAULT_STRATEGY_TIMEOUT_S = 30.0
 
 
-#: One document ready for the encoder: (input index, its tokenization, its spans, its window plan).
-_Job = tuple[int, Tokenization, list[Span], WindowPlan]
+#: One document ready for the encoder: (input index, its tokenization, its spans of every
+#: granularity and their atoms, its window plan).
+_Job = tuple[int, Tokenization, DocumentSpans, WindowPlan]
 
 
 @dataclass
@@ -86,22 +95,30 @@ class PreparedBatch:
 
     Attributes:
         texts, ids: the documents and their ids, in input order.
-        strategy: the chunking strategy used for the spans.
+        strategies: the granularities, ``{name: strategy}`` finest first (one, named ``""``, for a
+            single strategy: :func:`~latechunk_dagster.core.granularities.check_granularities`).
         results: one entry per document: the ``DocumentError`` that refused it, else ``None``.
         native_jobs: documents the engine chunks itself (native path, one window each).
         state_jobs: documents whose windows the engine encodes (their windows in order): it returns
             their span sums (span path, :attr:`pieces` set) or their token states.
         pieces: span path: :func:`~latechunk_dagster.core.pooling.window_pieces` of each state job's
-            document, by batch index; ``None`` on the token-state path.
+            document's atoms, by batch index; ``None`` on the token-state path.
     """
 
     texts: list[str]
     ids: list[str]
-    strategy: ChunkingStrategy
+    strategies: dict[str, ChunkingStrategy]
     results: list[Any]
     native_jobs: list[_Job]
     state_jobs: list[_Job]
     pieces: dict[int, list[np.ndarray]] | None = None
+
+    @property
+    def strategy(self) -> ChunkingStrategy:
+        """The strategy of a single-granularity batch (``TypeError`` for several)."""
+        if len(self.strategies) != 1:
+            raise TypeError(f"this batch has {len(self.strategies)} granularities: read .strategies")
+        return next(iter(self.strategies.values()))
 
     @property
     def windows(self) -> list[list[int]]:
@@ -447,7 +464,10 @@ class LateChunker:
         self.engine: Engine | None = engine  # type: ignore[assignment]  # an Engine: started above or given
 
     def _engine_path(
-        self, requested: str, engine: Engine | type[Engine] | None, strategy: ChunkingStrategy | None = None
+        self,
+        requested: str,
+        engine: Engine | type[Engine] | None,
+        strategies: Mapping[str, ChunkingStrategy] | None = None,
     ) -> str:
         """The one rule of which engine path serves a call: ``"native"``, ``"spans"`` or ``"token_states"``.
 
@@ -462,8 +482,8 @@ class LateChunker:
         other document of a native or spans call is served by the span path where the engine has
         it (:meth:`prepare`). ``"token_states"`` (every token state crosses to the host, which
         sums there) stays the reference, selectable by name. A non-linear projection can only be
-        applied after the mean by the native path, and only to its FixedTokens chunks
-        (``strategy``, when known).
+        applied after the mean by the native path, and only to the chunks of a single ``FixedTokens``
+        granularity (``strategies``, when known: several granularities are never native).
 
         Raises:
             ModelNotSupportedError: ``"native"`` or ``"spans"`` requested and the engine or the
@@ -498,7 +518,8 @@ class LateChunker:
                 "latechunk plugins: VLLM_PLUGINS=latechunk_span_sums,latechunk_spans)"
             )
         native = requested == "native" or (requested == "auto" and supports_native and not self.document_prompt_tokens)
-        if not self.head.linear_projection and not (native and (strategy is None or isinstance(strategy, FixedTokens))):
+        native_strategy = strategies is None or _native_strategy(strategies) is not None
+        if not self.head.linear_projection and not (native and native_strategy):
             raise HeadNotSupportedError(
                 f"{self.card.path}: the head's projection {self.head.describe()} is non-linear, so it does not "
                 "commute with the mean; only vLLM >= 0.33's native path with FixedTokens applies it after the mean"
@@ -634,6 +655,7 @@ class LateChunker:
         strategy: ChunkingStrategy,
         *,
         doc_ids: Sequence[str] | None = None,
+        chunks: Sequence[GivenChunkList | None] | None = None,
         errors: Literal["raise", "return"] = "raise",
         engine_path: Literal["native", "spans", "token_states"] | None = None,
     ) -> list[ChunkedDocument]:
@@ -641,8 +663,13 @@ class LateChunker:
 
         Args:
             texts: document texts.
-            strategy: how to cut each document into spans (``FixedTokens``, ``Sentences``...).
+            strategy: how to cut each document into spans (``FixedTokens``, ``Sentences``...,
+                ``GivenChunks()`` for each document's own chunks).
             doc_ids: ids used in errors and results (default ``"0"``, ``"1"``...).
+            chunks: with ``GivenChunks()``: each document's own chunks, one entry per text: a list of
+                ``(start, end)`` character ranges or of the chunk texts (located in order:
+                :func:`~latechunk_dagster.core.chunking.given.locate_chunks`). A document whose
+                chunks do not fit its text is rejected alone, naming the first chunk that does not.
             errors: how per-document failures come back. ``"raise"``: every good document is
                 still encoded, then :class:`DocumentBatchError` is raised carrying
                 ``results`` (input order, a ``DocumentError`` in place of each failure) and
@@ -658,39 +685,95 @@ class LateChunker:
             DocumentBatchError: some documents failed and ``errors="raise"``.
             TokenizationMismatchError: vLLM's token ids differ from ours (native path).
             TypeError: ``texts`` is a single ``str`` or ``strategy`` is not a ``ChunkingStrategy``.
-            ValueError: ``errors`` is not ``"raise"`` or ``"return"``; ``doc_ids`` has another length.
+            ValueError: ``errors`` is not ``"raise"`` or ``"return"``; ``doc_ids`` or ``chunks`` has
+                another length; ``chunks`` without ``GivenChunks()`` or ``GivenChunks()`` without them.
         """
+        if not isinstance(strategy, ChunkingStrategy):
+            raise TypeError(f"strategy must be a ChunkingStrategy (e.g. FixedTokens(64)), got {strategy!r}")
+        return self._chunk(texts, strategy, doc_ids, chunks, errors, engine_path)  # type: ignore[return-value]
+
+    def chunk_granularities(
+        self,
+        texts: Sequence[str],
+        strategies: Mapping[str, ChunkingStrategy],
+        *,
+        doc_ids: Sequence[str] | None = None,
+        chunks: Sequence[GivenChunkList | None] | None = None,
+        errors: Literal["raise", "return"] = "raise",
+        engine_path: Literal["native", "spans", "token_states"] | None = None,
+    ) -> list[dict[str, ChunkedDocument]]:
+        """Several chunkings of each document from ONE encoder pass (:mod:`latechunk_dagster.core.granularities`).
+
+        Each document is tokenized and encoded once; every granularity's spans are pooled from those
+        states, so each granularity's vectors equal a :meth:`chunk` call with its strategy alone (to
+        float64 rounding of the sums), with identical ranges.
+
+        Args:
+            strategies: ``{name: strategy}``, finest first: each chunk's
+                :attr:`~ChunkedDocument.parents` index is a chunk of the next granularity. Names are
+                letters, digits and ``_`` (they name tables). Never native (the engine's native path
+                pools one strategy).
+            doc_ids, chunks, errors, engine_path: as :meth:`chunk`.
+
+        Returns:
+            One ``{name: ChunkedDocument}`` per input, in input order (a ``DocumentError`` in place of
+            a document that failed in any granularity, with ``errors="return"``).
+
+        Raises:
+            As :meth:`chunk`; ``ValueError`` for an empty mapping or a bad name,
+            ``HeadNotSupportedError`` for a non-linear head.
+        """
+        if not isinstance(strategies, Mapping):
+            raise TypeError(f"strategies must be a mapping of names to strategies, got {strategies!r}")
+        return self._chunk(texts, strategies, doc_ids, chunks, errors, engine_path, granular=True)  # type: ignore[return-value]
+
+    def _chunk(
+        self,
+        texts: Sequence[str],
+        strategy: ChunkingStrategy | Mapping[str, ChunkingStrategy],
+        doc_ids: Sequence[str] | None,
+        chunks: Sequence[GivenChunkList | None] | None,
+        errors: str,
+        engine_path: Literal["native", "spans", "token_states"] | None,
+        granular: bool = False,
+    ) -> list[Any]:
         self._check_call(texts, strategy)
         if errors not in ("raise", "return"):
             raise ValueError(f"errors must be 'raise' or 'return', got {errors!r}")
-        prepared = self.prepare(texts, strategy, doc_ids=doc_ids, engine_path=engine_path)
-        return self.finish(self.encode(prepared), errors=errors)
+        prepared = self.prepare(texts, strategy, doc_ids=doc_ids, chunks=chunks, engine_path=engine_path)
+        encoded = self.encode(prepared)
+        if granular:
+            return self.finish_granularities(encoded, errors=errors)  # type: ignore[arg-type]
+        return self.finish(encoded, errors=errors)  # type: ignore[arg-type]
 
     def prepare(
         self,
         texts: Sequence[str],
-        strategy: ChunkingStrategy,
+        strategy: ChunkingStrategy | Mapping[str, ChunkingStrategy],
         *,
         doc_ids: Sequence[str] | None = None,
+        chunks: Sequence[GivenChunkList | None] | None = None,
         engine_path: Literal["native", "spans", "token_states"] | None = None,
     ) -> PreparedBatch:
         """Host work before the encoder: check each text, tokenize the batch in one call, spans, window plans.
 
-        Per-document failures (bad text, offsets, a strategy error or time-out, a document too
-        long) are kept in the batch and come back from :meth:`finish` in input order. Safe to
-        call from another thread while :meth:`encode` runs (it does not touch the engine); the
-        strategy's time bound uses SIGALRM only in the main thread (:mod:`..timebound`).
+        ``strategy``: one strategy, or ``{name: strategy}`` granularities (:meth:`chunk_granularities`).
+        Per-document failures (bad text, offsets, a strategy error or time-out, given chunks that do
+        not fit, a document too long) are kept in the batch and come back from :meth:`finish` in
+        input order. Safe to call from another thread while :meth:`encode` runs (it does not touch
+        the engine); the strategy's time bound uses SIGALRM only in the main thread (:mod:`..timebound`).
 
         Raises:
             TypeError, ValueError: as :meth:`chunk`.
             ModelNotSupportedError, HeadNotSupportedError: ``engine_path`` cannot serve this
                 model or strategy.
         """
-        self._check_call(texts, strategy)
+        strategies = self._check_call(texts, strategy)
         texts = list(texts)
         ids = [str(i) for i in range(len(texts))] if doc_ids is None else [str(d) for d in doc_ids]
         if len(ids) != len(texts):
             raise ValueError(f"{len(texts)} texts but {len(ids)} doc_ids")
+        given = self._given_chunks(chunks, len(texts), strategies)
         results: list[Any] = [None] * len(texts)
         jobs: list[_Job] = []
         good: list[int] = []
@@ -712,15 +795,15 @@ class LateChunker:
             try:
                 if isinstance(tokens, DocumentError):
                     raise tokens
-                spans = self._spans(strategy, texts[i], tokens, i, ids[i])
+                spans = self._document_spans(strategies, texts[i], tokens, i, ids[i], given[i])
                 plan = self._plan(tokens, i, ids[i])
             except DocumentError as exc:
                 results[i] = exc
                 continue
             jobs.append((i, tokens, spans, plan))
         engine = self._engine()
-        path = self._engine_path(engine_path or self.path, engine, strategy)
-        native = path == "native" and isinstance(strategy, FixedTokens)
+        path = self._engine_path(engine_path or self.path, engine, strategies)
+        native = path == "native" and _native_strategy(strategies) is not None
         # Native reduction only for single-window documents: a windowed document's states
         # come from several windows, so its spans are pooled here (contract section 5).
         native_jobs = [j for j in jobs if native and len(j[3].windows) == 1]
@@ -736,8 +819,8 @@ class LateChunker:
             state_jobs = []
         pieces = None
         if path != "token_states" and engine.supports_span_sums:
-            pieces = {i: window_pieces(plan, self.pooled_spans(spans)) for i, _t, spans, plan in state_jobs}
-        return PreparedBatch(texts, ids, strategy, results, native_jobs, state_jobs, pieces)
+            pieces = {i: window_pieces(plan, doc.atoms) for i, _t, doc, plan in state_jobs}
+        return PreparedBatch(texts, ids, strategies, results, native_jobs, state_jobs, pieces)
 
     def encode(self, prepared: PreparedBatch) -> EncodedBatch:
         """The one engine call of a prepared batch: token states of every window (and native chunk means).
@@ -757,7 +840,7 @@ class LateChunker:
             window_docs=[j[0] for j in prepared.state_jobs for _ in j[3].windows],
             native_texts=[encoder_text(self.prefix, prepared.texts[i]) for i in native_docs],
             native_docs=native_docs,
-            chunk_size=prepared.strategy.chunk_size if native_docs else 0,  # type: ignore[attr-defined]
+            chunk_size=prepared.strategy.chunk_size if native_docs else 0,  # type: ignore[attr-defined]  # native: one FixedTokens
             ids=list(prepared.ids),
             pieces=prepared.window_pieces,
         )
@@ -795,54 +878,82 @@ class LateChunker:
         """Host work after the encoder: span means, head, non-finite check; the results in input order.
 
         Args:
-            encoded: from :meth:`encode`.
+            encoded: from :meth:`encode`, of a single-granularity batch.
             errors: ``"return"`` (default here) or ``"raise"``, as in :meth:`chunk`.
 
         Raises:
             DocumentBatchError: some documents failed and ``errors="raise"``.
             TokenizationMismatchError: vLLM's token ids or chunk ranges differ from ours (native path).
+            TypeError: the batch has several granularities (:meth:`finish_granularities`).
+        """
+        _ = encoded.prepared.strategy  # TypeError for several granularities
+        results = self.finish_granularities(encoded, errors="return")
+        out = [r if isinstance(r, DocumentError) else next(iter(r.values())) for r in results]
+        failures = [r for r in out if isinstance(r, DocumentError)]
+        if failures and errors == "raise":
+            raise DocumentBatchError(out, failures)
+        return out
+
+    def finish_granularities(
+        self, encoded: EncodedBatch, *, errors: Literal["raise", "return"] = "return"
+    ) -> list[dict[str, ChunkedDocument] | DocumentError]:
+        """:meth:`finish` for every granularity: per document ``{name: ChunkedDocument}`` or its error.
+
+        Each state-path document's atoms are summed once (from its window rows, or added from the
+        engine's piece sums on the span path); each granularity's span means are its atoms' sums
+        added and divided (:func:`~latechunk_dagster.core.granularities.granularity_means`); then
+        the head, once over the whole batch. Parents link each granularity to the next.
+
+        Raises:
+            As :meth:`finish` (less the ``TypeError``).
         """
         prep = encoded.prepared
         texts, ids, results = prep.texts, prep.ids, list(prep.results)
-        for (i, tokens, spans, _plan), out in zip(prep.native_jobs, encoded.native):
+        for (i, tokens, doc, _plan), out in zip(prep.native_jobs, encoded.native):
             if out.token_ids != tokens.token_ids:
                 raise TokenizationMismatchError(
                     f"document {ids[i]!r}: the engine tokenized it into {len(out.token_ids)} ids that differ "
                     f"from our {len(tokens.token_ids)}; refusing to guess (contract section 1)"
                 )
             got = [tuple(r) for r in out.token_ranges]
-            if got != [(s.start, s.end) for s in spans]:
+            if got != [(s.start, s.end) for s in doc.single]:
                 raise TokenizationMismatchError(
                     f"document {ids[i]!r}: the engine's chunk token ranges {got[:3]}... differ from ours"
                 )
-            results[i] = self._result(i, ids[i], texts[i], tokens, spans, out.vectors, "native", 1)
+            if not np.isfinite(out.vectors).all():
+                bad = int((~np.isfinite(out.vectors).all(axis=1)).sum())
+                results[i] = NonFiniteVectorError(i, ids[i], f"{bad} of {len(got)} chunk vectors are not finite")
+                continue
+            vectors = dict.fromkeys(doc.spans, out.vectors)
+            results[i] = self._results(i, ids[i], texts[i], tokens, doc, vectors, "native", 1)
         if prep.state_jobs:
-            # span means of every document, straight from its window rows (no gathered copy), then
-            # the head once over the whole batch; shape: [n_chunks of the batch, dim]
+            # each document's atom sums straight from its window rows (no gathered copy), every
+            # granularity's means from them, then the head once over the whole batch;
+            # shape: [chunks of every granularity of the batch, dim]
             means: list[np.ndarray] = []
             k = 0
-            for i, _tokens, spans, plan in prep.state_jobs:
+            for i, _tokens, doc, plan in prep.state_jobs:
                 rows = encoded.rows[k : k + len(plan.windows)]
                 if prep.pieces is None:
-                    means.append(span_means(rows, plan, self.pooled_spans(spans)))
+                    sums = window_span_sums(rows, plan, doc.atoms)
                 else:
-                    means.append(means_from_pair_sums(rows, prep.pieces[i], self.pooled_spans(spans)))
+                    sums = sums_from_pair_sums(rows, prep.pieces[i], len(doc.atoms))
+                means.extend(granularity_means(sums, doc).values())
                 k += len(plan.windows)
             vectors = apply_head_after_projection(np.concatenate(means), self.head)
             finite = np.isfinite(vectors).all(axis=1)
             bounds = np.cumsum([0] + [len(m) for m in means]).tolist()
-            for n, (i, tokens, spans, plan) in enumerate(prep.state_jobs):
-                lo, hi = bounds[n], bounds[n + 1]
+            path = "token_states" if prep.pieces is None else "spans"
+            g = 0  # index of the document's first granularity in `means`
+            for i, tokens, doc, plan in prep.state_jobs:
+                lo, hi = bounds[g], bounds[g + len(doc.spans)]
                 if not finite[lo:hi].all():
                     bad = int((~finite[lo:hi]).sum())
                     results[i] = NonFiniteVectorError(i, ids[i], f"{bad} of {hi - lo} chunk vectors are not finite")
-                    continue
-                path = "token_states" if prep.pieces is None else "spans"
-                results[i] = self._result(i, ids[i], texts[i], tokens, spans, vectors[lo:hi], path, len(plan.windows))
-        for i, r in enumerate(results):
-            if isinstance(r, ChunkedDocument) and r.path == "native" and not np.isfinite(r.vectors).all():
-                bad = int((~np.isfinite(r.vectors).all(axis=1)).sum())
-                results[i] = NonFiniteVectorError(i, ids[i], f"{bad} of {len(r.chunks)} chunk vectors are not finite")
+                else:
+                    per = {name: vectors[bounds[g + n] : bounds[g + n + 1]] for n, name in enumerate(doc.spans)}
+                    results[i] = self._results(i, ids[i], texts[i], tokens, doc, per, path, len(plan.windows))
+                g += len(doc.spans)
         failures = [r for r in results if isinstance(r, DocumentError)]
         if failures and errors == "raise":
             raise DocumentBatchError(results, failures)
@@ -882,12 +993,56 @@ class LateChunker:
         return [Span(max(spans[0].start, k), spans[0].end, spans[0].headings), *spans[1:]]
 
     # -- internals ------------------------------------------------------------------
-    def _check_call(self, texts: Sequence[str], strategy: ChunkingStrategy) -> None:
+    def _check_call(
+        self, texts: Sequence[str], strategy: ChunkingStrategy | Mapping[str, ChunkingStrategy]
+    ) -> dict[str, ChunkingStrategy]:
         self._engine()
         if isinstance(texts, str):
             raise TypeError("texts must be a sequence of documents, not one str: wrap it as [text]")
-        if not isinstance(strategy, ChunkingStrategy):
-            raise TypeError(f"strategy must be a ChunkingStrategy (e.g. FixedTokens(64)), got {strategy!r}")
+        return check_granularities(strategy)
+
+    @staticmethod
+    def _given_chunks(chunks: Any, n_texts: int, strategies: Mapping[str, ChunkingStrategy]) -> list[Any]:
+        """The per-document chunks of a call, checked against its granularities.
+
+        Raises:
+            ValueError: ``chunks`` given without a :class:`GivenChunks` granularity (they would be
+                ignored), missing with one, or not one entry per text.
+        """
+        wants = any(isinstance(s, GivenChunks) for s in strategies.values())
+        if chunks is None:
+            if wants:
+                raise ValueError("GivenChunks needs chunks=: one list of chunks (ranges or texts) per document")
+            return [None] * n_texts
+        if not wants:
+            raise ValueError("chunks= given, but no granularity is GivenChunks() to use them")
+        if isinstance(chunks, str) or len(chunks) != n_texts:
+            raise ValueError(f"chunks= must hold one entry per text: {n_texts} texts, got {chunks!r}"[:300])
+        return list(chunks)
+
+    def _document_spans(
+        self, strategies: dict[str, ChunkingStrategy], text: str, tokens: Tokenization, i: int, did: str, given: Any
+    ) -> DocumentSpans:
+        """Every granularity's spans of one document (:meth:`_spans`) and their atoms.
+
+        ``given``: the document's own chunks, for a :class:`GivenChunks` granularity. An error of one
+        granularity rejects the document (its chunks are written in every granularity or none),
+        naming the granularity when there are several.
+        """
+        spans: dict[str, list[Span]] = {}
+        for name, strategy in strategies.items():
+            try:
+                if isinstance(strategy, GivenChunks):
+                    try:
+                        strategy = strategy.for_document(text, given)
+                    except SpanError as exc:
+                        raise SpanError(i, did, f"given chunks: {exc.detail}") from None
+                spans[name] = self._spans(strategy, text, tokens, i, did)
+            except DocumentError as exc:
+                if len(strategies) == 1:
+                    raise
+                raise type(exc)(i, did, f"granularity {name!r}: {exc.detail}") from None
+        return document_spans(spans, self.document_prompt_tokens)
 
     def _spans(self, strategy: ChunkingStrategy, text: str, tokens: Tokenization, i: int, did: str) -> list[Span]:
         """The strategy's spans of one document, within :attr:`strategy_timeout_s` (see :mod:`..timebound`).
@@ -950,16 +1105,33 @@ class LateChunker:
         """Per-token rows (projection applied, normalization off) for each prompt, float32."""
         return self._engine().token_states(prompts) if prompts else []
 
-    def _result(
+    def _results(
         self,
         i: int,
         doc_id: str,
         text: str,
         tokens: Tokenization,
-        spans: list[Span],
-        vectors: np.ndarray,
+        doc: DocumentSpans,
+        vectors: Mapping[str, np.ndarray],
         path: str,
         windows: int,
-    ) -> ChunkedDocument:
-        chunks = chunks_from_spans(text, tokens, spans)
-        return ChunkedDocument(i, doc_id, chunks, vectors, tokens.token_ids, path, windows, self.opt_ins)
+    ) -> dict[str, ChunkedDocument]:
+        """One document's :class:`ChunkedDocument` per granularity, each with its parents in the next one."""
+        names = list(doc.spans)
+        out = {}
+        for n, name in enumerate(names):
+            spans = doc.spans[name]
+            parents = tuple(parent_indices(spans, doc.spans[names[n + 1]])) if n + 1 < len(names) else None
+            chunks = chunks_from_spans(text, tokens, spans)
+            out[name] = ChunkedDocument(
+                i, doc_id, chunks, vectors[name], tokens.token_ids, path, windows, self.opt_ins, name, parents
+            )
+        return out
+
+
+def _native_strategy(strategies: Mapping[str, ChunkingStrategy]) -> FixedTokens | None:
+    """The ``FixedTokens`` strategy of a single-granularity call: what the engine's native path pools."""
+    if len(strategies) != 1:
+        return None
+    only = next(iter(strategies.values()))
+    return only if isinstance(only, FixedTokens) else None

@@ -59,15 +59,23 @@ def span_means(rows: Sequence[np.ndarray], plan: WindowPlan, spans: Sequence[Spa
         float64 ``[n_spans, dim]``: equal (to float64 rounding) to the means of
         ``plan.gather(rows)`` over the spans, without building that copy.
     """
+    return window_span_sums(rows, plan, spans) / _lengths(spans)[:, None]
+
+
+def window_span_sums(rows: Sequence[np.ndarray], plan: WindowPlan, spans: Sequence[Span]) -> np.ndarray:
+    """Float64 sums of each span's token states, read from the document's window rows (the sums of
+    :func:`span_means`; arguments as there). Returns float64 ``[n_spans, dim]``."""
     if plan.source is None:
-        sums = span_sums(rows[0], spans)
-    else:
-        sums = np.zeros((len(spans), rows[0].shape[1]), dtype=np.float64)
-        for window, pieces in zip(rows, window_pieces(plan, spans)):
-            for a, b, k in pieces.tolist():
-                sums[k] += np.add.reduce(window[a:b], axis=0, dtype=np.float64)
-    lengths = np.fromiter((s.end - s.start for s in spans), dtype=np.float64, count=len(spans))
-    return sums / lengths[:, None]
+        return span_sums(rows[0], spans)
+    sums = np.zeros((len(spans), rows[0].shape[1]), dtype=np.float64)
+    for window, pieces in zip(rows, window_pieces(plan, spans)):
+        for a, b, k in pieces.tolist():
+            sums[k] += np.add.reduce(window[a:b], axis=0, dtype=np.float64)
+    return sums
+
+
+def _lengths(spans: Sequence[Span]) -> np.ndarray:
+    return np.fromiter((s.end - s.start for s in spans), dtype=np.float64, count=len(spans))
 
 
 def mean_pool_spans(states: np.ndarray, spans: Sequence[Span]) -> np.ndarray:
@@ -156,10 +164,15 @@ def means_from_pair_sums(
     Returns:
         float64 ``[n_spans, dim]``: each span's pieces added in float64, divided by its length.
     """
+    return sums_from_pair_sums(pairs, pieces, len(spans)) / _lengths(spans)[:, None]
+
+
+def sums_from_pair_sums(pairs: Sequence[np.ndarray], pieces: Sequence[np.ndarray], n_spans: int) -> np.ndarray:
+    """Float64 span sums from the engine's piece sums (the sums of :func:`means_from_pair_sums`;
+    arguments as there). Returns float64 ``[n_spans, dim]``."""
     dim = pairs[0].shape[1] // 2
-    sums = np.zeros((len(spans), dim), dtype=np.float64)
+    sums = np.zeros((n_spans, dim), dtype=np.float64)
     for rows, p in zip(pairs, pieces):
         if len(p):
             np.add.at(sums, p[:, 2], rows[:, :dim].astype(np.float64) + rows[:, dim:])
-    lengths = np.fromiter((s.end - s.start for s in spans), dtype=np.float64, count=len(spans))
-    return sums / lengths[:, None]
+    return sums

@@ -41,6 +41,11 @@ class ChunkedDocument:
             ``"token_states"`` (every token state came to the host: the reference path).
         windows: number of encoder inputs (1 unless the document is longer than the model).
         opt_ins: model refusals the caller overrode (``"causal"``, ``"pooling=cls"``).
+        granularity: the granularity's name (``""`` for a single-strategy call;
+            :meth:`LateChunker.chunk_granularities <latechunk_dagster.LateChunker.chunk_granularities>`).
+        parents: per chunk, the index of its parent chunk in the next granularity
+            (:func:`~latechunk_dagster.core.granularities.parent_indices`); ``None`` for the last
+            granularity and for a single-strategy call.
     """
 
     index: int
@@ -51,6 +56,8 @@ class ChunkedDocument:
     path: str
     windows: int = 1
     opt_ins: tuple[str, ...] = ()
+    granularity: str = ""
+    parents: tuple[int, ...] | None = None
 
 
 @dataclass(frozen=True)

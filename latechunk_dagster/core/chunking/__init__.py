@@ -9,13 +9,14 @@ from typing import Any
 from latechunk_dagster.core.chunking.base import ChunkingStrategy, Span
 from latechunk_dagster.core.chunking.char_spans import CharSpans
 from latechunk_dagster.core.chunking.fixed import FixedTokens
+from latechunk_dagster.core.chunking.given import GivenChunks
 from latechunk_dagster.core.chunking.markdown import MarkdownSections
 from latechunk_dagster.core.chunking.paragraphs import Paragraphs
 from latechunk_dagster.core.chunking.sentences import Sentences
 
 #: Every strategy class, keyed by its ``name`` (the name recorded in lineage and used in configs).
 STRATEGIES: dict[str, type[ChunkingStrategy]] = {
-    cls.name: cls for cls in (FixedTokens, Sentences, Paragraphs, MarkdownSections, CharSpans)
+    cls.name: cls for cls in (FixedTokens, Sentences, Paragraphs, MarkdownSections, CharSpans, GivenChunks)
 }
 
 
@@ -59,6 +60,7 @@ __all__ = [
     "CharSpans",
     "ChunkingStrategy",
     "FixedTokens",
+    "GivenChunks",
     "MarkdownSections",
     "Paragraphs",
     "Sentences",
