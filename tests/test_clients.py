@@ -211,6 +211,25 @@ def test_query_embedders_are_embed_queries_and_sentence_transformers(chunker: La
     assert li.model_name == chunker.settings.model_name
 
 
+@pytest.mark.parametrize("embedder", [LangChainEmbeddings, LlamaIndexEmbedding])
+def test_an_embedder_closes_the_chunker_it_loaded_and_never_one_handed_to_it(
+    embedder: type, chunker: LateChunker, minilm_dir: Path
+) -> None:
+    """The one rule of both embedders' ``close()`` and ``with`` block (``clients.vectors.OwnedChunker``):
+    a model directory's chunker (the light engine) is shut down with the embedder, twice is safe; a
+    chunker handed in stays open and keeps embedding."""
+    with embedder(str(minilm_dir)) as emb:
+        loaded = emb._chunker
+        assert loaded is not chunker and loaded.engine is not None
+    assert loaded.engine is None
+    emb.close()  # again: nothing left to close
+    with embedder(chunker) as emb:
+        assert emb._chunker is chunker
+    emb.close()
+    assert chunker.engine is not None
+    assert chunker.embed_queries(QUERIES[:1]).shape == (1, chunker.embedding_dim)
+
+
 # -- LangChain --------------------------------------------------------------------------------------
 
 

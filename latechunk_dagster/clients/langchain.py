@@ -6,7 +6,7 @@ import os
 from typing import Any
 
 from latechunk_dagster.clients import missing_extra
-from latechunk_dagster.clients.vectors import embedder_chunker, query_vectors, text_vectors
+from latechunk_dagster.clients.vectors import OwnedChunker, embedder_chunker, query_vectors, text_vectors
 from latechunk_dagster.core.chunker import LateChunker
 
 try:
@@ -15,7 +15,7 @@ except ImportError as exc:  # pragma: no cover - the extra is installed where th
     raise missing_extra("langchain-core", exc) from exc
 
 
-class LangChainEmbeddings(Embeddings):
+class LangChainEmbeddings(OwnedChunker, Embeddings):
     """Query vectors of ``chunker``'s model for ``langchain_community.vectorstores.LanceDB``.
 
     ``embed_query`` is :meth:`LateChunker.embed_queries <latechunk_dagster.core.chunker.LateChunker.embed_queries>`
@@ -24,13 +24,9 @@ class LangChainEmbeddings(Embeddings):
     a document (not a late-chunk vector; the table's rows come from the pipeline).
 
     Args:
-        chunker: the model directory that wrote the table: loaded on the light transformers engine
-            (no vLLM; the same vectors within 1e-6) and closed by :meth:`close` (or the ``with``
-            block); or an open ``LateChunker`` or ``RemoteLateChunker`` (a vLLM server) of that model,
-            whose lifetime is the caller's.
-        table: the LanceDB chunk table the store reads (optional): refused at once, naming the
-            difference, when its vectors are of another model fingerprint, head or width.
-        model_options: ``LateChunker`` options for a model directory (``dimensions``, ``trust_remote_code``...).
+        chunker, table, model_options: as :func:`~latechunk_dagster.clients.vectors.embedder_chunker`
+            (a model directory, or an open chunker whose lifetime is the caller's; the table it must
+            reproduce; options for a model directory).
 
     Returns (both methods): lists of ``embedding_dim`` floats (the float32 values).
 
@@ -45,23 +41,17 @@ class LangChainEmbeddings(Embeddings):
         table: Any = None,
         model_options: dict[str, Any] | None = None,
     ) -> None:
-        self.chunker, self._owned = embedder_chunker(chunker, model_options, table)
+        self._chunker, self._owned = embedder_chunker(chunker, model_options, table)
 
-    def close(self) -> None:
-        """Close the chunker this embedder loaded (a chunker handed to it stays open)."""
-        if self._owned:
-            self.chunker.close()
-
-    def __enter__(self) -> LangChainEmbeddings:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    @property
+    def chunker(self) -> LateChunker:
+        """The chunker the vectors come from (the one handed in, or the one loaded from the directory)."""
+        return self._chunker
 
     def embed_query(self, text: str) -> list[float]:
         """The query's vector; ``ValueError`` for a query longer than the model (never windowed)."""
-        return query_vectors(self.chunker, [text])[0]
+        return query_vectors(self._chunker, [text])[0]
 
     def embed_documents(self, texts: list[str]) -> list[list[float]]:
         """Each text's whole-document vector, in one engine call."""
-        return text_vectors(self.chunker, texts)
+        return text_vectors(self._chunker, texts)

@@ -6,7 +6,7 @@ import os
 from typing import Any
 
 from latechunk_dagster.clients import missing_extra
-from latechunk_dagster.clients.vectors import embedder_chunker, query_vectors, text_vectors
+from latechunk_dagster.clients.vectors import OwnedChunker, embedder_chunker, query_vectors, text_vectors
 from latechunk_dagster.core.chunker import LateChunker
 
 try:
@@ -16,7 +16,7 @@ except ImportError as exc:  # pragma: no cover - the extra is installed where th
     raise missing_extra("llama-index-core", exc) from exc
 
 
-class LlamaIndexEmbedding(BaseEmbedding):
+class LlamaIndexEmbedding(OwnedChunker, BaseEmbedding):
     """Query vectors of ``chunker``'s model for LlamaIndex's ``LanceDBVectorStore``.
 
     The query embedding is :meth:`LateChunker.embed_queries
@@ -25,13 +25,9 @@ class LlamaIndexEmbedding(BaseEmbedding):
     ``model_name`` is the model's name; LlamaIndex batches texts by ``embed_batch_size``.
 
     Args:
-        chunker: the model directory that wrote the table: loaded on the light transformers engine
-            (no vLLM; the same vectors within 1e-6) and closed by :meth:`close` (or the ``with``
-            block); or an open ``LateChunker`` or ``RemoteLateChunker`` (a vLLM server) of that model,
-            whose lifetime is the caller's.
-        table: the LanceDB chunk table the store reads (optional): refused at once, naming the
-            difference, when its vectors are of another model fingerprint, head or width.
-        model_options: ``LateChunker`` options for a model directory (``dimensions``, ``trust_remote_code``...).
+        chunker, table, model_options: as :func:`~latechunk_dagster.clients.vectors.embedder_chunker`
+            (a model directory, or an open chunker whose lifetime is the caller's; the table it must
+            reproduce; options for a model directory).
         **kwargs: ``BaseEmbedding`` fields (``embed_batch_size``, ``callback_manager``...).
 
     Raises:
@@ -53,17 +49,6 @@ class LlamaIndexEmbedding(BaseEmbedding):
         kwargs.setdefault("model_name", live.settings.model_name)
         super().__init__(**kwargs)
         self._chunker, self._owned = live, owned
-
-    def close(self) -> None:
-        """Close the chunker this embedder loaded (a chunker handed to it stays open)."""
-        if self._owned:
-            self._chunker.close()
-
-    def __enter__(self) -> LlamaIndexEmbedding:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     @classmethod
     def class_name(cls) -> str:

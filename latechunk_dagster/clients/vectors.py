@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Self
 
 import numpy as np
 
@@ -20,11 +20,16 @@ def embedder_chunker(
     """The chunker of a client embedder, and whether the embedder owns it (and closes it).
 
     Args:
-        chunker: an open ``LateChunker`` or ``RemoteLateChunker`` (the caller's: used as it is), or a
-            model directory: loaded on the light transformers engine
-            (:func:`~latechunk_dagster.sink.search.query_chunker`) with ``model_options``.
-        table: a LanceDB chunk table whose lineage the chunker must reproduce
-            (:func:`~latechunk_dagster.sink.search.check_table_lineage`), or ``None``.
+        chunker: the model directory that wrote the table: loaded on the light transformers engine
+            (:func:`~latechunk_dagster.sink.search.query_chunker`: no vLLM, the same vectors within
+            1e-6) with ``model_options``, and closed by the embedder's ``close()`` (or its ``with``
+            block, :class:`OwnedChunker`); or an open ``LateChunker`` or ``RemoteLateChunker`` (a
+            vLLM server) of that model, used as it is, whose lifetime is the caller's.
+        model_options: ``LateChunker`` options for a model directory (``dimensions``,
+            ``trust_remote_code``...).
+        table: the LanceDB chunk table the store reads, or ``None``: refused at once, naming the
+            difference, when its vectors are of another model fingerprint, head or width
+            (:func:`~latechunk_dagster.sink.search.check_table_lineage`).
 
     Raises:
         ValueError: ``model_options`` beside a ready chunker; a table written by another model or
@@ -42,6 +47,29 @@ def embedder_chunker(
                 live.close()
             raise
     return live, owned
+
+
+class OwnedChunker:
+    """``close()`` and the ``with`` block of a client embedder: the one home of both embedders' rule
+    that an embedder closes the chunker it loaded and never one handed to it.
+
+    The embedder sets ``_chunker`` and ``_owned`` from :func:`embedder_chunker` (on a pydantic
+    embedder, as private attributes).
+    """
+
+    _chunker: LateChunker
+    _owned: bool
+
+    def close(self) -> None:
+        """Close the chunker this embedder loaded (a chunker handed to it stays open)."""
+        if self._owned:
+            self._chunker.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 def query_vectors(chunker: LateChunker, queries: Sequence[str]) -> list[list[float]]:
