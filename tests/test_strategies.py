@@ -20,9 +20,9 @@ import pytest  # noqa: E402
 from latechunk_dagster.core.chunking import (  # noqa: E402
     STRATEGIES,
     CharSpans,
-    GivenChunks,
     ChunkingStrategy,
     FixedTokens,
+    GivenChunks,
     MarkdownSections,
     Paragraphs,
     Sentences,
