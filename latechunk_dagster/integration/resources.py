@@ -312,11 +312,17 @@ class DocumentStoreResource(ConfigurableResource):
     """
 
     path: str = Field(description="Store location: a directory, a .jsonl or a .parquet file or directory of them.")
+    chunks_column: str | None = Field(
+        default=None,
+        description="JSONL/Parquet column of each document's own chunks (ranges or texts) for the given_chunks "
+        "strategy; empty: none.",
+    )
 
     def get_store(self) -> DocumentStore:
-        """The store at ``path``.
+        """The store at ``path`` (with its ``chunks_column``: :class:`~latechunk_dagster.sources.files.DocumentStore`).
 
         Raises:
-            FileNotFoundError: nothing at ``path``. ValueError: no documents of a known kind there.
+            FileNotFoundError: nothing at ``path``. ValueError: no documents of a known kind there;
+            ``chunks_column`` on a text tree or naming a column the documents are read from.
         """
-        return DocumentStore.from_path(Path(self.path))
+        return DocumentStore.from_path(Path(self.path), chunks_column=self.chunks_column)
