@@ -3,8 +3,14 @@
 Measured, each in fresh processes on the shipped all-MiniLM-L6-v2 (float32, CPU):
 
   search    ``latechunk search QUERY --uri DB -k 3`` wall time from a fresh process (interpreter
-            start to exit) and its peak RSS, ``--engine transformers`` (the default) vs ``--engine vllm``;
-            the top hits printed must be the same
+            start to exit; the median of ``--repeat`` runs, the fastest also printed) and its peak RSS,
+            ``--engine transformers`` (the default) vs ``--engine vllm``; the top hits printed must be
+            the same
+  imports   the import share of that search: a fresh process imports, in the CLI's order and each
+            timed, the package with the CLI, the sink (LanceDB), torch, and transformers' auto
+            classes (``latechunk_dagster.core.hf_imports``), then runs the same search; the seconds of
+            each import, their sum as a share of the process's time to the printed hits, and which
+            heavy packages the process ended up importing (scikit-learn, pandas, Dagster, vLLM, httpx)
   first     start-up to the first query vector: a fresh process imports the package, builds
             ``LateChunker(model, engine=...)`` and embeds one query; wall time from process start
             to that vector, and peak RSS; the query vectors of both engines are compared (max abs)
@@ -17,7 +23,7 @@ pipeline on the vLLM engine; the same top hits and distances (within 1e-6) are c
 ``search(exact=True)`` on both engines. Peak RSS is each child's ``ru_maxrss`` (one child per
 measurement). The machine's cores are shared, so absolute times are noisy: compare the ratios.
 
-Run: ``python bench/query_engine.py [--modules 40] [--docs 40] [--json out.json]``.
+Run: ``python bench/query_engine.py [--modules 40] [--docs 40] [--repeat 3] [--json out.json]``.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -114,6 +121,25 @@ print("RESULT", json.dumps({"first": first, "startup": started, "vector": vec.to
                             "hits": [[h.chunk_id, h.distance] for h in hits]}))
 """
 
+IMPORTS = """
+import time
+t0 = time.perf_counter()
+import importlib, json, sys
+seconds = {}
+for label, module in [("package and CLI", "latechunk_dagster.app.cli"),
+                      ("sink (LanceDB)", "latechunk_dagster.sink.search"),
+                      ("torch", "torch"), ("transformers", "latechunk_dagster.core.hf_imports")]:
+    t = time.perf_counter()
+    importlib.import_module(module)
+    seconds[label] = time.perf_counter() - t
+from latechunk_dagster.app.cli import main
+rc = main(sys.argv[1:])
+total = time.perf_counter() - t0
+heavy = ["sklearn", "pandas", "dagster", "vllm", "httpx"]
+loaded = [m for m in heavy if m in sys.modules]
+print("RESULT", json.dumps({"imports": seconds, "total": total, "rc": rc, "loaded": loaded}))
+"""
+
 THROUGHPUT = """
 import json, sys, time
 import numpy as np
@@ -139,6 +165,9 @@ def main() -> None:
     ap.add_argument("--docs", type=int, default=40, help="documents for documents per second (default 40)")
     ap.add_argument("--json", default=None, help="write the figures to this JSON file")
     ap.add_argument("--root", default=None, help="reuse the store and table an earlier run wrote under this directory")
+    ap.add_argument(
+        "--repeat", type=int, default=3, help="fresh-process searches per engine, median reported (default 3)"
+    )
     args = ap.parse_args()
     tmp = Path(args.root or tempfile.mkdtemp(prefix="query-engine-"))
     uri = str(tmp / "lancedb")
@@ -151,10 +180,21 @@ def main() -> None:
     print(f"table: {lancedb.connect(uri).open_table('chunks').count_rows()} chunks of {args.modules} demo modules")
     fig: dict[str, dict[str, float]] = {e: {} for e in ENGINES}
     first: dict[str, dict] = {}
+    loaded: dict[str, list[str]] = {}
     printed: dict[str, list[str]] = {}
     for engine in ENGINES:
-        wall, rss, out = cli("search", QUERY, "--uri", uri, "-k", "3", "--engine", engine)
-        fig[engine] |= {"search_wall_s": wall, "search_peak_rss_mb": rss}
+        runs = [cli("search", QUERY, "--uri", uri, "-k", "3", "--engine", engine) for _ in range(args.repeat)]
+        walls = sorted(r[0] for r in runs)
+        wall, rss, out = runs[0]
+        fig[engine] |= {
+            "search_wall_s": statistics.median(walls),
+            "search_wall_min_s": walls[0],
+            "search_peak_rss_mb": rss,
+        }
+        imports = json.loads(result(child(IMPORTS, "search", QUERY, "--uri", uri, "-k", "3", "--engine", engine)[2]))
+        fig[engine] |= {"import_s": sum(imports["imports"].values()), "to_hits_s": imports["total"]}
+        fig[engine] |= {f"import_{k}_s": v for k, v in imports["imports"].items()}
+        loaded[engine] = imports["loaded"]
         printed[engine] = [line.split("\t")[1:3] for line in out.splitlines() if line.count("\t") >= 3][1:]
         wall, rss, out = child(FIRST_VECTOR, engine, QUERY, uri)
         first[engine] = json.loads(result(out))
@@ -178,6 +218,8 @@ def main() -> None:
     rows_out = [
         ("`latechunk search` wall, fresh process (s)", "search_wall_s", "{:.1f}"),
         ("`latechunk search` peak RSS (MB)", "search_peak_rss_mb", "{:.0f}"),
+        ("search's imports (s)", "import_s", "{:.1f}"),
+        ("search, process start to the printed hits (s)", "to_hits_s", "{:.1f}"),
         ("start-up to first query vector (s)", "first_vector_s", "{:.1f}"),
         ("of which the engine's start (s)", "engine_startup_s", "{:.1f}"),
         ("peak RSS, first vector (MB)", "first_vector_peak_rss_mb", "{:.0f}"),
@@ -188,6 +230,19 @@ def main() -> None:
     for label, key, fmt in rows_out:
         a, b = fig["transformers"][key], fig["vllm"][key]
         print(f"| {label} | {fmt.format(a)} | {fmt.format(b)} | {a / b:.2f} |")
+    for engine in ENGINES:
+        f = fig[engine]
+        parts = ", ".join(
+            f"{k.removeprefix('import_').removesuffix('_s')} {v:.2f}"
+            for k, v in f.items()
+            if k.startswith("import_") and k != "import_s"
+        )
+        print(
+            f"{engine}: search median {f['search_wall_s']:.2f} s, fastest {f['search_wall_min_s']:.2f} s of "
+            f"{args.repeat}; imports {f['import_s']:.2f} s = {f['import_s'] / f['to_hits_s']:.0%} of "
+            f"{f['to_hits_s']:.2f} s to the hits ({parts}); heavy packages imported: "
+            f"{', '.join(loaded[engine]) or 'none'}"
+        )
     print(
         f"\nsame top 5 (search, exact): {same_hits}; max distance difference {hit_diff:.1e}; CLI top 3 "
         f"same: {printed['transformers'] == printed['vllm']}; query vector max abs difference {query_diff:.1e}; "
@@ -196,8 +251,9 @@ def main() -> None:
     if args.json:
         Path(args.json).write_text(
             json.dumps(
-                {"figures": fig, "same_hits": same_hits, "distance_diff": hit_diff, "query_diff": query_diff,
-                 "doc_diff": doc_diff, "cli_same": printed["transformers"] == printed["vllm"]},
+                {"figures": fig, "loaded": loaded, "same_hits": same_hits, "distance_diff": hit_diff,
+                 "query_diff": query_diff, "doc_diff": doc_diff,
+                 "cli_same": printed["transformers"] == printed["vllm"]},
                 indent=2,
             )
         )  # fmt: skip

@@ -28,14 +28,15 @@ from latechunk_dagster.core.errors import (
     StrategyTimeoutError,
     TokenizationMismatchError,
 )
-from latechunk_dagster.core.remote import RemoteLateChunker
 from latechunk_dagster.core.results import Chunk, ChunkedDocument
 
 __version__ = "0.1.0"
 
-#: Dagster-side names, imported on first use so that ``import latechunk_dagster`` (the core)
-#: does not import Dagster.
+#: Names imported on first use: the Dagster side, so that ``import latechunk_dagster`` (the core)
+#: does not import Dagster; the server chunker, so that it does not import httpx (``latechunk search``
+#: never uses it).
 _INTEGRATION = {
+    "RemoteLateChunker": "latechunk_dagster.core.remote",
     "late_chunk_assets": "latechunk_dagster.integration.factory",
     "LateChunkDefinitions": "latechunk_dagster.integration.factory",
     "LateChunkTranslator": "latechunk_dagster.integration.translator",

@@ -128,7 +128,8 @@ class TransformersEngine(Engine):
     ) -> None:
         try:
             import torch
-            import transformers
+
+            from latechunk_dagster.core.hf_imports import transformers
         except ImportError as exc:
             raise ImportError(f"engine='transformers' needs torch and transformers: pip install torch ({exc})") from exc
         from latechunk_dagster.core.engines.vllm_local import check_weights
