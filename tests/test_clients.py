@@ -55,7 +55,9 @@ def project(tmp_path_factory: pytest.TempPathFactory, chunker: LateChunker) -> P
             chunk_table=chunks, rejected_table=rejected, run_id="r1",
         )  # fmt: skip
     refresh_indexes(chunks)
-    old = settings.connect().create_table(OLD, chunks.to_arrow().drop_columns(["id", "metadata"]))
+    old = settings.connect().create_table(
+        OLD, chunks.to_arrow().drop_columns(["id", "metadata", "granularity", "parent_chunk_id"])
+    )
     refresh_indexes(old)
     return root
 
@@ -116,13 +118,13 @@ def test_migration_adds_two_column_files_and_rewrites_no_vector(project: Path, t
 
     fresh = sink.connect(uri(project)).open_table(FRESH)
     dest = tmp_path / "db"
-    old_rows = fresh.to_arrow().drop_columns(["id", "metadata"])
+    old_rows = fresh.to_arrow().drop_columns(["id", "metadata", "granularity", "parent_chunk_id"])
     table = sink.connect(str(dest)).create_table("chunks", old_rows)
     ds = lance.dataset(str(dest / "chunks.lance"))
     before = {f.fragment_id: {d.path: list(d.fields) for d in f.data_files()} for f in ds.get_fragments()}
     version = table.version
     assert cli.main(["migrate", "--uri", str(dest)]) == 0
-    assert capsys.readouterr().out.strip() == "table 'chunks': added id, metadata"
+    assert capsys.readouterr().out.strip() == "table 'chunks': added id, metadata, granularity, parent_chunk_id"
     ds = lance.dataset(str(dest / "chunks.lance"))
     assert ds.version == version + 1  # one commit
     for frag in ds.get_fragments():
@@ -148,7 +150,12 @@ def test_writers_migrating_one_table_at_once_make_one_migration(project: Path, t
 
     import lance
 
-    rows = sink.connect(uri(project)).open_table(FRESH).to_arrow().drop_columns(["id", "metadata"])
+    rows = (
+        sink.connect(uri(project))
+        .open_table(FRESH)
+        .to_arrow()
+        .drop_columns(["id", "metadata", "granularity", "parent_chunk_id"])
+    )
     sink.connect(str(tmp_path)).create_table("chunks", rows)
     barrier, errors = threading.Barrier(4), []
 

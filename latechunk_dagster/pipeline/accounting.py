@@ -17,6 +17,24 @@ from latechunk_dagster.sources.documents import Document
 
 
 @dataclass
+class GranularityReport:
+    """What one partition's materialization did in one granularity's table.
+
+    Attributes:
+        table: the table's name (:func:`~latechunk_dagster.sink.schema.granularity_table`).
+        chunks_written: chunk rows made and committed to it this run; partition_rows: rows of the
+            partition in it afterwards; write: its commit (``None``: nothing changed there, no commit);
+        version: its version afterwards.
+    """
+
+    table: str = ""
+    chunks_written: int = 0
+    partition_rows: int = 0
+    write: WriteResult | None = None
+    version: int = 0
+
+
+@dataclass
 class PartitionReport:
     """What one partition's materialization did.
 
@@ -31,13 +49,17 @@ class PartitionReport:
             ``tokens_encoded`` when windows overlap); windows, windowed_documents: encoder inputs,
             documents longer than the model.
         chunks_written: chunk rows made (and, by the stream, committed) this run; partition_rows:
-            rows of the partition in the table afterwards.
+            rows of the partition in the table afterwards (with several granularities: the sums over
+            their tables).
         engine_seconds: time inside ``chunker.encode`` (the engine thread); prepare_seconds: time
             inside ``chunker.prepare`` (the calling thread); finish_seconds: ``chunker.finish`` and
             the Arrow rows (the writer thread); seconds: wall time of the whole call. With the
             overlap, ``seconds`` approaches the largest of the three, not their sum.
         batches: engine calls; paths: documents per engine path.
-        write: the chunk table commit (``None``: nothing changed, no commit).
+        write: the chunk table commit (``None``: nothing changed, no commit); with several
+            granularities, the first (finest) table's.
+        granularities: per granularity (``""`` alone for a single strategy), finest first, its
+            table's :class:`GranularityReport`.
         fingerprint: :func:`~latechunk_dagster.sources.documents.fingerprint_of` the items read.
         chunked_doc_ids: sorted doc_ids that have rows after the call.
     """
@@ -65,10 +87,16 @@ class PartitionReport:
     write: WriteResult | None = None
     fingerprint: str = ""
     chunked_doc_ids: list[str] = field(default_factory=list)
+    granularities: dict[str, GranularityReport] = field(default_factory=dict)
 
     def count_rejection(self, reason: str) -> None:
         """One more document rejected for ``reason``."""
         self.rejected_reasons[reason] = self.rejected_reasons.get(reason, 0) + 1
+
+    def count_rows(self, granularity: str, rows: int) -> None:
+        """``rows`` more chunk rows made for ``granularity``'s table (and in the total)."""
+        self.chunks_written += rows
+        self.granularities.setdefault(granularity, GranularityReport()).chunks_written += rows
 
 
 @dataclass(frozen=True)

@@ -96,8 +96,16 @@ def default_host_workers() -> int:
     return 0
 
 
-def vector_config_fields(settings: ChunkerSettings, strategy: ChunkingStrategy) -> dict[str, object]:
-    """Everything besides the text that changes a document's vectors or ranges.
+def vector_config_fields(
+    settings: ChunkerSettings, strategy: ChunkingStrategy, parent: tuple[str, ChunkingStrategy] | None = None
+) -> dict[str, object]:
+    """Everything besides the text that changes a document's vectors or ranges (or, for a fine
+    granularity, its parent links).
+
+    ``parent``: for a granularity that has a next (coarser) one, ``(its name, its strategy)``: the
+    rows' ``parent_chunk_id`` depend on them, so a change of the coarse strategy rewrites the fine
+    table's rows too (issue 29). ``None`` (a single strategy, the coarsest granularity) adds
+    nothing, so those rows keep the configuration they had.
 
     The engine's name is one of them (a change of engine re-encodes the partition's documents, like
     a change of dtype), except for the engines that run vLLM's model code
@@ -106,6 +114,7 @@ def vector_config_fields(settings: ChunkerSettings, strategy: ChunkingStrategy) 
     by the dtype they record).
     """
     engine = {} if settings.engine in VLLM_ENGINES else {"engine": settings.engine}
+    engine |= {} if parent is None else {"parent": [parent[0], parent[1].name, parent[1].params()]}
     return engine | {
         "chunking_version": CHUNKING_VERSION,
         "model_sha256": settings.model_sha256,
@@ -121,8 +130,10 @@ def vector_config_fields(settings: ChunkerSettings, strategy: ChunkingStrategy) 
     }
 
 
-def vector_config(settings: ChunkerSettings, strategy: ChunkingStrategy) -> str:
+def vector_config(
+    settings: ChunkerSettings, strategy: ChunkingStrategy, parent: tuple[str, ChunkingStrategy] | None = None
+) -> str:
     """Hex sha256 (first 32 characters) of :func:`vector_config_fields`, stored per chunk row in
     ``vector_config``: a document is re-encoded when its text or this value changed."""
-    blob = json.dumps(vector_config_fields(settings, strategy), sort_keys=True, default=str)
+    blob = json.dumps(vector_config_fields(settings, strategy, parent), sort_keys=True, default=str)
     return hashlib.sha256(blob.encode("utf-8", "surrogatepass")).hexdigest()[:32]

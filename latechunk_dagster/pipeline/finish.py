@@ -1,34 +1,75 @@
-"""The one finish step of a batch: means and head (``LateChunker.finish``), then its Arrow rows.
+"""The host work of a batch on both sides of the engine, in one home for the threads and the workers.
 
-Called by the writer thread of an in-process stream and by a host worker process
-(:mod:`latechunk_dagster.pipeline.hostpool`), so both turn an encoded batch into the same rows.
+* :func:`given_chunks`: what ``LateChunker.prepare`` takes as ``chunks=`` for a batch (each
+  document's own chunks, when a granularity is ``GivenChunks``);
+* :func:`finish_rows`: means and head (``LateChunker.finish_granularities``), then the Arrow rows
+  of every granularity table that needs them.
+
+Called by the calling and writer threads of an in-process stream and by a host worker process
+(:mod:`latechunk_dagster.pipeline.hostpool`), so both turn a batch into the same rows.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from latechunk_dagster.core.chunker import EncodedBatch, LateChunker
+from latechunk_dagster.core.chunking import ChunkingStrategy, GivenChunks
 from latechunk_dagster.core.errors import DocumentError
+from latechunk_dagster.core.granularities import SINGLE, check_granularities
 from latechunk_dagster.core.results import ChunkedDocument
 from latechunk_dagster.sink.rows import chunk_batch
 from latechunk_dagster.sources.documents import Document
 
+#: ``(partition, {granularity: row lineage}, vector width, {granularity: next granularity or None})``.
+RowContext = tuple[str, Mapping[str, Mapping[str, Any]], int, Mapping[str, str | None]]
+
+
+def given_chunks(
+    batch: Sequence[Document], strategy: ChunkingStrategy | Mapping[str, ChunkingStrategy]
+) -> list[Any] | None:
+    """``[d.chunks for d in batch]`` when a granularity of ``strategy`` is :class:`GivenChunks`, else ``None``
+    (a document's chunks are then only part of its ``sha256``)."""
+    if any(isinstance(s, GivenChunks) for s in check_granularities(strategy).values()):
+        return [d.chunks for d in batch]
+    return None
+
 
 def finish_rows(
-    chunker: LateChunker, encoded: EncodedBatch, batch: list[Document], context: tuple[str, dict[str, Any], int]
-) -> tuple[list[ChunkedDocument | DocumentError], Any]:
-    """``chunker.finish(encoded)`` and the Arrow rows of its chunked documents.
+    chunker: LateChunker,
+    encoded: EncodedBatch,
+    batch: list[Document],
+    context: RowContext,
+    needs: Sequence[Sequence[str]],
+) -> tuple[list[ChunkedDocument | DocumentError], dict[str, Any]]:
+    """``chunker.finish_granularities(encoded)`` (``chunker.finish`` for one strategy) and the Arrow
+    rows of its chunked documents, per granularity.
 
     Args:
         batch: the batch's documents, in the order they were prepared.
-        context: ``(partition, row lineage, vector width)`` for :func:`~latechunk_dagster.sink.rows.chunk_batch`.
+        context: :data:`RowContext` for :func:`~latechunk_dagster.sink.rows.chunk_batch`.
+        needs: per document, the granularities whose tables take its rows (the others keep theirs).
 
     Returns:
-        (one result per document, in batch order; a ``pyarrow.RecordBatch`` of their chunk rows,
-        or ``None`` when no document was chunked).
+        (one result per document, in batch order: a granularity's ``ChunkedDocument``, all of whose
+        tokens, windows and path are every granularity's, or the ``DocumentError`` that refused the
+        document in every granularity; ``{granularity: pyarrow.RecordBatch}`` of the granularities
+        that got rows).
     """
-    partition, row_lineage, dim = context
-    results = chunker.finish(encoded, errors="return")
-    good = [(d, r) for d, r in zip(batch, results) if isinstance(r, ChunkedDocument)]
-    return results, (chunk_batch(good, partition, row_lineage, dim) if good else None)
+    partition, lineages, dim, parents = context
+    if list(lineages) == [SINGLE]:  # one strategy: LateChunker.finish, the single-granularity form
+        results: list[Any] = [
+            r if isinstance(r, DocumentError) else {SINGLE: r} for r in chunker.finish(encoded, errors="return")
+        ]
+    else:
+        results = chunker.finish_granularities(encoded, errors="return")
+    rows: dict[str, Any] = {}
+    for g, row_lineage in lineages.items():
+        good = [
+            (d, r[g]) for d, r, need in zip(batch, results, needs) if not isinstance(r, DocumentError) and g in need
+        ]
+        if good:
+            rows[g] = chunk_batch(good, partition, dict(row_lineage), dim, parents[g])
+    first = [r if isinstance(r, DocumentError) else next(iter(r.values())) for r in results]
+    return first, rows

@@ -40,7 +40,7 @@ import signal
 import threading
 import time
 import weakref
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 from multiprocessing import shared_memory
@@ -54,7 +54,7 @@ from latechunk_dagster.core.engines.base import Engine, NativeChunks
 from latechunk_dagster.core.errors import DocumentError, LateChunkError
 from latechunk_dagster.core.results import ChunkedDocument
 from latechunk_dagster.pipeline.accounting import DocumentSummary
-from latechunk_dagster.pipeline.finish import finish_rows
+from latechunk_dagster.pipeline.finish import finish_rows, given_chunks
 from latechunk_dagster.sources.documents import Document
 
 log = logging.getLogger(__name__)
@@ -167,11 +167,22 @@ class HostPool:
             self._readers.append(reader)
 
     # -- requests ---------------------------------------------------------------------------
-    def prepare(self, batch: Sequence[Document], strategy: ChunkingStrategy) -> Future:
-        """Prepare ``batch`` in the next worker (round robin); a future of its :class:`PreparedHandle`."""
+    def prepare(
+        self,
+        batch: Sequence[Document],
+        strategy: ChunkingStrategy | Mapping[str, ChunkingStrategy],
+        needs: Sequence[Sequence[str]] | None = None,
+    ) -> Future:
+        """Prepare ``batch`` in the next worker (round robin); a future of its :class:`PreparedHandle`.
+
+        Args:
+            strategy: one strategy or the granularities ``{name: strategy}``.
+            needs: per document, the granularities whose tables take its rows
+                (:func:`~latechunk_dagster.pipeline.finish.finish_rows`); ``None``: every one.
+        """
         w = next(self._next) % self.workers
-        docs = [(d.doc_id, d.text, d.sha256) for d in batch]
-        return self._request(w, "prepare", (docs, strategy))
+        docs = [_document_fields(d) for d in batch]
+        return self._request(w, "prepare", (docs, strategy, None if needs is None else [tuple(n) for n in needs]))
 
     def finish(
         self,
@@ -424,7 +435,7 @@ def _worker_main(conn: Any, payload: bytes, tokenizer_threads: str) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when to stop
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # an ignored SIGTERM is inherited (see core.timebound)
     chunker: LateChunker = pickle.loads(payload)
-    held: dict[int, tuple[list[Document], PreparedBatch]] = {}
+    held: dict[int, tuple[list[Document], PreparedBatch, list[tuple[str, ...]]]] = {}
     maps: dict[str, shared_memory.SharedMemory] = {}  # the parent's kept blocks, mapped once
     seen = {"prepare": 0, "finish": 0}
     kill_at = os.environ.get(TEST_WORKER_KILL_ENV)
@@ -449,13 +460,32 @@ def _worker_main(conn: Any, payload: bytes, tokenizer_threads: str) -> None:
             conn.send(("error", seq, _picklable(exc)))
 
 
+def _document_fields(doc: Document) -> tuple[str, str, str, Any]:
+    """What a worker gets of a document: ``(doc_id, text, sha256, chunks)`` (:func:`_document`)."""
+    return doc.doc_id, doc.text, doc.sha256, doc.chunks
+
+
+def _document(fields: tuple[str, str, str, Any]) -> Document:
+    """The document of :func:`_document_fields` again, its own chunks included."""
+    doc_id, text, sha, chunks = fields
+    return Document(doc_id, text, sha, chunks)
+
+
 def _prepare(
-    chunker: LateChunker, held: dict, seq: int, docs: list[tuple[str, str, str]], strategy: ChunkingStrategy
+    chunker: LateChunker,
+    held: dict,
+    seq: int,
+    docs: list[tuple[str, str, str, Any]],
+    strategy: ChunkingStrategy | Mapping[str, ChunkingStrategy],
+    needs: list[tuple[str, ...]] | None,
 ) -> tuple:
     t0 = time.perf_counter()
-    batch = [Document(doc_id, text, sha) for doc_id, text, sha in docs]
-    prepared = chunker.prepare([d.text for d in batch], strategy, doc_ids=[d.doc_id for d in batch])
-    held[seq] = (batch, prepared)
+    batch = [_document(d) for d in docs]
+    prepared = chunker.prepare(
+        [d.text for d in batch], strategy, doc_ids=[d.doc_id for d in batch], chunks=given_chunks(batch, strategy)
+    )
+    every = tuple(prepared.strategies)
+    held[seq] = (batch, prepared, needs if needs is not None else [every] * len(batch))
     return chunker.encoder_inputs(prepared), time.perf_counter() - t0
 
 
@@ -477,7 +507,7 @@ def _finish(
         old = maps.pop(name, None)
         if old is not None:
             old.close()
-    batch, prepared = held.pop(seq)
+    batch, prepared, needs = held.pop(seq)
     prepared.refuse(refused)
     shm = None
     if shm_name is not None:
@@ -493,7 +523,7 @@ def _finish(
             rows = [block[a : a + n] for a, n in spans]
         else:
             block, rows = None, []
-        results, record = finish_rows(chunker, EncodedBatch(prepared, rows, native), batch, context)
+        results, record = finish_rows(chunker, EncodedBatch(prepared, rows, native), batch, context, needs)
         del rows, block
     finally:
         if shm is not None and not kept:

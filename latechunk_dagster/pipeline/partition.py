@@ -93,7 +93,7 @@ import shutil
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -103,7 +103,8 @@ import pyarrow as pa
 from latechunk_dagster.core.chunker import LateChunker
 from latechunk_dagster.core.chunking import ChunkingStrategy
 from latechunk_dagster.core.errors import LateChunkError
-from latechunk_dagster.pipeline.accounting import PartitionReport
+from latechunk_dagster.core.granularities import check_granularities
+from latechunk_dagster.pipeline.accounting import GranularityReport, PartitionReport
 from latechunk_dagster.pipeline.config import (
     check_host_workers,
     default_batch_tokens,
@@ -157,7 +158,7 @@ def materialize_partition(
     chunker: LateChunker,
     documents: Iterable[Document | RejectedRow],
     partition: str,
-    strategy: ChunkingStrategy,
+    strategy: ChunkingStrategy | Mapping[str, ChunkingStrategy],
     *,
     chunk_table: Any,
     rejected_table: Any,
@@ -180,8 +181,17 @@ def materialize_partition(
             ``chunker.encode`` (engine thread) and ``chunker.finish`` (writer thread).
         documents: the partition's documents in any order, with a ``RejectedRow`` for each row that
             made none (:meth:`DocumentStore.iter_shard`); read once, lazily.
-        partition: the partition key; strategy: how documents are cut into spans.
-        chunk_table / rejected_table: open LanceDB tables (:func:`latechunk_dagster.sink.open_or_create`).
+        partition: the partition key.
+        strategy: how documents are cut into spans: one strategy, or several granularities
+            ``{name: strategy}`` finest first (:func:`~latechunk_dagster.core.granularities.check_granularities`),
+            all pooled from one encoder pass per document (:mod:`~latechunk_dagster.pipeline.run`:
+            which tables need which documents). With a ``GivenChunks`` granularity each document's
+            own chunks (:attr:`Document.chunks <latechunk_dagster.sources.documents.Document.chunks>`)
+            are passed to ``prepare``.
+        chunk_table / rejected_table: open LanceDB tables (:func:`latechunk_dagster.sink.open_or_create`);
+            with several granularities ``chunk_table`` is ``{name: open table}`` with the same keys
+            (their names by :func:`~latechunk_dagster.sink.schema.granularity_table`), each committed
+            once (finest first), then the one rejected table.
         run_id: recorded on every row written.
         batch_tokens: budget of document tokens per engine call, estimated before tokenization as
             ``chars * ratio + specials`` (ratio 1.0, a bound for WordPiece/BPE, until a batch has
@@ -204,7 +214,9 @@ def materialize_partition(
     Raises:
         SystemicFailureError: the partition's documents failed for one reason; nothing written.
         HostWorkerError: a host worker process died; nothing written.
-        ValueError: ``host_workers`` is not an integer >= 0, or given while the worker processes cannot take the
+        ValueError: ``chunk_table`` is a mapping for one strategy, or not a mapping with the strategies'
+            keys for several; ``host_workers`` is not an integer >= 0, or given while the worker
+            processes cannot take the
             chunker or the strategy (:func:`~latechunk_dagster.pipeline.hostpool.pool_refusal`; by
             default the host work then stays in this process, with a warning).
         Exception: anything the iterator or the engine raises; nothing written.
@@ -220,45 +232,76 @@ def materialize_partition(
             "partition %r: host work stays in this process (default host_workers=%d): %s", partition, workers, why_not
         )
         workers = 0
+    tables = _granularity_tables(strategy, chunk_table)
     meter = ProgressMeter(partition, expected_documents, progress, progress_interval)
-    run = _begin(chunker, partition, strategy, chunk_table, run_id, batch_tokens, force, meter)
+    run = _begin(chunker, partition, strategy, tables, run_id, batch_tokens, force, meter)
     remove_stale_staging(staging_dir)
     with (
         tempfile.TemporaryDirectory(prefix=f"{STAGE_PREFIX}{os.getpid()}-", dir=staging_dir) as tmp,
         contextlib.ExitStack() as opened,
     ):
-        staged = Path(tmp) / "rows.arrows"
+        staged = {g: Path(tmp) / f"rows-{k}.arrows" for k, g in enumerate(tables)}
         # read, skip unchanged, encode, pool, stage
         host = PoolHost(run, workers) if workers else LocalHost(run)
         Stream(run, staged, host).stream(documents)
         _count_reader_rejections(run)
         _check_systemic(run, max_rejected_share, systemic_min_documents)
-        removed = _commit(run, staged, opened, chunk_table, rejected_table)
-    return _final_report(run, removed, chunk_table)
+        removed = _commit(run, staged, opened, tables, rejected_table)
+    return _final_report(run, removed, tables)
 
 
 # -- the steps of one call, in order -------------------------------------------------------------
 
 
+def _granularity_tables(
+    strategy: ChunkingStrategy | Mapping[str, ChunkingStrategy], chunk_table: Any
+) -> dict[str, Any]:
+    """``{granularity: open table}``, finest first (``{"": chunk_table}`` for one strategy).
+
+    Raises:
+        TypeError, ValueError: as :func:`~latechunk_dagster.core.granularities.check_granularities`;
+            ``chunk_table`` a mapping for one strategy, or not a mapping of the same keys for several.
+    """
+    granularities = check_granularities(strategy)
+    if isinstance(strategy, ChunkingStrategy):
+        if isinstance(chunk_table, Mapping):
+            raise ValueError("chunk_table is a mapping of tables, but strategy is one strategy: give one open table")
+        return {"": chunk_table}
+    if not isinstance(chunk_table, Mapping) or set(chunk_table) != set(granularities):
+        got = sorted(chunk_table) if isinstance(chunk_table, Mapping) else type(chunk_table).__name__
+        raise ValueError(
+            f"several granularities {list(granularities)} need chunk_table={{name: open table}} with the same "
+            f"names, got {got} (table names: latechunk_dagster.sink.schema.granularity_table)"
+        )
+    return {g: chunk_table[g] for g in granularities}
+
+
 def _begin(
     chunker: LateChunker,
     partition: str,
-    strategy: ChunkingStrategy,
-    chunk_table: Any,
+    strategy: ChunkingStrategy | Mapping[str, ChunkingStrategy],
+    tables: dict[str, Any],
     run_id: str,
     batch_tokens: int | None,
     force: bool,
     meter: ProgressMeter,
 ) -> PartitionRun:
-    """Step 1: the batch budget (checked), the vector configuration and the partition's stored documents."""
+    """Step 1: the batch budget (checked), each granularity's vector configuration, lineage and stored documents."""
     t_start = time.perf_counter()
     budget = int(batch_tokens or default_batch_tokens(chunker))
     if budget <= 0:
         raise ValueError(f"batch_tokens must be positive, got {batch_tokens}")
     settings = chunker.settings
-    config = vector_config(settings, strategy)
-    existing = _stored_documents(chunk_table, partition)
+    granularities = check_granularities(strategy)
+    names = list(granularities)
+    parents = {g: (names[k + 1] if k + 1 < len(names) else None) for k, g in enumerate(names)}
+    configs = {
+        g: vector_config(settings, s, None if parents[g] is None else (parents[g], granularities[parents[g]]))  # type: ignore[index]
+        for g, s in granularities.items()
+    }
     now = datetime.now(UTC)
+    report = PartitionReport(partition)
+    report.granularities = {g: GranularityReport(table=getattr(t, "name", "")) for g, t in tables.items()}
     return PartitionRun(
         chunker=chunker,
         partition=partition,
@@ -266,14 +309,15 @@ def _begin(
         run_id=run_id,
         force=force,
         budget=budget,
-        config=config,
-        existing=existing,
+        configs=configs,
+        existing={g: _stored_documents(t, partition) for g, t in tables.items()},
         now=now,
-        row_lineage=lineage(settings, strategy, run_id, now, config),
+        lineages={g: lineage(settings, s, run_id, now, configs[g], g) for g, s in granularities.items()},
+        parents=parents,
         meter=meter,
         estimator=TokenEstimate(special_tokens(chunker)),
         t_start=t_start,
-        report=PartitionReport(partition),
+        report=report,
     )
 
 
@@ -300,7 +344,8 @@ def _check_systemic(run: PartitionRun, max_share: float, min_documents: int) -> 
         if (count == total and total >= 2) or (total >= min_documents and count / total >= max_share):
             example = next(r for r in state.rejections if r["reason"] == reason)
             raise SystemicFailureError(partition, reason, count, total, f"{example['doc_id']!r}: {example['detail']}")
-    if state.items_read == 0 and run.existing:
+    stored = run.stored_ids()
+    if state.items_read == 0 and stored:
         # a shard that reads empty while its partition holds documents is far more often a
         # truncated file than a deliberate deletion (which removes the shard: the sensor and
         # `sync-partitions` then drop the partition and its rows)
@@ -310,27 +355,44 @@ def _check_systemic(run: PartitionRun, max_share: float, min_documents: int) -> 
             0,
             0,
             "",
-            why=f"the shard read 0 documents but the partition holds {len(run.existing)} (a truncated file?); "
+            why=f"the shard read 0 documents but the partition holds {len(stored)} (a truncated file?); "
             "to drop them, remove the shard from the store",
         )
 
 
 def _commit(
-    run: PartitionRun, staged: Path, opened: contextlib.ExitStack, chunk_table: Any, rejected_table: Any
+    run: PartitionRun,
+    staged: dict[str, Path],
+    opened: contextlib.ExitStack,
+    tables: dict[str, Any],
+    rejected_table: Any,
 ) -> set[str]:
-    """Step 5: ONE chunk-table commit streamed from the staging file, then the rejections; the removed doc_ids."""
+    """Step 5: ONE commit per granularity table (finest first) streamed from its staging file, then
+    the rejections; the removed doc_ids.
+
+    In each table: the rows of the documents it needed are replaced, the rows of the documents it
+    did not need stay (unchanged there, or encoded for another table), the rows of the documents
+    rejected now or gone from the store are deleted."""
     state, report = run.state, run.report
-    removed = set(run.existing) - state.present
-    replaced = (state.attempted & set(run.existing)) | removed
+    removed: set[str] = set()
+    for g, table in tables.items():
+        existing = set(run.existing[g])
+        kept = state.skipped | state.kept.get(g, set())
+        gone = existing - state.present
+        removed |= gone
+        replaced = ((state.attempted & existing) - kept) | gone
 
-    def staged_rows() -> pa.RecordBatchReader:  # opened afresh for each commit attempt
-        reader = pa.ipc.open_stream(opened.enter_context(pa.OSFile(str(staged), "rb")))
-        if kills_here("during_commit", run.partition):
-            return pa.RecordBatchReader.from_batches(reader.schema, killing_after_first(reader))
-        return reader
+        def staged_rows(path: Path = staged[g]) -> pa.RecordBatchReader:  # opened afresh for each commit attempt
+            reader = pa.ipc.open_stream(opened.enter_context(pa.OSFile(str(path), "rb")))
+            if kills_here("during_commit", run.partition):
+                return pa.RecordBatchReader.from_batches(reader.schema, killing_after_first(reader))
+            return reader
 
-    rows = staged_rows if report.chunks_written else None
-    report.write = commit_documents(chunk_table, run.partition, rows, replaced=replaced, kept=state.skipped)
+        rows = staged_rows if report.granularities[g].chunks_written else None
+        write = commit_documents(table, run.partition, rows, replaced=replaced, kept=kept)
+        report.granularities[g].write = write
+        if g == next(iter(tables)):
+            report.write = write
     kill_point("between_commits", run.partition)
     replace_partition(
         rejected_table, "rejection_id", run.partition, pa.Table.from_pylist(state.rejections, schema=REJECTED_SCHEMA)
@@ -338,16 +400,21 @@ def _commit(
     return removed
 
 
-def _final_report(run: PartitionRun, removed: set[str], chunk_table: Any) -> PartitionReport:
-    """Step 6: the document counts, the partition's rows afterwards, the wall time; the last progress line."""
+def _final_report(run: PartitionRun, removed: set[str], tables: dict[str, Any]) -> PartitionReport:
+    """Step 6: the document counts, the partition's rows afterwards (per table and in all), the wall
+    time; the last progress line."""
     state, report = run.state, run.report
     report.documents_skipped = len(state.skipped)
     report.documents_reencoded = len(state.attempted)
-    report.documents_new = len(state.attempted - set(run.existing))
+    report.documents_new = len(state.attempted - run.stored_ids())
     report.documents_deleted = len(removed)
     report.fingerprint = fingerprint_of(state.fingerprint_pairs)
     report.chunked_doc_ids = sorted(state.skipped | state.chunked)
-    report.partition_rows = chunk_table.count_rows(f"partition = {sql_string(run.partition)}")
+    for g, table in tables.items():
+        part = report.granularities[g]
+        part.partition_rows = table.count_rows(f"partition = {sql_string(run.partition)}")
+        part.version = int(table.version)
+    report.partition_rows = sum(part.partition_rows for part in report.granularities.values())
     report.seconds = time.perf_counter() - run.t_start
     run.meter.finish()
     return report

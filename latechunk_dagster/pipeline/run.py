@@ -2,10 +2,18 @@
 
 Made by ``_begin`` in :mod:`latechunk_dagster.pipeline.partition`; read and updated by the stream
 (:mod:`latechunk_dagster.pipeline.stream`) and by the steps after it (systemic check, commit, report).
+
+**Granularities.** A run has one or more granularities (:mod:`latechunk_dagster.core.granularities`),
+each with its own table, vector configuration and stored documents. A document is encoded (once)
+when any granularity table's stored ``(doc_sha256, vector_config)`` differs from the document's
+(:meth:`PartitionRun.admit`: its *needs*), and its rows go only to the tables that need them; in the
+others its rows are kept. A document rejected now loses its rows in every table (a document is
+chunked in every granularity or none).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -38,6 +46,10 @@ class RunState:
     reader_rejections: list[RejectedRow] = field(default_factory=list)
     rejections: list[dict] = field(default_factory=list)
     fingerprint_pairs: list[Document | RejectedRow] = field(default_factory=LightList)
+    #: per document being encoded: the granularities whose tables need its rows (until it is counted)
+    needs: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    #: per granularity: encoded documents whose rows in that table stay (its table did not need them)
+    kept: dict[str, set[str]] = field(default_factory=dict)
 
 
 class TokenEstimate:
@@ -73,23 +85,41 @@ class PartitionRun:
 
     chunker: LateChunker
     partition: str
-    strategy: ChunkingStrategy
+    strategy: ChunkingStrategy | Mapping[str, ChunkingStrategy]
     run_id: str
     force: bool
     budget: int
-    config: str
-    existing: dict[str, tuple[str, str | None]]
+    #: per granularity (finest first; ``""`` alone for a single strategy): its vector configuration,
+    #: its table's stored documents ``{doc_id: (doc_sha256, vector_config)}``, its rows' lineage
+    configs: dict[str, str]
+    existing: dict[str, dict[str, tuple[str, str | None]]]
     now: datetime
-    row_lineage: dict[str, Any]
+    lineages: dict[str, dict[str, Any]]
+    #: per granularity, the next (coarser) one's name (``None``: the last one)
+    parents: dict[str, str | None]
     meter: ProgressMeter
     estimator: TokenEstimate
     t_start: float
     report: PartitionReport
     state: RunState = field(default_factory=RunState)
 
+    @property
+    def names(self) -> list[str]:
+        """The granularities, finest first."""
+        return list(self.configs)
+
+    @property
+    def context(self) -> tuple[str, dict[str, dict[str, Any]], int, dict[str, str | None]]:
+        """What :func:`~latechunk_dagster.pipeline.finish.finish_rows` needs besides the batch."""
+        return self.partition, self.lineages, self.chunker.embedding_dim, self.parents
+
+    def stored_ids(self) -> set[str]:
+        """doc_ids with rows in any granularity table before the call."""
+        return set().union(*self.existing.values())
+
     def admit(self, item: Document | RejectedRow) -> Document | None:
         """Record one item read; the document to encode, or ``None`` (a reader's rejection, or a
-        document whose text and vector configuration equal its stored rows')."""
+        document whose text and vector configuration equal its stored rows' in every granularity table)."""
         st = self.state
         st.items_read += 1
         st.fingerprint_pairs.append(item)
@@ -97,17 +127,37 @@ class PartitionRun:
             st.reader_rejections.append(item)
             return None
         st.present.add(item.doc_id)
-        if not self.force and self.existing.get(item.doc_id) == (item.sha256, self.config):
+        needs = tuple(
+            g
+            for g, config in self.configs.items()
+            if self.force or self.existing[g].get(item.doc_id) != (item.sha256, config)
+        )
+        if not needs:
             st.skipped.add(item.doc_id)
             self.meter.add(1, 0)
             return None
+        st.needs[item.doc_id] = needs
         return item
 
+    def needs_of(self, batch: list[Document]) -> list[tuple[str, ...]]:
+        """Per document of ``batch``, the granularities whose tables need its rows (:meth:`admit`)."""
+        return [self.state.needs[d.doc_id] for d in batch]
+
     def account(self, batch: list[Document], results: list) -> list[tuple[Document, ChunkedDocument]]:
-        """Count a finished batch into the report and the bookkeeping; its chunked (document, result) pairs."""
+        """Count a finished batch into the report and the bookkeeping; its chunked (document, result) pairs.
+
+        ``results``: per document one granularity's ``ChunkedDocument`` (or its summary: the tokens,
+        windows and path are those of every granularity) or the ``DocumentError`` that refused it."""
         good, failed = account_results(self.report, batch, results, self.chunker.window_length)
         self.state.attempted.update(doc.doc_id for doc in batch)
         self.state.chunked.update(doc.doc_id for doc, _ in good)
+        for doc, _ in good:
+            needs = self.state.needs.pop(doc.doc_id, ())
+            for g in self.configs:
+                if g not in needs:
+                    self.state.kept.setdefault(g, set()).add(doc.doc_id)
+        for doc, _ in failed:
+            self.state.needs.pop(doc.doc_id, None)
         self.state.rejections.extend(
             rejection_row(doc.doc_id, doc.sha256, self.partition, err.reason, err.detail, self.run_id, self.now)
             for doc, err in failed

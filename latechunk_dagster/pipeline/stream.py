@@ -4,7 +4,8 @@ One loop, :class:`Stream`, with bounded queues between its threads::
 
     calling thread  read, skip unchanged, form batches -> host.prepare (ahead by host.ahead)
     engine thread   host.encode: the one engine call of a batch
-    writer thread   host.finish: means, head and Arrow rows -> accounting -> staging file
+    writer thread   host.finish: means, head and Arrow rows -> accounting -> staging files
+                    (one per granularity table)
 
 Where the host work runs is the only difference between the two arrangements, each a *host*:
 
@@ -20,6 +21,7 @@ Order, staging and the one commit are the same either way.
 from __future__ import annotations
 
 import collections
+import contextlib
 import queue
 import threading
 import time
@@ -32,7 +34,7 @@ from typing import Any
 import pyarrow as pa
 
 from latechunk_dagster.pipeline.accounting import token_count
-from latechunk_dagster.pipeline.finish import finish_rows
+from latechunk_dagster.pipeline.finish import finish_rows, given_chunks
 from latechunk_dagster.pipeline.hostpool import discard_host_pool, host_pool
 from latechunk_dagster.pipeline.killpoints import kill_point
 from latechunk_dagster.pipeline.memory import FreedMemory
@@ -55,13 +57,15 @@ class LocalHost:
 
     def __init__(self, run: PartitionRun) -> None:
         self.run = run
-        self.context = (run.partition, run.row_lineage, run.chunker.embedding_dim)
+        self.context = run.context
         self.freed = FreedMemory()
 
     def prepare(self, batch: list[Document]) -> Future:
         run, t0, done = self.run, time.perf_counter(), Future()
+        chunks = given_chunks(batch, run.strategy)
         done.set_result(
-            (run.chunker.prepare([d.text for d in batch], run.strategy, doc_ids=[d.doc_id for d in batch]),
+            (run.chunker.prepare([d.text for d in batch], run.strategy, doc_ids=[d.doc_id for d in batch],
+                                 chunks=chunks),
              time.perf_counter() - t0)
         )  # fmt: skip
         return done
@@ -71,7 +75,7 @@ class LocalHost:
 
     def finish(self, encoded: Any, batch: list[Document], wait: Callable[[Future], Any]) -> tuple[list, Any, float]:
         t0 = time.perf_counter()
-        results, rows = finish_rows(self.run.chunker, encoded, batch, self.context)
+        results, rows = finish_rows(self.run.chunker, encoded, batch, self.context, self.run.needs_of(batch))
         engine_bytes = sum(r.nbytes for r in encoded.rows)
         del encoded
         self.freed.freed(engine_bytes)  # the batch's engine rows are freed: hand the pages back now and then
@@ -88,13 +92,13 @@ class PoolHost:
         self.run = run
         self.pool = host_pool(run.chunker, workers)
         self.ahead = self.writer_queue = workers  # up to `workers` batches prepared ahead / finishing
-        self.context = (run.partition, run.row_lineage, run.chunker.embedding_dim)
+        self.context = run.context
         self.blocks: set[Any] | None = set()  # shared-memory blocks not yet released (None: call over)
         self.lock = threading.Lock()
 
     def prepare(self, batch: list[Document]) -> Future:
         prepared: Future = Future()
-        handle = self.pool.prepare(batch, self.run.strategy)
+        handle = self.pool.prepare(batch, self.run.strategy, self.run.needs_of(batch))
         handle.add_done_callback(lambda f: _chain(f, prepared, lambda h: (h, h.seconds)))
         return prepared
 
@@ -139,7 +143,7 @@ def _chain(source: Future, target: Future, convert: Callable[[Any], Any]) -> Non
 class Stream:
     """The three threads of the module docstring over ``host`` (:class:`LocalHost` or :class:`PoolHost`)."""
 
-    def __init__(self, run: PartitionRun, staged: Path, host: LocalHost | PoolHost) -> None:
+    def __init__(self, run: PartitionRun, staged: dict[str, Path], host: LocalHost | PoolHost) -> None:
         self.run, self.staged, self.host = run, staged, host
         self.to_engine: queue.Queue = queue.Queue(maxsize=1)
         self.to_writer: queue.Queue = queue.Queue(maxsize=host.writer_queue)
@@ -244,19 +248,24 @@ class Stream:
         _put(self.to_writer, _END, self.stop)
 
     def _write(self) -> None:
-        """The writer thread: each batch finished, counted and its rows appended to the staging file, in order."""
+        """The writer thread: each batch finished, counted and its rows appended to the staging file
+        of each granularity table, in order."""
         run = self.run
-        dim = run.chunker.embedding_dim
-        with pa.OSFile(str(self.staged), "wb") as sink, pa.ipc.new_stream(sink, chunk_schema(dim)) as stream:
+        schema = chunk_schema(run.chunker.embedding_dim)
+        with contextlib.ExitStack() as files:
+            streams = {
+                g: files.enter_context(pa.ipc.new_stream(files.enter_context(pa.OSFile(str(path), "wb")), schema))
+                for g, path in self.staged.items()
+            }
             while (item := _get(self.to_writer, self.stop)) is not _END:
                 batch, pending = item
                 del item
                 results, rows, seconds = self.host.finish(pending, batch, self._wait)
                 del pending
+                for g, part in rows.items():
+                    streams[g].write_batch(part)
+                    run.report.count_rows(g, part.num_rows)
                 good = run.account(batch, results)
-                if rows is not None:
-                    stream.write_batch(rows)
-                    run.report.chunks_written += rows.num_rows
                 if good:
                     run.estimator.observe(good)
                 run.report.finish_seconds += seconds

@@ -28,9 +28,16 @@ _TS = pa.timestamp("us", tz="UTC")
 
 
 def lineage(
-    settings: ChunkerSettings, strategy: ChunkingStrategy, run_id: str, now: datetime, vector_config: str | None = None
+    settings: ChunkerSettings,
+    strategy: ChunkingStrategy,
+    run_id: str,
+    now: datetime,
+    vector_config: str | None = None,
+    granularity: str = "",
 ) -> dict[str, Any]:
-    """The lineage columns every chunk row of one run carries (constant over the run)."""
+    """The lineage columns every chunk row of one run (of one granularity) carries, constant over
+    the run: ``strategy`` / ``strategy_params`` are the granularity's own, ``granularity`` its name
+    (``""``: a single strategy)."""
     return {
         "model_name": settings.model_name,
         "model_sha256": settings.model_sha256,
@@ -43,17 +50,30 @@ def lineage(
         "run_id": run_id,
         "materialized_at": now,
         "vector_config": vector_config,
+        "granularity": granularity,
     }
 
 
 def chunk_batch(
-    pairs: Sequence[tuple[Document, ChunkedDocument]], partition: str, lineage: dict[str, Any], dim: int
+    pairs: Sequence[tuple[Document, ChunkedDocument]],
+    partition: str,
+    lineage: dict[str, Any],
+    dim: int,
+    parent_granularity: str | None = None,
 ) -> pa.RecordBatch:
     """Chunk rows (:func:`~latechunk_dagster.sink.chunk_schema`) of successfully chunked documents.
 
     Args:
-        pairs: (document, its ``ChunkedDocument``); vectors float32 ``[n_chunks, dim]``.
-        partition: the partition key; lineage: :func:`lineage`; dim: vector width.
+        pairs: (document, its ``ChunkedDocument`` of one granularity); vectors float32 ``[n_chunks, dim]``.
+        partition: the partition key; lineage: :func:`lineage` (its ``granularity`` names the rows'
+            granularity and is part of their ``chunk_id``); dim: vector width.
+        parent_granularity: the next (coarser) granularity's name, whose chunk ids the rows'
+            ``parent_chunk_id`` are (from :attr:`ChunkedDocument.parents`); ``None``: the coarsest
+            granularity or a single strategy (``parent_chunk_id`` NULL).
+
+    Raises:
+        ValueError: vectors of another shape than the chunks; ``parent_granularity`` given for a
+            result without parents.
 
     Returns:
         One record batch, one row per chunk, in document then chunk order.
@@ -69,8 +89,20 @@ def chunk_batch(
     )
     if vectors.shape != (n, dim):
         raise ValueError(f"vectors of shape {vectors.shape} for {n} chunks of width {dim}")
+    g = lineage.get("granularity") or ""
+    parents: list[str | None] = [None] * n
+    if parent_granularity is not None:
+        if any(res.parents is None for _, res in pairs):
+            raise ValueError(
+                f"granularity {g!r}: parent granularity {parent_granularity!r} given for chunks without parents"
+            )
+        parents = [
+            chunk_id(partition, doc.doc_id, p, parent_granularity)
+            for doc, res in pairs
+            for p in res.parents  # type: ignore[union-attr]
+        ]
     columns: dict[str, pa.Array] = {
-        "chunk_id": pa.array([chunk_id(partition, doc.doc_id, c.index) for doc, _, c in chunks], pa.string()),
+        "chunk_id": pa.array([chunk_id(partition, doc.doc_id, c.index, g) for doc, _, c in chunks], pa.string()),
         "doc_id": pa.array([doc.doc_id for doc, _, _ in chunks], pa.string()),
         "partition": pa.repeat(pa.scalar(partition, pa.string()), n),
         "chunk_index": pa.array([c.index for *_, c in chunks], pa.int32()),
@@ -93,6 +125,7 @@ def chunk_batch(
     columns["metadata"] = pa.StructArray.from_arrays(
         [columns[name] for name in METADATA_FIELDS], fields=list(metadata_type())
     )
+    columns["parent_chunk_id"] = pa.array(parents, pa.string())
     return pa.RecordBatch.from_arrays([columns[f.name] for f in schema], schema=schema)
 
 

@@ -76,6 +76,12 @@ def chunk_schema(dim: int) -> pa.Schema:
             # types are the ones LanceDB gives those expressions (a struct of nullable fields)
             pa.field("id", pa.string(), nullable=False),
             pa.field("metadata", metadata_type()),
+            # several granularities of one table definition (issue 29): the granularity's name ("" for
+            # a single strategy) and the chunk_id of the parent chunk in the next granularity's table
+            # (NULL for the coarsest granularity and a single strategy); nullable and last, so an
+            # older table gains them as NULL (sink.writes.migrate)
+            pa.field("granularity", pa.string()),
+            pa.field("parent_chunk_id", pa.string()),
         ]
     )
 
@@ -101,15 +107,32 @@ REJECTED_SCHEMA = pa.schema(
 )
 
 
-def chunk_id(partition: str, doc_id: str, chunk_index: int) -> str:
+def chunk_id(partition: str, doc_id: str, chunk_index: int, granularity: str = "") -> str:
     """Deterministic id of a chunk: the first 32 hex characters of the sha256 of the JSON array
-    ``[partition, doc_id, chunk_index]`` (:func:`~latechunk_dagster.sources.documents.key_of`).
+    ``[partition, doc_id, chunk_index]`` (:func:`~latechunk_dagster.sources.documents.key_of`), or
+    ``[partition, doc_id, chunk_index, granularity]`` for a named granularity (issue 29), so the ids
+    of a table definition's granularity tables never coincide. ``granularity`` ``""`` (a single
+    strategy) keeps the ids of a table written before granularities existed.
 
     The JSON encoding is unambiguous: shard ``"s"`` with doc_id ``"x\\x1fy"`` and shard ``"s\\x1fx"``
     with doc_id ``"y"`` get different ids (fields joined with a separator character, as before
     chunking version 2, gave them the same one).
     """
+    if granularity:
+        return key_of(partition, doc_id, chunk_index, granularity)[:32]
     return key_of(partition, doc_id, chunk_index)[:32]
+
+
+def granularity_table(table: str, granularity: str) -> str:
+    """The table of granularity ``granularity`` of the table definition ``table``: ``f"{table}_{granularity}"``,
+    or ``table`` itself for ``""`` (a single strategy). One table per granularity (contract): a stock
+    LangChain / LlamaIndex LanceDB store reads a granularity by its table name alone.
+
+    Example:
+        >>> granularity_table("chunks", "small"), granularity_table("chunks", "")
+        ('chunks_small', 'chunks')
+    """
+    return f"{table}_{granularity}" if granularity else table
 
 
 def rejection_id(partition: str, doc_id: str, where: str | None = None) -> str:

@@ -4,6 +4,12 @@ LanceDB table, no Dagster.
 Each check returns ``(passed, details)``; ``details`` lists the first offending rows or
 documents so a failed check says where to look.
 
+**Granularities** (issue 29): each granularity of a table definition is a table of its own
+(:func:`~latechunk_dagster.sink.schema.granularity_table`), and every check here takes one table, so
+a granularity table is checked like any chunk table (its chunk ids are those of its granularity:
+:func:`~latechunk_dagster.sink.schema.chunk_id`); :func:`parents_exist` checks a fine table's
+``parent_chunk_id`` links against the next granularity's table (:data:`PARENT_CHECK`).
+
 Memory: :func:`check_partitions` checks one partition at a time. It reads that partition's rows
 (only the columns a check reads), checks its vectors, drops them, then reads that one shard's
 documents; across partitions it keeps counts and at most :data:`MAX_LISTED` examples per check.
@@ -43,7 +49,13 @@ CHECKS = {
     "row_count_matches": "rows in the table = rows the last materialization reported",
 }
 
-#: The chunk-table columns the checks read (not the lineage, ``headings`` or ``metadata`` copies).
+#: The check of a fine granularity's table against the next (coarser) one's (:func:`parents_exist`).
+PARENT_CHECK = {
+    "parents_exist": "every chunk's parent_chunk_id is a chunk of the same document in the next granularity"
+}
+
+#: The chunk-table columns the checks read (not the lineage, ``headings`` or ``metadata`` copies);
+#: ``granularity`` where the table has it (a table written before granularities existed may not).
 CHECK_COLUMNS = [
     "chunk_id",
     "doc_id",
@@ -57,6 +69,7 @@ CHECK_COLUMNS = [
     "doc_sha256",
     "head",
     "vector",
+    "granularity",
 ]
 
 
@@ -165,8 +178,9 @@ def check_partitions(
     docs_accounted: dict[str, Outcome] = {}
     counts: dict[str, Outcome] = {}
     docs: ShardDocuments = {}
+    columns = [c for c in CHECK_COLUMNS if c in table.schema.names]
     for p in partitions:
-        rows = read_partitions(table, [p], CHECK_COLUMNS)
+        rows = read_partitions(table, [p], columns)
         rejected = read_partitions(rejected_table, [p]) if rejected_table is not None else REJECTED_SCHEMA.empty_table()
         vectors.add(rows)
         ids.add(p, rows)
@@ -183,8 +197,10 @@ def check_partitions(
         docs = {}
 
     def lookup(batch: list[str]) -> pa.Table:
-        columns = ["chunk_id", "partition", "doc_id", "chunk_index"]
-        return read_partitions(table, partitions, columns, sql_in("chunk_id", batch))
+        keys = ["chunk_id", "partition", "doc_id", "chunk_index"] + (
+            ["granularity"] if "granularity" in columns else []
+        )
+        return read_partitions(table, partitions, keys, sql_in("chunk_id", batch))
 
     return {
         "vectors_valid": vectors.outcome(),
@@ -268,10 +284,11 @@ class ChunkIdTally:
         self.foreign: set[str] = set()
 
     def add(self, partition: str, rows: pa.Table) -> None:
-        """Tally the rows of ``partition`` (columns ``chunk_id``, ``doc_id``, ``chunk_index``)."""
+        """Tally the rows of ``partition`` (columns ``chunk_id``, ``doc_id``, ``chunk_index``, and
+        ``granularity`` where the table has it)."""
         ids = rows.column("chunk_id").to_pylist()
-        own = zip(rows.column("doc_id").to_pylist(), rows.column("chunk_index").to_pylist())
-        foreign = {i for i, (doc, index) in zip(ids, own) if i != chunk_id(partition, doc, index)}
+        own = zip(rows.column("doc_id").to_pylist(), rows.column("chunk_index").to_pylist(), _granularities(rows))
+        foreign = {i for i, (doc, index, g) in zip(ids, own) if i != chunk_id(partition, doc, index, g)}
         self.foreign |= foreign
         self.rows += len(ids)
         seen: set[str] = set()
@@ -296,7 +313,7 @@ class ChunkIdTally:
             foreign_in: dict[str, set[str]] = defaultdict(set)
             for r in found:
                 rows_in[r["chunk_id"]][r["partition"]] += 1
-                if r["chunk_id"] != chunk_id(r["partition"], r["doc_id"], r["chunk_index"]):
+                if r["chunk_id"] != chunk_id(r["partition"], r["doc_id"], r["chunk_index"], r.get("granularity") or ""):
                     foreign_in[r["chunk_id"]].add(r["partition"])
             # add() counted an id already when it had two rows of its own partition there
             self._count(
@@ -305,6 +322,54 @@ class ChunkIdTally:
                 if sum(per.values()) > 1 and not any(n > 1 and p not in foreign_in[i] for p, n in per.items())
             )
         return not self.duplicates, {"rows": self.rows, "duplicates": self.duplicates, "examples": self.examples}
+
+
+def _granularities(rows: pa.Table) -> list[str]:
+    """Each row's granularity (``""`` where the column is missing or NULL: a single-strategy row)."""
+    if "granularity" not in rows.column_names:
+        return [""] * rows.num_rows
+    return [g or "" for g in rows.column("granularity").to_pylist()]
+
+
+def parents_exist(fine: Any, coarse: Any, partitions: Sequence[str]) -> Outcome:
+    """:data:`PARENT_CHECK`: in each of ``partitions``, every row of the fine granularity's table has a
+    ``parent_chunk_id`` that is a ``chunk_id`` of the coarse (next) granularity's table, in the same
+    partition and of the same document.
+
+    Args:
+        fine, coarse: open LanceDB tables of two consecutive granularities of one table definition
+            (``granularity_table(table, g)``), finest first. One partition of each is read at a time
+            (``chunk_id``, ``doc_id``, ``parent_chunk_id`` / ``chunk_id``, ``doc_id``).
+
+    Returns:
+        ``(passed, {partition: {rows, no_parent, missing_parent, other_document, examples}})``:
+        ``no_parent`` rows whose ``parent_chunk_id`` is NULL, ``missing_parent`` whose parent is not
+        in the coarse table's partition, ``other_document`` whose parent belongs to another document;
+        ``examples``: the first :data:`MAX_LISTED` offending chunk ids.
+    """
+    outcomes: dict[str, Outcome] = {}
+    for p in dict.fromkeys(partitions):
+        rows = read_partitions(fine, [p], ["chunk_id", "doc_id", "parent_chunk_id"]).to_pylist()
+        parent_rows = read_partitions(coarse, [p], ["chunk_id", "doc_id"])
+        owner = dict(zip(parent_rows.column("chunk_id").to_pylist(), parent_rows.column("doc_id").to_pylist()))
+        del parent_rows
+        none = [r["chunk_id"] for r in rows if r["parent_chunk_id"] is None]
+        missing = [
+            r["chunk_id"] for r in rows if r["parent_chunk_id"] is not None and r["parent_chunk_id"] not in owner
+        ]
+        other = [r["chunk_id"] for r in rows if owner.get(r["parent_chunk_id"], r["doc_id"]) != r["doc_id"]]
+        examples = (none + missing + other)[:MAX_LISTED]
+        outcomes[p] = (
+            not examples,
+            {
+                "rows": len(rows),
+                "no_parent": len(none),
+                "missing_parent": len(missing),
+                "other_document": len(other),
+                "examples": examples,
+            },
+        )
+    return merge(outcomes)
 
 
 def spans_tile(rows: pa.Table, docs: dict[str, Document] | None) -> Outcome:

@@ -142,32 +142,36 @@ def _merge(
 def migrate(table: Any, schema: pa.Schema) -> list[str]:
     """Add to ``table`` the trailing columns of ``schema`` it lacks; returns their names (``[]``: none).
 
-    A table written by an earlier version has a prefix of ``schema``'s columns. Nullable columns
-    (``vector_config``) are added as nulls; the derived ones (``id``, ``metadata``:
-    :data:`~latechunk_dagster.sink.schema.DERIVED_COLUMNS`) are computed from each row's other
-    columns by LanceDB's ``add_columns`` with SQL expressions. Each ``add_columns`` is one commit
-    that writes new column files beside the existing ones (the vectors and other columns are not
-    rewritten); a concurrent writer that migrates the same table first makes it a no-op. A table
-    whose columns are not such a prefix is left alone (:func:`open_or_create` then refuses it).
+    A table written by an earlier version has a prefix of ``schema``'s columns. Nullable string
+    columns (``vector_config``, ``granularity``, ``parent_chunk_id``) are added as nulls; the derived
+    ones (``id``, ``metadata``: :data:`~latechunk_dagster.sink.schema.DERIVED_COLUMNS`) are computed
+    from each row's other columns. All of them go in ONE LanceDB ``add_columns`` with SQL expressions
+    (``CAST(NULL AS STRING)`` for a null column), in the schema's order: one commit that writes new
+    column files beside the existing ones (the vectors and other columns are not rewritten); a
+    concurrent writer that migrates the same table first makes it a no-op. A table whose columns
+    are not such a prefix is left alone (:func:`open_or_create` then refuses it).
     """
     have = table.schema.names
     if have != schema.names[: len(have)]:
         return []
     missing = schema.names[len(have) :]
-    nulls = [schema.field(n) for n in missing if n not in DERIVED_COLUMNS]
-    derived = {n: DERIVED_COLUMNS[n] for n in missing if n in DERIVED_COLUMNS}
-    if not all(f.nullable for f in nulls) or list(missing) != [f.name for f in nulls] + list(derived):
-        return []  # not an earlier layout of this schema: refused by the schema comparison
-    what = f"add columns {missing} to {table.name!r}"
-    for columns in (nulls, derived):
-        if columns:
-            _add_columns(table, columns, what)
+    expressions: dict[str, str] = {}
+    for name in missing:
+        field = schema.field(name)
+        if name in DERIVED_COLUMNS:
+            expressions[name] = DERIVED_COLUMNS[name]
+        elif field.nullable and field.type == pa.string():
+            expressions[name] = "CAST(NULL AS STRING)"
+        else:
+            return []  # not an earlier layout of this schema: refused by the schema comparison
+    if expressions:
+        _add_columns(table, expressions, f"add columns {missing} to {table.name!r}")
     return list(missing)
 
 
-def _add_columns(table: Any, columns: list[pa.Field] | dict[str, str], what: str) -> None:
+def _add_columns(table: Any, columns: dict[str, str], what: str) -> None:
     """``table.add_columns(columns)`` (one commit) unless another writer added them first; retried on conflicts."""
-    names = [f.name for f in columns] if isinstance(columns, list) else list(columns)
+    names = list(columns)
 
     def commit() -> None:
         if all(n in table.schema.names for n in names):
