@@ -1,10 +1,11 @@
-"""Issue 30: what ``latechunk search`` imports on the light engine, and the deferred scikit-learn import.
+"""Issue 30: what ``latechunk search`` imports on the light engine, and the deferred imports.
 
-transformers imports ``sklearn.metrics`` at import when scikit-learn is installed (for assisted
-decoding, which an encoder never runs); :mod:`latechunk_dagster.core.hf_imports` defers it to the
-first call. A search from a fresh process must print the hits this process finds with the same
-model without importing scikit-learn, Dagster, vLLM or httpx (``bench/query_engine.py`` measures
-what that saves); the deferred function must still give scikit-learn's answer.
+transformers imports ``sklearn.metrics`` (for assisted decoding) and ``scipy.optimize`` (for its
+object-detection losses) at import when they are installed, and an encoder runs neither;
+:mod:`latechunk_dagster.core.hf_imports` defers them to a function's first call. A search from a
+fresh process must print the hits this process finds with the same model without importing
+scikit-learn, SciPy, Dagster, vLLM or httpx (``bench/query_engine.py`` measures what that saves);
+the deferred functions must still give the libraries' answers.
 """
 
 from __future__ import annotations
@@ -39,21 +40,26 @@ def test_a_deferred_function_imports_its_module_on_the_first_call_and_gives_its_
     pytest.importorskip("sklearn")
     code = """
 import json, sys
-from latechunk_dagster.core.hf_imports import AutoTokenizer, deferred_functions
-before = "sklearn" in sys.modules
+from latechunk_dagster.core.hf_imports import AutoModel
+before = [m for m in ("sklearn", "scipy.optimize") if m in sys.modules]
 from transformers.generation import candidate_generator
+from transformers.loss import loss_for_object_detection
 fpr, tpr, thresholds = candidate_generator.roc_curve([0, 0, 1, 1], [0.1, 0.4, 0.35, 0.8])
-import sklearn.metrics
+rows, cols = loss_for_object_detection.linear_sum_assignment([[4, 1, 3], [2, 0, 5], [3, 2, 2]])
+import scipy.optimize, sklearn.metrics
 print(json.dumps({"before": before, "fpr": fpr.tolist(), "tpr": tpr.tolist(), "thresholds": thresholds[1:].tolist(),
-                  "real": type(sklearn.metrics).__name__ == "module" and hasattr(sklearn.metrics, "__file__")}))
+                  "assignment": [rows.tolist(), cols.tolist()],
+                  "real": all(hasattr(m, "__file__") for m in (sklearn.metrics, scipy.optimize))}))
 """
     got = json.loads(fresh(code).splitlines()[-1])
-    assert got["before"] is False  # transformers' auto classes imported, scikit-learn not
+    assert got["before"] == []  # transformers' auto classes and model code imported, neither deferred module
     # by hand: scores 0.8 (positive), 0.4 (negative), 0.35 (positive), 0.1 (negative), thresholds descending
     assert got["fpr"] == [0.0, 0.0, 0.5, 0.5, 1.0]
     assert got["tpr"] == [0.0, 0.5, 0.5, 1.0, 1.0]
     assert got["thresholds"] == [0.8, 0.4, 0.35, 0.1]
-    assert got["real"]  # a later import is scikit-learn's own module, not the stand-in
+    # by hand: the cheapest one-to-one assignment of [[4, 1, 3], [2, 0, 5], [3, 2, 2]] costs 1 + 2 + 2
+    assert got["assignment"] == [[0, 1, 2], [1, 0, 2]]
+    assert got["real"]  # a later import is the library's own module, not the stand-in
 
 
 def test_nothing_is_deferred_where_the_module_is_already_imported() -> None:
@@ -82,7 +88,7 @@ def test_cli_search_from_a_fresh_process_imports_none_of_the_heavy_packages(mini
 import sys
 from latechunk_dagster.app.cli import main
 assert main(sys.argv[1:]) == 0
-print("LOADED", [m for m in ("sklearn", "dagster", "vllm", "httpx") if m in sys.modules])
+print("LOADED", [m for m in ("sklearn", "scipy", "dagster", "vllm", "httpx") if m in sys.modules])
 """
     out = fresh(code, "search", QUERY, "--uri", settings.uri, "-k", "3", "--exact").splitlines()
     assert out[-1] == "LOADED []"

@@ -1,17 +1,19 @@
-"""transformers' auto classes, imported without the scikit-learn import that neither engine uses.
+"""transformers' auto classes, imported without the scikit-learn and SciPy imports neither engine uses.
 
 Every transformers model class imports ``GenerationMixin``, and ``AutoTokenizer`` imports it too
 (``models/auto/auto_factory.py``); its module ``generation/candidate_generator.py`` runs
-``from sklearn.metrics import roc_curve`` at import whenever scikit-learn is installed (it is
-installed here by sentence-transformers, the ``dev`` extra), for assisted decoding's confidence
-threshold, which an encoder never runs. Importing ``sklearn.metrics`` (scikit-learn with SciPy)
-measured ~0.8 s of CPU on the 2-core machine, the largest import on ``latechunk search``'s path
-that the light engine does not use (``bench/query_engine.py`` reports the import share).
+``from sklearn.metrics import roc_curve`` at import whenever scikit-learn is installed, for assisted
+decoding's confidence threshold, which an encoder never runs. Likewise ``modeling_utils`` imports
+the object-detection losses, which run ``from scipy.optimize import linear_sum_assignment`` when
+SciPy is installed. Both are installed here by sentence-transformers (the ``dev`` extra). Importing
+``sklearn.metrics`` measured ~0.8 s of CPU on the 2-core machine and ``scipy.optimize`` ~0.25 s:
+the largest imports on ``latechunk search``'s path that the light engine does not use
+(``bench/query_engine.py`` reports the search's import share).
 
-So this module imports transformers while ``sklearn.metrics`` is a stand-in whose functions import
-the real module on their first call (:func:`deferred_functions`); the stand-in leaves
-``sys.modules`` when the import is done, so any later ``import sklearn.metrics`` is the real one.
-Where scikit-learn is not installed, or already imported, nothing is deferred.
+So this module imports transformers while those two modules are stand-ins whose functions import
+the real module on their first call (:func:`deferred_functions`); a stand-in leaves ``sys.modules``
+when the import is done, so any later ``import sklearn.metrics`` is the real one. Where a package is
+not installed, or the module is already imported, nothing is deferred.
 
 Import from here, not from transformers, where the package needs these names:
 ``from latechunk_dagster.core.hf_imports import AutoTokenizer``. The import is inside the
@@ -64,8 +66,9 @@ def deferred_functions(module: str) -> Iterator[None]:
             del sys.modules[module]
 
 
-with deferred_functions("sklearn.metrics"):
+with deferred_functions("sklearn.metrics"), deferred_functions("scipy.optimize"):
     import transformers
+    import transformers.modeling_utils  # imports the losses, whose scipy.optimize import is deferred
     from transformers import AutoModel, AutoTokenizer
 
 __all__ = ["AutoModel", "AutoTokenizer", "deferred_functions", "transformers"]
