@@ -174,7 +174,7 @@ class LateChunker(OptionChecks, Preparing, Encoding, Finishing):
         strategy_timeout_s: float | None = DEFAULT_STRATEGY_TIMEOUT_S,
         **engine_kwargs: Any,
     ) -> None:
-        from transformers import AutoTokenizer
+        from latechunk_dagster.core.hf_imports import AutoTokenizer  # transformers'; hf_imports: what it defers
 
         self.card: ModelCard = read_model_card(model, dimensions=dimensions)
         self.opt_ins = check_late_chunking_allowed(
