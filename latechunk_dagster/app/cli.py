@@ -96,7 +96,6 @@ def _chunker(args: argparse.Namespace):  # noqa: ANN202 - LateChunker, imported 
     """The query embedder of ``search``/``eval``: the model and the opt-ins given on the command line,
     on ``--engine`` (the light transformers engine unless told ``vllm``). Says on stderr which engine
     embeds the queries and how long it took to start."""
-    import latechunk_dagster.core.hf_imports  # noqa: F401 - transformers without scikit-learn (see there)
     from latechunk_dagster.app.settings import shipped_model_path
     from latechunk_dagster.core.chunker import LateChunker
 
