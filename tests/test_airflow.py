@@ -8,6 +8,7 @@ and LanceDB are real. The rows are compared with what the Dagster asset writes f
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import importlib.util
 import json
 import os
@@ -422,13 +423,14 @@ from latechunk_dagster.airflow.operators import LateChunkShardOperator
 
 with DAG(dag_id="latechunk_host_workers", schedule=None, start_date=datetime(2026, 1, 1), catchup=False) as dag:
     LateChunkShardOperator(
-        task_id="late_chunk", store_path=STORE, shard="alpha", model=MODEL, strategy="sentences", host_workers=1
+        task_id="late_chunk", store_path=STORE, shard="alpha", model=MODEL, strategy="sentences",
+        settings={"host_workers": 1},
     )
 """
 
 
 def test_host_workers_of_the_operator_reach_the_partition(env, tmp_path: Path, chunker: LateChunker) -> None:
-    """``LateChunkShardOperator(host_workers=1)``: the shard's host work runs in a worker process (the
+    """``LateChunkShardOperator(settings={"host_workers": 1})``: the shard's host work runs in a worker process (the
     chunker's pool of one), and its rows equal the example DAG's in-process rows; -1 is refused."""
     from latechunk_dagster.airflow.operators import LateChunkShardOperator
     from latechunk_dagster.pipeline import hostpool
@@ -456,7 +458,7 @@ def test_host_workers_of_the_operator_reach_the_partition(env, tmp_path: Path, c
         np.array(got.column("vector").to_pylist()), np.array(want.column("vector").to_pylist()), atol=1e-6
     )
     with pytest.raises(ValueError, match=r"host_workers=-1: expected an integer >= 0"):
-        LateChunkShardOperator(task_id="bad", store_path="s", shard="a", host_workers=-1)
+        LateChunkShardOperator(task_id="bad", store_path="s", shard="a", settings={"host_workers": -1})
 
 
 LIGHT_ENGINE_DAG = """
@@ -468,13 +470,14 @@ from latechunk_dagster.airflow.operators import LateChunkShardOperator
 
 with DAG(dag_id="latechunk_light_engine", schedule=None, start_date=datetime(2026, 1, 1), catchup=False) as dag:
     LateChunkShardOperator(
-        task_id="late_chunk", store_path=STORE, shard="alpha", model=MODEL, strategy="sentences", engine="transformers"
+        task_id="late_chunk", store_path=STORE, shard="alpha", model=MODEL, strategy="sentences",
+        settings={"engine": "transformers"},
     )
 """
 
 
 def test_the_operator_encodes_on_the_transformers_engine(env, tmp_path: Path, chunker: LateChunker) -> None:
-    """``LateChunkShardOperator(engine="transformers")`` (issue 30): the task starts the light engine
+    """``LateChunkShardOperator(settings={"engine": "transformers"})`` (issue 30): the task starts the light engine
     itself (this process holds a live in-process vLLM engine, beside which no other vLLM engine could
     start); its rows are the example DAG's vLLM rows within 1e-6 and name the engine, and their
     ``vector_config`` differs (a switch of engine re-encodes). vLLM settings given to it, and a
@@ -508,11 +511,60 @@ def test_the_operator_encodes_on_the_transformers_engine(env, tmp_path: Path, ch
     assert set(got.column("vector_config").to_pylist()).isdisjoint(want.column("vector_config").to_pylist())
     with pytest.raises(ValueError, match=r"engine='transformers' .* takes no dtype='bfloat16', enforce_eager=True$"):
         LateChunkShardOperator(
-            task_id="bad", store_path="s", shard="a", engine="transformers", dtype="bfloat16", enforce_eager=True
+            task_id="bad",
+            store_path="s",
+            shard="a",
+            settings={"engine": "transformers", "dtype": "bfloat16", "enforce_eager": True},
         )
     with pytest.raises(ValueError, match=r"engine must be one of \['vllm', 'transformers'\], got 'vlm'"):
-        LateChunkShardOperator(task_id="bad", store_path="s", shard="a", engine="vlm")
+        LateChunkShardOperator(task_id="bad", store_path="s", shard="a", settings={"engine": "vlm"})
     spec = EngineSpec(model=env["conf"]["model"], engine="transformers")
     with use_chunker(chunker), pytest.raises(ValueError, match="shared chunker runs on the vllm engine, the task"):
         with open_chunker(spec):
             pass
+
+
+def test_the_operator_takes_one_settings_dict_built_into_the_values_dagster_builds() -> None:
+    """``LateChunkShardOperator(settings={...})``: each key reaches the setting it names (values set
+    by hand, none a default), into the same values Dagster's engine resource and run config build;
+    an unknown key is refused naming it (in ``__init__`` and in ``.partial`` at parse time), and a
+    setting given as a keyword of its own (the operator's old signature) is refused by Airflow."""
+    from latechunk_dagster.airflow.engine import SETTINGS_KEYS
+    from latechunk_dagster.airflow.operators import LateChunkShardOperator
+    from latechunk_dagster.integration.assets import ChunkingConfig
+    from latechunk_dagster.integration.resources import VLLMEngineResource
+
+    vllm = {"dtype": "float16", "gpu_memory_utilization": 0.2, "tensor_parallel_size": 2, "enforce_eager": True}
+    vllm["engine_args"] = {"seed": 7}
+    options = {"max_model_len": 256, "engine_path": "token_states", "prefix": "doc: ", "query_prefix": "q: "}
+    options |= {"dimensions": 64, "window_overlap": 32, "allow_causal": True, "allow_non_mean_pooling": True}
+    options["trust_remote_code"] = True
+    shard = {"batch_tokens": 4096, "force": True, "max_rejected_share": 0.25, "systemic_min_documents": 3}
+    settings = {**vllm, **options, **shard, "host_workers": 2, "chunks_column": "own_chunks"}
+    assert sorted(settings) == sorted(k for keys in SETTINGS_KEYS.values() for k in keys if k != "engine")
+
+    op = LateChunkShardOperator(task_id="t", store_path="s", shard="a", model="/m", settings=settings)
+    spec, got = op.engine_spec(), op.shard_settings()
+    assert (spec.model, spec.vllm_conn_id, spec.engine) == ("/m", None, "vllm")
+    assert spec.options.kwargs() == options
+    assert (spec.vllm.dtype, spec.vllm.gpu_memory_utilization, spec.vllm.tensor_parallel_size) == ("float16", 0.2, 2)
+    assert (spec.vllm.enforce_eager, dict(spec.vllm.engine_args)) == (True, {"seed": 7})
+    assert (got.batch_tokens, got.force, got.max_rejected_share, got.systemic_min_documents) == (4096, True, 0.25, 3)
+    assert (got.host_workers, got.chunks_column) == (2, "own_chunks")
+    resource = VLLMEngineResource(model="/m", host_workers=2, **vllm, **options)
+    assert spec.options == resource.chunker_options()
+    assert spec.vllm == resource.vllm_settings()
+    assert dataclasses.replace(got, chunks_column=None) == ChunkingConfig(**shard).shard_settings(resource.host_workers)
+
+    with pytest.raises(ValueError, match=r"'bad': settings: unknown key 'dtyp' \(did you mean 'dtype'\?\)"):
+        LateChunkShardOperator(task_id="bad", store_path="s", shard="a", settings={"dtyp": "float16"})
+    with pytest.raises(ValueError, match=r"unknown key 'forse' \(did you mean 'force'\?\)"):
+        LateChunkShardOperator.partial(task_id="bad", store_path="s", settings={"forse": True})
+    with pytest.raises(ValueError, match=r"'bad': engine='transformers' .* takes no vllm_conn_id='vllm_default'$"):
+        settings = {"engine": "transformers"}
+        LateChunkShardOperator(task_id="bad", store_path="s", shard="a", vllm_conn_id="vllm_default", settings=settings)
+    with pytest.raises(TypeError, match=r"'bad': settings must be a dict .* got list"):
+        LateChunkShardOperator(task_id="bad", store_path="s", shard="a", settings=["force"])
+    with pytest.raises(TypeError, match=r"Invalid arguments were passed to LateChunkShardOperator") as exc:
+        LateChunkShardOperator(task_id="bad", store_path="s", shard="a", dtype="float16")
+    assert "'dtype'" in str(exc.value)

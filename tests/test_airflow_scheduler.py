@@ -42,8 +42,8 @@ STORE = {store!r}
 with DAG(dag_id="latechunk_scheduled", schedule=None, start_date=datetime(2026, 1, 1), catchup=False) as dag:
     shards = ListShardsOperator(task_id="shards", store_path=STORE)
     chunk = LateChunkShardOperator.partial(
-        task_id="late_chunk", store_path=STORE, model={model!r}, dtype="float32", enforce_eager=True,
-        gpu_memory_utilization=0.1, pool=ENGINE_POOL,
+        task_id="late_chunk", store_path=STORE, model={model!r}, pool=ENGINE_POOL,
+        settings={{"dtype": "float32", "enforce_eager": True, "gpu_memory_utilization": 0.1}},
     ).expand(shard=shards.output)
     checks = LateChunkChecksOperator(task_id="checks", store_path=STORE, results=chunk.output)
 """

@@ -16,13 +16,16 @@ never silently encodes with another model than it was told.
 from __future__ import annotations
 
 import contextlib
+import difflib
 import threading
-from collections.abc import Iterator
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 from latechunk_dagster.core.chunker import ENGINES, LateChunker
+from latechunk_dagster.pipeline.engine_settings import ChunkerOptions, VLLMSettings, engine_up_line
+from latechunk_dagster.pipeline.shard import ShardSettings
 
 _SHARED: dict[str, LateChunker] = {}
 _LOCK = threading.Lock()
@@ -65,9 +68,11 @@ class EngineSpec:
         vllm_conn_id: a ``vllm_server`` connection: encode on that server; ``None``: in process.
         engine: the in-process engine, ``"vllm"`` (default) or ``"transformers"`` (the light engine:
             no vLLM, float32; ``LateChunker(engine="transformers")``).
-        dtype, gpu_memory_utilization, tensor_parallel_size, enforce_eager, engine_args: the
-            in-process ``vllm.LLM`` (defaults: float32 and 0.3 on CPU, auto and 0.9 on GPU).
-        chunker_options: ``LateChunker`` options every engine shares (``max_model_len``,
+        vllm: the in-process ``vllm.LLM``
+            (:class:`~latechunk_dagster.pipeline.engine_settings.VLLMSettings`: defaults float32 and
+            0.3 on CPU, auto and 0.9 on GPU).
+        options: the ``LateChunker`` options every engine shares
+            (:class:`~latechunk_dagster.pipeline.engine_settings.ChunkerOptions`: ``max_model_len``,
             ``engine_path``, ``prefix``, ``query_prefix``, ``dimensions``, ``window_overlap``, and the
             opt-ins ``allow_causal``, ``allow_non_mean_pooling``, ``trust_remote_code``).
 
@@ -79,26 +84,23 @@ class EngineSpec:
     model: str | None = None
     vllm_conn_id: str | None = None
     engine: str = "vllm"
-    dtype: str | None = None
-    gpu_memory_utilization: float | None = None
-    tensor_parallel_size: int = 1
-    enforce_eager: bool | None = None
-    engine_args: dict[str, Any] = field(default_factory=dict)
-    chunker_options: dict[str, Any] = field(default_factory=dict)
+    vllm: VLLMSettings = field(default_factory=VLLMSettings)
+    options: ChunkerOptions = field(default_factory=ChunkerOptions)
 
     def __post_init__(self) -> None:
         if self.engine not in ENGINES:
             raise ValueError(f"engine must be one of {list(ENGINES)}, got {self.engine!r}")
         if self.engine == "transformers":
-            vllm = {
+            vllm = self.vllm
+            settings = {
                 "vllm_conn_id": self.vllm_conn_id,
-                "dtype": None if self.dtype == "float32" else self.dtype,
-                "gpu_memory_utilization": self.gpu_memory_utilization,
-                "tensor_parallel_size": None if self.tensor_parallel_size == 1 else self.tensor_parallel_size,
-                "enforce_eager": self.enforce_eager,
-                "engine_args": self.engine_args or None,
+                "dtype": None if vllm.dtype == "float32" else vllm.dtype,
+                "gpu_memory_utilization": vllm.gpu_memory_utilization,
+                "tensor_parallel_size": None if vllm.tensor_parallel_size == 1 else vllm.tensor_parallel_size,
+                "enforce_eager": vllm.enforce_eager,
+                "engine_args": vllm.engine_args or None,
             }
-            given = [f"{k}={v!r}" for k, v in vllm.items() if v is not None]
+            given = [f"{k}={v!r}" for k, v in settings.items() if v is not None]
             if given:
                 raise ValueError(f"engine='transformers' runs in the task in float32 and takes no {', '.join(given)}")
 
@@ -109,7 +111,7 @@ class EngineSpec:
             ValueError: no model for an in-process engine; anything ``LateChunker`` raises
                 (a model refused without its opt-in, an engine that cannot start).
         """
-        options = {k: v for k, v in self.chunker_options.items() if v is not None}
+        options = self.options.kwargs()
         if self.engine == "transformers":
             if not self.model:
                 raise ValueError("engine='transformers' needs `model` (a model directory)")
@@ -120,17 +122,60 @@ class EngineSpec:
             return VLLMServerHook(self.vllm_conn_id).get_chunker(self.model, **options)
         if not self.model:
             raise ValueError("an in-process engine needs `model` (a model directory), or give `vllm_conn_id`")
-        args = dict(self.engine_args)
-        if self.enforce_eager is not None:
-            args["enforce_eager"] = self.enforce_eager
-        return LateChunker(
-            self.model,
-            dtype=self.dtype,
-            gpu_memory_utilization=self.gpu_memory_utilization,
-            tensor_parallel_size=self.tensor_parallel_size,
-            **options,
-            **args,
-        )
+        return self.vllm.start(self.model, self.options)
+
+
+#: The keys of a late-chunk task's ``settings``, by the value each goes to: the engine's name, the
+#: in-process ``vllm.LLM`` (:class:`VLLMSettings`), the ``LateChunker`` options
+#: (:class:`ChunkerOptions`) and the shard run (:class:`ShardSettings`).
+SETTINGS_KEYS: dict[str, tuple[str, ...]] = {
+    "engine": ("engine",),
+    "vllm": VLLMSettings.field_names(),
+    "options": ChunkerOptions.field_names(),
+    "shard": tuple(f.name for f in fields(ShardSettings)),
+}
+
+
+def task_settings(
+    settings: Mapping[str, Any] | None, *, model: str | None = None, vllm_conn_id: str | None = None
+) -> tuple[EngineSpec, ShardSettings]:
+    """The engine and the shard run's settings of a late-chunk task, from its one ``settings`` dict.
+
+    Args:
+        settings: any of :data:`SETTINGS_KEYS`: ``engine`` (``"vllm"``, the default, or
+            ``"transformers"``); the in-process ``vllm.LLM``'s ``dtype``, ``gpu_memory_utilization``,
+            ``tensor_parallel_size``, ``enforce_eager``, ``engine_args``; the ``LateChunker``
+            options ``max_model_len``, ``engine_path``, ``prefix``, ``query_prefix``,
+            ``dimensions``, ``window_overlap``, ``allow_causal``, ``allow_non_mean_pooling``,
+            ``trust_remote_code``; the shard run's ``batch_tokens``, ``force``,
+            ``max_rejected_share``, ``systemic_min_documents``, ``host_workers``, ``chunks_column``
+            (every field of :class:`ShardSettings`). A key left out
+            keeps its default (each value's docstring).
+        model, vllm_conn_id: as :class:`EngineSpec`.
+
+    Raises:
+        ValueError: a key that is none of these (named, with the closest known key: a setting is
+            never dropped), or a value out of range (:class:`ShardSettings`, :class:`EngineSpec`).
+        TypeError: ``settings`` that is not a mapping.
+    """
+    if settings is not None and not isinstance(settings, Mapping):
+        raise TypeError(f"settings must be a dict of setting names to values, got {type(settings).__name__}")
+    given = dict(settings or {})
+    known = [key for keys in SETTINGS_KEYS.values() for key in keys]
+    for key in given:
+        if key not in known:
+            close = difflib.get_close_matches(str(key), known, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise ValueError(f"settings: unknown key {key!r}{hint}; the keys are {known}")
+    part = {name: {k: given[k] for k in keys if k in given} for name, keys in SETTINGS_KEYS.items()}
+    spec = EngineSpec(
+        model=model,
+        vllm_conn_id=vllm_conn_id,
+        **part["engine"],
+        vllm=VLLMSettings(**part["vllm"]),
+        options=ChunkerOptions(**part["options"]),
+    )
+    return spec, ShardSettings(**part["shard"])
 
 
 @contextlib.contextmanager
@@ -155,10 +200,7 @@ def open_chunker(spec: EngineSpec, log: Any = None) -> Iterator[LateChunker]:
         return
     chunker = spec.start()
     if log is not None:
-        engine = chunker.engine.describe() if chunker.engine else "engine"
-        log.info(
-            "%s up in %.1f s (path=%s, model=%s)", engine, chunker.startup_seconds, chunker.path, chunker.card.path
-        )
+        log.info(engine_up_line(chunker))
     try:
         yield chunker
     finally:

@@ -142,7 +142,8 @@ def chunk_shard(
     """
     rejected_table = db.rejected_table(rejected_table_name)  # a bad URI fails before the shard is read
     table = db.chunk_table(table_name, chunker.embedding_dim)
-    store = DocumentStore.from_path(store_path)
+    settings = settings or ShardSettings()
+    store = DocumentStore.from_path(store_path, chunks_column=settings.chunks_column)
     report = run_shard(
         chunker,
         store.iter_shard(shard),
@@ -151,7 +152,7 @@ def chunk_shard(
         chunk_table=table,
         rejected_table=rejected_table,
         run_id=run_id,
-        settings=settings or ShardSettings(),
+        settings=settings,
         expected_documents=store.count_documents(shard),
         log=log,
     )

@@ -16,6 +16,7 @@ from dagster import ConfigurableResource, InitResourceContext
 from pydantic import Field, PrivateAttr, field_validator
 
 from latechunk_dagster.core.chunker import LateChunker
+from latechunk_dagster.pipeline.engine_settings import ChunkerOptions, VLLMSettings, engine_up_line
 from latechunk_dagster.sink.database import LanceDBSettings, check_read_consistency_interval
 from latechunk_dagster.sources.files import DocumentStore
 
@@ -84,19 +85,15 @@ class ChunkerResource(ConfigurableResource):
         """The model directory (``model``)."""
         return self.model
 
+    def chunker_options(self) -> ChunkerOptions:
+        """The :class:`~latechunk_dagster.pipeline.engine_settings.ChunkerOptions` of these fields
+        (the value Airflow's operator builds too)."""
+        options = {name: getattr(self, name) for name in ChunkerOptions.field_names()}
+        return ChunkerOptions(**{**options, "engine_path": EnginePath(self.engine_path).value})
+
     def chunker_kwargs(self) -> dict[str, Any]:
         """The :class:`~latechunk_dagster.LateChunker` keyword arguments every engine shares."""
-        return {
-            "max_model_len": self.max_model_len,
-            "engine_path": EnginePath(self.engine_path).value,
-            "prefix": self.prefix,
-            "query_prefix": self.query_prefix,
-            "dimensions": self.dimensions,
-            "window_overlap": self.window_overlap,
-            "allow_causal": self.allow_causal,
-            "allow_non_mean_pooling": self.allow_non_mean_pooling,
-            "trust_remote_code": self.trust_remote_code,
-        }
+        return self.chunker_options().kwargs()
 
     def setup_for_execution(self, context: InitResourceContext) -> None:
         # The engine starts on the first get_chunker() call of this process, so a step whose
@@ -117,10 +114,7 @@ class ChunkerResource(ConfigurableResource):
         if self._chunker is None:
             chunker = self._chunker = self._start()
             if self._log:
-                engine = chunker.engine.describe() if chunker.engine else "engine"
-                self._log.info(
-                    f"{engine} up in {chunker.startup_seconds:.1f} s (path={chunker.path}, model={chunker.card.path})"
-                )
+                self._log.info(engine_up_line(chunker))
         return self._chunker
 
 
@@ -160,18 +154,19 @@ class VLLMEngineResource(ChunkerResource):
     enforce_eager: bool | None = Field(default=None, description="Skip torch.compile (faster start, slower run).")
     engine_args: dict[str, Any] = Field(default_factory=dict, description="Other vllm.LLM keyword arguments.")
 
-    def _start(self) -> LateChunker:
-        args = dict(self.engine_args)
-        if self.enforce_eager is not None:
-            args["enforce_eager"] = self.enforce_eager
-        return LateChunker(
-            self.model_path(),
+    def vllm_settings(self) -> VLLMSettings:
+        """The :class:`~latechunk_dagster.pipeline.engine_settings.VLLMSettings` of these fields
+        (the value Airflow's operator builds too)."""
+        return VLLMSettings(
             dtype=self.dtype.value if self.dtype is not None else None,
             gpu_memory_utilization=self.gpu_memory_utilization,
             tensor_parallel_size=self.tensor_parallel_size,
-            **self.chunker_kwargs(),
-            **args,
+            enforce_eager=self.enforce_eager,
+            engine_args=self.engine_args,
         )
+
+    def _start(self) -> LateChunker:
+        return self.vllm_settings().start(self.model_path(), self.chunker_options())
 
 
 class TransformersEngineResource(ChunkerResource):

@@ -83,7 +83,7 @@ def default_host_workers() -> int:
     ``LATECHUNK_HOST_WORKERS=2``. The default stays ``0`` because the gain on 2 cores is small and
     a worker pool changes what a process holds (processes, memory, shared-memory blocks, a
     ``spawn`` start that re-imports a plain script's ``__main__``); set ``host_workers`` (the
-    Dagster engine resource's field, ``LateChunkShardOperator(host_workers=N)``) or
+    Dagster engine resource's field, ``LateChunkShardOperator(settings={"host_workers": N})``) or
     ``LATECHUNK_HOST_WORKERS`` to use them, on a many-core GPU host from 1 per 2-4 cores, measured
     with ``bench/host_ceiling.py --workers 1,4,8,16``.
 

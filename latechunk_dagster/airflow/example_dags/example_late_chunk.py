@@ -65,6 +65,8 @@ with DAG(
         table_name=TABLE,
         strategy="sentences",
         strategy_params={"max_tokens": "{{ params.max_tokens }}"},
+        # the engine, LateChunker and shard-run settings, one dict (docs/airflow.md), e.g.
+        # settings={"dtype": "float16", "max_model_len": 512, "force": True}
         pool=ENGINE_POOL,
         map_index_template="{{ task.shard }}",
     ).expand(shard=shards.output)

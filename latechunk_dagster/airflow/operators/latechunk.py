@@ -7,8 +7,9 @@ engine (:mod:`latechunk_dagster.airflow.engine`) and calls one function of
 A DAG (see :mod:`latechunk_dagster.airflow.example_dags.example_late_chunk`)::
 
     shards = ListShardsOperator(task_id="shards", store_path=STORE, table_name="chunks")
-    chunk = LateChunkShardOperator.partial(task_id="chunk", store_path=STORE, model=MODEL,
-                                           pool=ENGINE_POOL).expand(shard=shards.output)
+    chunk = LateChunkShardOperator.partial(
+        task_id="chunk", store_path=STORE, model=MODEL, settings={"max_model_len": 256}, pool=ENGINE_POOL
+    ).expand(shard=shards.output)
     checks = LateChunkChecksOperator(task_id="checks", store_path=STORE, results=chunk.output)
     index = LateChunkIndexOperator(task_id="index")
     shards >> chunk >> checks >> index
@@ -16,13 +17,13 @@ A DAG (see :mod:`latechunk_dagster.airflow.example_dags.example_late_chunk`)::
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from airflow.sdk import Asset, BaseOperator, Context
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
-from latechunk_dagster.airflow.engine import EngineSpec, open_chunker
+from latechunk_dagster.airflow.engine import EngineSpec, open_chunker, task_settings
 from latechunk_dagster.airflow.hooks.lancedb import LanceDBHook
 from latechunk_dagster.airflow.tasks import (
     ChecksFailedError,
@@ -117,13 +118,12 @@ class LateChunkShardOperator(BaseOperator):
     """Late-chunk one shard of a document store into a LanceDB table (one atomic commit).
 
     What Dagster's chunk asset does for one partition, with the same function
-    (:func:`~latechunk_dagster.pipeline.materialize_partition`): streaming batches, only new or
-    changed documents encoded, removed ones deleted, bad documents recorded in the rejected table,
-    progress in the task log. A shard that fails systemically (or cannot be read) fails the task
-    and keeps its old rows; a systemic failure fails without retries (the data, not the
-    machine, is wrong).
+    (:func:`~latechunk_dagster.pipeline.shard.run_shard`): streaming batches, only new or changed
+    documents encoded, removed ones deleted, bad documents recorded in the rejected table, progress
+    in the task log. A shard that fails systemically (or cannot be read) fails the task and keeps
+    its old rows; a systemic failure fails without retries (the data, not the machine, is wrong).
 
-    Returns (XCom) the small JSON summary of :func:`~latechunk_dagster.airflow.tasks.shard_summary`:
+    Returns (XCom) the small JSON summary of :func:`~latechunk_dagster.pipeline.shard.shard_summary`:
     table URI and version, partition, documents in / re-encoded / skipped / rejected / deleted,
     chunks, tokens. Never vectors. Emits an asset event on :func:`table_asset` (``extra``: table URI,
     version, partition, counts; ``partition_key``: the shard where the Airflow version supports it).
@@ -137,22 +137,29 @@ class LateChunkShardOperator(BaseOperator):
         strategy: a strategy object or name (templated); strategy_params: the name's parameters
             (templated; use ``render_template_as_native_obj=True`` for numbers from templates).
             Default: sentences of at most 128 tokens.
+        model: the model directory (templated); for a server, its local copy (default: the
+            connection's extra ``model``).
         lancedb_conn_id: a ``lancedb`` connection (:class:`~latechunk_dagster.airflow.hooks.lancedb.LanceDBHook`).
         vllm_conn_id: a ``vllm_server`` connection to encode on that server; ``None`` (default):
             an in-process engine on ``model``, started for the task and shut down after it.
-        engine: the in-process engine: ``"vllm"`` (default) or ``"transformers"`` (the light engine,
-            no vLLM: for workers vLLM does not run on; it takes none of the vLLM settings, and its
-            name is recorded in the rows' lineage, so a switch re-encodes the shard once).
-        model: the model directory (templated); for a server, its local copy (default: the
-            connection's extra ``model``).
-        dtype, gpu_memory_utilization, tensor_parallel_size, enforce_eager, engine_args: the
-            in-process ``vllm.LLM``.
-        max_model_len, engine_path, prefix, query_prefix, dimensions, window_overlap: ``LateChunker`` options.
-        allow_causal, allow_non_mean_pooling, trust_remote_code: the opt-ins (recorded in lineage).
-        batch_tokens, force, max_rejected_share, systemic_min_documents, host_workers: as
-            ``materialize_partition`` (``host_workers``: worker processes for the host work;
-            default ``LATECHUNK_HOST_WORKERS``, else 0, in the task's process).
+        settings: everything else, as one dict (:func:`~latechunk_dagster.airflow.engine.task_settings`
+            names every key): ``engine`` (``"vllm"``, the default, or ``"transformers"``: the light
+            engine, no vLLM, for workers vLLM does not run on; it takes none of the vLLM settings, and
+            its name is recorded in the rows' lineage, so a switch re-encodes the shard once); the
+            in-process ``vllm.LLM`` (``dtype``, ``gpu_memory_utilization``, ``tensor_parallel_size``,
+            ``enforce_eager``, ``engine_args``); the ``LateChunker`` options (``max_model_len``,
+            ``engine_path``, ``prefix``, ``query_prefix``, ``dimensions``, ``window_overlap``, the
+            opt-ins ``allow_causal``, ``allow_non_mean_pooling``, ``trust_remote_code``, recorded in
+            lineage); the shard run (``batch_tokens``, ``force``, ``max_rejected_share``,
+            ``systemic_min_documents``, ``host_workers``: worker processes for the host work, default
+            ``LATECHUNK_HOST_WORKERS``, else 0; ``chunks_column``: the store column of each
+            document's own chunks, for ``given_chunks``). The same values Dagster's engine resource
+            and run config build. Checked when the DAG is parsed.
         pool: give :data:`ENGINE_POOL` (or another pool) to bound how many tasks hold an engine at once.
+
+    Raises:
+        ValueError: (when the DAG is parsed) a ``settings`` key that is none of these, naming it; a
+            setting out of range, naming it; vLLM settings beside ``engine="transformers"``.
     """
 
     template_fields: Sequence[str] = (
@@ -176,29 +183,10 @@ class LateChunkShardOperator(BaseOperator):
         rejected_table_name: str = REJECTED_TABLE,
         strategy: str | ChunkingStrategy | None = None,
         strategy_params: dict[str, Any] | None = None,
+        model: str | None = None,
         lancedb_conn_id: str = LanceDBHook.default_conn_name,
         vllm_conn_id: str | None = None,
-        engine: str = "vllm",
-        model: str | None = None,
-        dtype: str | None = None,
-        gpu_memory_utilization: float | None = None,
-        tensor_parallel_size: int = 1,
-        enforce_eager: bool | None = None,
-        engine_args: dict[str, Any] | None = None,
-        max_model_len: int | None = None,
-        engine_path: str = "auto",
-        prefix: str | None = None,
-        query_prefix: str | None = None,
-        dimensions: int | None = None,
-        window_overlap: int | None = None,
-        allow_causal: bool = False,
-        allow_non_mean_pooling: bool = False,
-        trust_remote_code: bool = False,
-        batch_tokens: int | None = None,
-        force: bool = False,
-        max_rejected_share: float = 0.5,
-        systemic_min_documents: int = 10,
-        host_workers: int | None = None,
+        settings: Mapping[str, Any] | None = None,
         **kwargs: Any,
     ) -> None:
         kwargs.setdefault("outlets", [table_asset(table_name, lancedb_conn_id)])
@@ -209,40 +197,27 @@ class LateChunkShardOperator(BaseOperator):
         self.rejected_table_name = rejected_table_name
         self.strategy = strategy
         self.strategy_params = strategy_params
+        self.model = model
         self.lancedb_conn_id = lancedb_conn_id
         self.vllm_conn_id = vllm_conn_id
-        self.engine = engine
-        self.model = model
-        self.dtype = dtype
-        self.gpu_memory_utilization = gpu_memory_utilization
-        self.tensor_parallel_size = tensor_parallel_size
-        self.enforce_eager = enforce_eager
-        self.engine_args = dict(engine_args or {})
-        self.chunker_options = {
-            "max_model_len": max_model_len,
-            "engine_path": engine_path,
-            "prefix": prefix,
-            "query_prefix": query_prefix,
-            "dimensions": dimensions,
-            "window_overlap": window_overlap,
-            "allow_causal": allow_causal,
-            "allow_non_mean_pooling": allow_non_mean_pooling,
-            "trust_remote_code": trust_remote_code,
-        }
-        self.batch_tokens = batch_tokens
-        self.force = force
-        self.max_rejected_share = max_rejected_share
-        self.systemic_min_documents = systemic_min_documents
-        self.host_workers = host_workers
-        self.shard_settings()  # a setting out of range is refused when the DAG is parsed, by the run's own rule
-        self.engine_spec()  # an unknown engine, or vLLM settings given to the transformers engine: at parse time
+        # an unknown key, a setting out of range, an unknown engine or vLLM settings given to the
+        # transformers engine: refused when the DAG is parsed, by the run's own rules
+        try:
+            task_settings(settings, model=model, vllm_conn_id=vllm_conn_id)
+        except (TypeError, ValueError) as exc:
+            kind = TypeError if isinstance(exc, TypeError) else ValueError
+            raise kind(f"{type(self).__name__} {self.task_id!r}: {exc}") from exc
+        self.settings = dict(settings or {})
 
     @classmethod
     def partial(cls, **kwargs: Any) -> Any:
-        """``BaseOperator.partial`` with the default outlet (:func:`table_asset`) set at parse time:
-        a mapped task's ``__init__`` runs only when it executes, too late for the DAG's assets."""
+        """``BaseOperator.partial`` with the default outlet (:func:`table_asset`) set and ``settings``
+        checked at parse time: a mapped task's ``__init__`` runs only when it executes, too late for
+        the DAG's assets and for a setting's error."""
         from airflow.sdk.bases.operator import partial
 
+        if kwargs.get("settings") is None or isinstance(kwargs["settings"], Mapping):  # not an XComArg
+            task_settings(kwargs.get("settings"), vllm_conn_id=kwargs.get("vllm_conn_id"))
         kwargs.setdefault(
             "outlets",
             [
@@ -255,28 +230,12 @@ class LateChunkShardOperator(BaseOperator):
 
     def shard_settings(self) -> ShardSettings:
         """The shard run's settings (:class:`~latechunk_dagster.pipeline.shard.ShardSettings`: the
-        same ones Dagster's run config sets)."""
-        return ShardSettings(
-            batch_tokens=self.batch_tokens,
-            force=self.force,
-            max_rejected_share=self.max_rejected_share,
-            systemic_min_documents=self.systemic_min_documents,
-            host_workers=self.host_workers,
-        )
+        same value Dagster's run config builds)."""
+        return task_settings(self.settings)[1]
 
     def engine_spec(self) -> EngineSpec:
-        """The engine this task encodes with."""
-        return EngineSpec(
-            model=self.model,
-            vllm_conn_id=self.vllm_conn_id,
-            engine=self.engine,
-            dtype=self.dtype,
-            gpu_memory_utilization=self.gpu_memory_utilization,
-            tensor_parallel_size=self.tensor_parallel_size,
-            enforce_eager=self.enforce_eager,
-            engine_args=self.engine_args,
-            chunker_options=self.chunker_options,
-        )
+        """The engine this task encodes with (``model`` and ``vllm_conn_id`` as rendered)."""
+        return task_settings(self.settings, model=self.model, vllm_conn_id=self.vllm_conn_id)[0]
 
     def execute(self, context: Context) -> dict[str, Any]:
         strategy = resolve_strategy(self.strategy, self.strategy_params)  # a bad strategy fails before the engine
