@@ -2,9 +2,9 @@
 
     latechunk sync-partitions          # add/remove dynamic partitions to match the store's shards
     latechunk search "query" -k 5      # top-k chunks from the LanceDB table (--hybrid: full-text + vector)
-    latechunk search "query" --granularity small --parent   # match small chunks, print their parents
     latechunk migrate                  # add the columns of the current chunk schema to an older table
-    latechunk eval QUERIES.jsonl       # retrieval late vs naive (and hybrid) on labeled queries (nDCG@10, R@k, MRR@10)
+    latechunk eval QUERIES.jsonl       # retrieval late vs naive (and hybrid) on labeled queries (nDCG@10, R@k, MRR@10);
+                                       # every granularity side by side, with small-to-big, where --table has several
     latechunk demo                     # what `make demo` runs
 
 Locations come from ``LATECHUNK_HOME`` / ``LATECHUNK_DOCUMENT_STORE`` (:mod:`latechunk_dagster.app.settings`).
@@ -38,23 +38,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     s.add_argument("--uri", default=None, help="LanceDB directory (default: $LATECHUNK_HOME/lancedb)")
     s.add_argument("--table", default=None, help="chunk table (default: chunks)")
-    s.add_argument(
-        "--granularity",
-        default=None,
-        metavar="NAME",
-        help="the granularity to search: the table TABLE_NAME of --table TABLE (default chunks_NAME)",
-    )
-    s.add_argument(
-        "--parent",
-        action="store_true",
-        help="small-to-big: match the (fine) chunks of the table searched, print their parents in the next "
-        "granularity, each once (matched: how many of its chunks matched)",
-    )
     _model_options(s)
     e = sub.add_parser(
         "eval",
         help="retrieval late vs naive on labeled queries (JSONL), on the chunk table; "
-        "and hybrid where the table has the full-text index",
+        "and hybrid where the table has the full-text index; on a table of several granularities "
+        "(tables TABLE_NAME), each granularity and small-to-big side by side",
     )
     e.add_argument("queries", help="query file: JSONL with query, doc_id[, char_start, char_end]")
     e.add_argument(
@@ -63,7 +52,9 @@ def main(argv: list[str] | None = None) -> int:
     e.add_argument("--where", default=None, help="LanceDB SQL filter on the chunk rows, e.g. \"partition = 'a'\"")
     e.add_argument("--model", default="", help="model directory (default: the shipped model)")
     e.add_argument("--uri", default=None, help="LanceDB directory (default: $LATECHUNK_HOME/lancedb)")
-    e.add_argument("--table", default=None, help="chunk table (default: chunks)")
+    e.add_argument(
+        "--table", default=None, help="chunk table, or the table definition of granularity tables (default: chunks)"
+    )
     _model_options(e)
     m = sub.add_parser("migrate", help="add the id/metadata columns (LangChain, LlamaIndex) to an older chunk table")
     m.add_argument("--uri", default=None, help="LanceDB directory (default: $LATECHUNK_HOME/lancedb)")
@@ -159,11 +150,9 @@ def _run(args: argparse.Namespace) -> int:
 
     uri = args.uri or settings.lancedb_uri()
     name = args.table or sink.CHUNK_TABLE
-    if getattr(args, "granularity", None) is not None:  # search's option
-        from latechunk_dagster.sink.schema import granularity_table
-
-        name = granularity_table(name, args.granularity)
     where = "--uri" if args.uri else "LATECHUNK_HOME"
+    if args.command == "eval":
+        return _eval(args, uri, name, where)
     if "://" not in uri and not Path(uri).is_dir() or name not in sink.connect(uri).list_tables().tables:
         raise ValueError(f"no table {name!r} at {uri} ({where}): materialize the chunk asset first")
     if args.command == "migrate":
@@ -171,8 +160,6 @@ def _run(args: argparse.Namespace) -> int:
     table = sink.connect(uri).open_table(name)
     _check_chunk_table(table, name, args.dimensions)  # before the model loads, in one line
     _check_where(table, args.where)  # a bad filter fails before the model loads, in one line
-    if args.command == "eval":
-        return _eval(args, table)
     from latechunk_dagster.core.tokenization import check_query
 
     check_query(args.query)  # a byte that is not UTF-8 (surrogateescape): one line, before the model loads
@@ -180,29 +167,21 @@ def _run(args: argparse.Namespace) -> int:
         raise ValueError("the query is empty")
     if args.k < 1:
         raise ValueError(f"-k must be >= 1, got {args.k}")
-    if args.parent:
-        from latechunk_dagster.sink.small_to_big import check_parent_links
-
-        check_parent_links(table, name)  # a table without parents: one line, before the model loads
     with _chunker(args) as chunker:
         hits = search(
             args.query,
             chunker=chunker,
             uri=uri,
             table_name=name,
-            return_parent=args.parent,
             k=args.k,
             where=args.where,
             exact=args.exact,
             mode="hybrid" if args.hybrid else "vector",
         )
-    columns = ["cosine_distance", "doc_id", "char_range", *(["matched"] if args.parent else []), "text"]
-    print("\t".join((["rrf_score"] if args.hybrid else []) + columns))
+    print(("rrf_score\t" if args.hybrid else "") + "cosine_distance\tdoc_id\tchar_range\ttext")
     for h in hits:
-        score = [f"{h.relevance:.4f}"] if args.hybrid else []
-        matched = [str(len(h.matched))] if args.parent else []  # type: ignore[union-attr]
-        text = " ".join((h.text or "").split())[:160]
-        print("\t".join([*score, f"{h.distance:.4f}", h.doc_id, str(h.char_range), *matched, text]))
+        score = f"{h.relevance:.4f}\t" if args.hybrid else ""
+        print(f"{score}{h.distance:.4f}\t{h.doc_id}\t{h.char_range}\t{' '.join((h.text or '').split())[:160]}")
     return 0
 
 
@@ -240,17 +219,29 @@ def _check_where(table: object, where: str | None) -> None:
         raise ValueError(f"bad --where filter {where!r}: {str(exc).splitlines()[0]}") from None
 
 
-def _eval(args: argparse.Namespace, table: object) -> int:
-    """``latechunk eval``: the late vs naive (and hybrid) table on the existing chunk table (nothing is written)."""
-    from latechunk_dagster.evaluation import evaluate_table, read_queries
+def _eval(args: argparse.Namespace, uri: str, name: str, where: str) -> int:
+    """``latechunk eval``: the late vs naive (and hybrid) table on the chunk table ``name``; or, where
+    ``name`` is a table definition of several granularities (tables ``name_<g>``), every granularity
+    side by side with small-to-big, and the winner (nothing is written)."""
+    from latechunk_dagster import sink
+    from latechunk_dagster.evaluation import GranularityReport, evaluate_table, granularity_tables, read_queries
+    from latechunk_dagster.sink.schema import granularity_table
 
+    tables = granularity_tables(sink.connect(uri), name) if "://" in uri or Path(uri).is_dir() else {}
+    if not tables:
+        raise ValueError(f"no table {name!r} at {uri} ({where}): materialize the chunk asset first")
+    for g, table in tables.items():  # before the model loads, in one line
+        _check_chunk_table(table, granularity_table(name, g), args.dimensions)
+        _check_where(table, args.where)
     queries = read_queries(args.queries)  # a bad file fails before the model loads
     if args.k < 1:
         raise ValueError(f"--k must be >= 1, got {args.k}")
     with _chunker(args) as chunker:
-        report = evaluate_table(chunker, table, queries, k=args.k, where=args.where)
+        report = evaluate_table(chunker, tables, queries, k=args.k, where=args.where)
     print(report.markdown())
     print(report.caption())
+    if isinstance(report, GranularityReport):
+        print(report.verdict())
     return 0
 
 

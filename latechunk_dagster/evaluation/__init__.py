@@ -3,6 +3,7 @@
 * :mod:`~latechunk_dagster.evaluation.queries`: the JSONL query file.
 * :mod:`~latechunk_dagster.evaluation.metrics`: the relevance rule, nDCG / recall / MRR, the bootstrap.
 * :mod:`~latechunk_dagster.evaluation.retrieval`: naive embeddings, exact cosine top-k, :func:`evaluate_rows`.
+* :mod:`~latechunk_dagster.evaluation.granularity`: several granularities of one table side by side, small-to-big.
 * :mod:`~latechunk_dagster.evaluation.sweep`: settings chunked into temporary tables and evaluated.
 * :mod:`~latechunk_dagster.evaluation.plot`: PNG plots (matplotlib, Agg).
 
@@ -17,22 +18,26 @@ Example (a table the pipeline wrote)::
     print(report.markdown())
 """
 
+from latechunk_dagster.evaluation.granularity import evaluate_granularity_rows, granularity_tables
 from latechunk_dagster.evaluation.metrics import bootstrap_mean_ci, judge, matches, metric_names, query_metrics
 from latechunk_dagster.evaluation.queries import LabeledQuery, Passage, QueryFileError, read_queries, write_queries
-from latechunk_dagster.evaluation.report import EvalReport
+from latechunk_dagster.evaluation.report import EvalReport, GranularityReport
 from latechunk_dagster.evaluation.retrieval import evaluate_rows, evaluate_table, naive_vectors, read_chunk_rows, top_k
 from latechunk_dagster.evaluation.sweep import SweepPoint, evaluate_settings, materialize_setting, sweep_strategies
 
 __all__ = [
     "EvalReport",
+    "GranularityReport",
     "LabeledQuery",
     "Passage",
     "QueryFileError",
     "SweepPoint",
     "bootstrap_mean_ci",
+    "evaluate_granularity_rows",
     "evaluate_rows",
     "evaluate_settings",
     "evaluate_table",
+    "granularity_tables",
     "judge",
     "matches",
     "materialize_setting",

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from latechunk_dagster.evaluation.report import EvalReport, label
+from latechunk_dagster.evaluation.report import EvalReport, GranularityReport, label
 from latechunk_dagster.evaluation.sweep import SweepPoint
 
 
@@ -49,24 +49,33 @@ def plot_sweep(points: Sequence[SweepPoint], path: str | Path, *, metric: str | 
     return _save(fig, plt, path)
 
 
-def plot_report(report: EvalReport, path: str | Path) -> Path:
-    """Grouped bars: each metric for late, naive (and hybrid when scored), in percent. Writes
+def plot_report(report: EvalReport | GranularityReport, path: str | Path) -> Path:
+    """Grouped bars: each metric for every method of the report (late, naive, hybrid when scored;
+    of each granularity and small-to-big for a :class:`GranularityReport`), in percent. Writes
     ``path`` (PNG), returns it."""
     plt = _pyplot()
     methods = report.methods()
     width = 0.8 / len(methods)
     x = range(len(report.metrics))
-    fig, ax = plt.subplots(figsize=(6.4, 3.6), dpi=100)
+    many = len(methods) > 3
+    fig, ax = plt.subplots(figsize=(9.6 if many else 6.4, 4.2 if many else 3.6), dpi=100)
     for j, method in enumerate(methods):
         mean = report.mean(method)
         offset = (j - (len(methods) - 1) / 2) * width
-        ax.bar([i + offset for i in x], [mean[m] for m in report.metrics], width, label=method)
+        ax.bar([i + offset for i in x], [mean[m] for m in report.metrics], width, label=report.method_label(method))
     ax.set_xticks(list(x), [label(m) for m in report.metrics])
     ax.set_ylim(0, 100)
     ax.set_ylabel("%")
     ax.grid(axis="y", alpha=0.3)
-    ax.legend()
-    ax.set_title(f"late vs naive, {len(report.queries)} queries ({', '.join(report.strategies)})", fontsize=9)
+    if many:
+        ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5))
+    else:
+        ax.legend()
+    if isinstance(report, GranularityReport):
+        title = f"granularities side by side, {len(report.queries)} queries ({', '.join(report.granularities)})"
+    else:
+        title = f"late vs naive, {len(report.queries)} queries ({', '.join(report.strategies)})"
+    ax.set_title(title, fontsize=9)
     return _save(fig, plt, path)
 
 

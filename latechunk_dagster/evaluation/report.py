@@ -23,6 +23,38 @@ def metadata_key(method: str, metric: str) -> str:
     return f"{method}_{metric.replace('@', '_at_')}"
 
 
+def method_means(scores: np.ndarray, metrics: list[str]) -> dict[str, float]:
+    """Mean over queries of each metric column of ``scores`` (float ``[n_queries, n_metrics]``), in percent."""
+    return {m: 100.0 * float(scores[:, i].mean()) for i, m in enumerate(metrics)}
+
+
+def paired_delta(
+    first: np.ndarray, second: np.ndarray, metrics: list[str], samples: int, seed: int
+) -> dict[str, tuple[float, float, float]]:
+    """``first`` minus ``second`` per metric in percentage points, paired by query:
+    ``(mean, ci_low, ci_high)`` (95% percentile bootstrap over queries, :func:`bootstrap_mean_ci`)."""
+    return {
+        m: bootstrap_mean_ci(100.0 * (first[:, i] - second[:, i]), samples=samples, seed=seed)
+        for i, m in enumerate(metrics)
+    }
+
+
+def table_head(metrics: list[str]) -> list[str]:
+    """The header and rule lines of a report table."""
+    return ["| | " + " | ".join(label(m) for m in metrics) + " |", "|---|" + "---:|" * len(metrics)]
+
+
+def mean_row(name: str, mean: dict[str, float], metrics: list[str]) -> str:
+    """One table row of means (percent, one decimal)."""
+    return f"| {name} | " + " | ".join(f"{mean[m]:.1f}" for m in metrics) + " |"
+
+
+def delta_row(name: str, delta: dict[str, tuple[float, float, float]], metrics: list[str]) -> str:
+    """One table row of differences with their intervals: ``+1.2 [-0.3, +2.8]``."""
+    cells = " | ".join(f"{delta[m][0]:+.1f} [{delta[m][1]:+.1f}, {delta[m][2]:+.1f}]" for m in metrics)
+    return f"| {name} (95% CI) | {cells} |"
+
+
 @dataclass
 class EvalReport:
     """Late vs naive retrieval on one set of chunk rows.
@@ -59,18 +91,12 @@ class EvalReport:
 
     def mean(self, method: str) -> dict[str, float]:
         """Mean over queries of each metric, in percent (0-100), for one of :meth:`methods`."""
-        arr = self._scores(method)
-        return {m: 100.0 * float(arr[:, i].mean()) for i, m in enumerate(self.metrics)}
+        return method_means(self._scores(method), self.metrics)
 
     def delta(self, first: str = "late", second: str = "naive") -> dict[str, tuple[float, float, float]]:
         """``first`` minus ``second`` per metric (default late minus naive), in percentage points:
         ``(mean, ci_low, ci_high)`` (95% bootstrap over queries)."""
-        a, b = self._scores(first), self._scores(second)
-        out = {}
-        for i, m in enumerate(self.metrics):
-            d = 100.0 * (a[:, i] - b[:, i])
-            out[m] = bootstrap_mean_ci(d, samples=self.bootstrap_samples, seed=self.seed)
-        return out
+        return paired_delta(self._scores(first), self._scores(second), self.metrics, self.bootstrap_samples, self.seed)
 
     def _scores(self, method: str) -> np.ndarray:
         arr = {"late": self.late, "naive": self.naive, "hybrid": self.hybrid}[method]
@@ -95,21 +121,20 @@ class EvalReport:
     def markdown(self) -> str:
         """The table (Markdown; readable as plain text too): rows ``late``, ``naive``, ``late - naive``,
         and with hybrid scores ``hybrid`` and ``hybrid - late``."""
-        head = "| | " + " | ".join(label(m) for m in self.metrics) + " |"
-        rule = "|---|" + "---:|" * len(self.metrics)
         rows = [self._row("late"), self._row("naive"), self._delta_row("late", "naive")]
         if self.hybrid is not None:
             rows += [self._row("hybrid"), self._delta_row("hybrid", "late")]
-        return "\n".join([head, rule, *rows])
+        return "\n".join([*table_head(self.metrics), *rows])
+
+    def method_label(self, method: str) -> str:
+        """The name of a method in tables and plots (here the method itself)."""
+        return method
 
     def _row(self, method: str) -> str:
-        mean = self.mean(method)
-        return f"| {method} | " + " | ".join(f"{mean[m]:.1f}" for m in self.metrics) + " |"
+        return mean_row(method, self.mean(method), self.metrics)
 
     def _delta_row(self, first: str, second: str) -> str:
-        d = self.delta(first, second)
-        cells = " | ".join(f"{d[m][0]:+.1f} [{d[m][1]:+.1f}, {d[m][2]:+.1f}]" for m in self.metrics)
-        return f"| {first} - {second} (95% CI) | {cells} |"
+        return delta_row(f"{first} - {second}", self.delta(first, second), self.metrics)
 
     def caption(self) -> str:
         """One line: what was evaluated and how."""
@@ -125,3 +150,150 @@ class EvalReport:
         if self.chunks_without_text:
             text += f"; {self.chunks_without_text} chunks without text left out"
         return text
+
+
+@dataclass
+class GranularityReport:
+    """Granularities of one table definition side by side (:mod:`latechunk_dagster.evaluation.granularity`).
+
+    Attributes:
+        k, metrics, queries, bootstrap_samples, seed: as :class:`EvalReport`.
+        granularities: the granularity names, finest first.
+        scores: method -> float64 ``[n_queries, n_metrics]`` per-query fractions in [0, 1]; methods
+            ``late_<g>``, ``naive_<g>``, ``hybrid_<g>`` (where the table has the full-text index)
+            per granularity ``g``, and ``small_to_big_<g>`` for each granularity but the last
+            (matched on ``g``'s vectors, judged on the parents in the next granularity).
+        chunks: granularity -> candidate chunks searched; ``chunks_without_text``: rows left out.
+        skipped: queries left out because none of their documents is among every granularity's rows.
+        strategies: granularity -> the ``strategy`` of its rows.
+    """
+
+    k: int
+    metrics: list[str]
+    queries: list[str]
+    granularities: list[str]
+    scores: dict[str, np.ndarray]
+    chunks: dict[str, int]
+    chunks_without_text: int = 0
+    skipped: list[str] = field(default_factory=list)
+    strategies: dict[str, str] = field(default_factory=dict)
+    bootstrap_samples: int = 2000
+    seed: int = 0
+
+    def methods(self) -> list[str]:
+        """The methods scored, in table order: per granularity late, naive, hybrid; then small-to-big."""
+        return [m for m in self.scores if not m.startswith("small_to_big_")] + [
+            m for m in self.scores if m.startswith("small_to_big_")
+        ]
+
+    def method_label(self, method: str) -> str:
+        """``late_small`` -> ``late small``; ``small_to_big_small`` -> ``small-to-big small -> medium``."""
+        if method.startswith("small_to_big_"):
+            g = method[len("small_to_big_") :]
+            return f"small-to-big {g} -> {self._next(g)}"
+        kind, g = method.split("_", 1)
+        return f"{kind} {g}"
+
+    def mean(self, method: str) -> dict[str, float]:
+        """Mean over queries of each metric, in percent (0-100), for one of :meth:`methods`."""
+        return method_means(self._scores(method), self.metrics)
+
+    def delta(self, first: str, second: str) -> dict[str, tuple[float, float, float]]:
+        """``first`` minus ``second`` per metric, in percentage points: ``(mean, ci_low, ci_high)``
+        (95% bootstrap over queries, paired)."""
+        return paired_delta(self._scores(first), self._scores(second), self.metrics, self.bootstrap_samples, self.seed)
+
+    def comparisons(self) -> list[tuple[str, str, str]]:
+        """The differences the table shows, as ``(float key prefix, first, second)``: per granularity
+        late - naive (``delta_<g>``) and hybrid - late (``hybrid_delta_<g>``); small-to-big minus
+        the late ranking of the parents' granularity itself (``small_to_big_delta_<g>``)."""
+        out = []
+        for g in self.granularities:
+            out.append((f"delta_{g}", f"late_{g}", f"naive_{g}"))
+            if f"hybrid_{g}" in self.scores:
+                out.append((f"hybrid_delta_{g}", f"hybrid_{g}", f"late_{g}"))
+        for g in self.granularities[:-1]:
+            out.append((f"small_to_big_delta_{g}", f"small_to_big_{g}", f"late_{self._next(g)}"))
+        return out
+
+    def winner(self, metric: str | None = None) -> tuple[str, str]:
+        """``(best, runner-up)``: the two methods with the highest mean ``metric`` (default the
+        first, nDCG@k); on a tie the earlier in :meth:`methods`."""
+        metric = metric or self.metrics[0]
+        ranked = sorted(self.methods(), key=lambda m: -self.mean(m)[metric])  # stable: ties keep table order
+        return ranked[0], ranked[1]
+
+    def verdict(self, metric: str | None = None) -> str:
+        """One line: which method wins on ``metric`` (default nDCG@k), by how much over the
+        runner-up, with the 95% interval of the difference."""
+        metric = metric or self.metrics[0]
+        best, second = self.winner(metric)
+        mean, low, high = self.delta(best, second)[metric]
+        text = (
+            f"best on {label(metric)}: {self.method_label(best)} ({self.mean(best)[metric]:.1f}), "
+            f"{mean:+.1f} [{low:+.1f}, {high:+.1f}] points over {self.method_label(second)} "
+            f"({self.mean(second)[metric]:.1f})"
+        )
+        if low <= 0.0:
+            text += "; the interval holds 0: not a clear win on these queries"
+        return text
+
+    def floats(self) -> dict[str, float]:
+        """Every number of the table as a flat dict (percent / points): each method's means
+        (``late_small_ndcg_at_10``, ``small_to_big_small_recall_at_5`` ...), each comparison's
+        difference and interval (``delta_small_ndcg_at_10``, ``..._ci_low`` / ``_ci_high``), and the
+        finest granularity's under the single-table keys (``late_ndcg_at_10``, ``naive_...``,
+        ``delta_...``, ``hybrid_...``, ``hybrid_delta_...``), which the check of the
+        ``retrieval_eval`` asset reads."""
+        finest = self.granularities[0]
+        single = {f"{kind}_{finest}": kind for kind in ("late", "naive", "hybrid", "delta", "hybrid_delta")}
+        out: dict[str, float] = {}
+        for method in self.methods():
+            for m, v in self.mean(method).items():
+                out[metadata_key(method, m)] = v
+                if method in single:
+                    out[metadata_key(single[method], m)] = v
+        for prefix, first, second in self.comparisons():
+            for m, values in self.delta(first, second).items():
+                for name in (prefix, single.get(prefix)):
+                    if name is not None:
+                        key = metadata_key(name, m)
+                        out[key], out[f"{key}_ci_low"], out[f"{key}_ci_high"] = values
+        return out
+
+    def markdown(self) -> str:
+        """The table (Markdown): per granularity, finest first, rows ``late g``, ``naive g``,
+        ``late g - naive g`` (and ``hybrid g``, ``hybrid g - late g``); then per granularity but the
+        last ``small-to-big g -> next`` and its difference from ``late next``."""
+        rows = []
+        for prefix, first, second in self.comparisons():
+            for method in (first, second):
+                if method not in [r[0] for r in rows]:
+                    rows.append((method, mean_row(self.method_label(method), self.mean(method), self.metrics)))
+            name = f"{self.method_label(first)} - {self.method_label(second)}"
+            rows.append((prefix, delta_row(name, self.delta(first, second), self.metrics)))
+        return "\n".join([*table_head(self.metrics), *(line for _, line in rows)])
+
+    def caption(self) -> str:
+        """One line: what was evaluated and how."""
+        parts = ", ".join(f"{g} {self.strategies.get(g, '?')}: {self.chunks[g]}" for g in self.granularities)
+        text = (
+            f"{len(self.queries)} queries; chunks per granularity ({parts}); exact cosine top-{self.k}; "
+            f"small-to-big: matched on a granularity's late vectors, the first {self.k} distinct parents "
+            f"judged; percent; CI: {self.bootstrap_samples} bootstrap resamples of the queries, seed {self.seed}"
+        )
+        if any(m.startswith("hybrid_") for m in self.scores):
+            text += "; hybrid: LanceDB full-text (BM25) + exact vector search over the late vectors, RRF"
+        if self.skipped:
+            text += f"; {len(self.skipped)} queries skipped (their documents are not among the rows)"
+        if self.chunks_without_text:
+            text += f"; {self.chunks_without_text} chunks without text left out"
+        return text
+
+    def _next(self, g: str) -> str:
+        return self.granularities[self.granularities.index(g) + 1]
+
+    def _scores(self, method: str) -> np.ndarray:
+        if method not in self.scores:
+            raise ValueError(f"no method {method!r} in this evaluation (methods: {', '.join(self.methods())})")
+        return self.scores[method]

@@ -18,7 +18,7 @@ are left out of both candidate sets and counted.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -29,9 +29,9 @@ from latechunk_dagster.core.chunker import LateChunker
 from latechunk_dagster.core.chunking import FixedTokens
 from latechunk_dagster.core.errors import DocumentError
 from latechunk_dagster.core.tokenization import check_query
-from latechunk_dagster.evaluation.metrics import judge, metric_names, query_metrics
+from latechunk_dagster.evaluation.metrics import Hit, judge, metric_names, query_metrics
 from latechunk_dagster.evaluation.queries import LabeledQuery, QueryFileError
-from latechunk_dagster.evaluation.report import EvalReport
+from latechunk_dagster.evaluation.report import EvalReport, GranularityReport
 from latechunk_dagster.sink.indexing import has_fts_index, hybrid_query
 from latechunk_dagster.sink.search import lineage_difference
 
@@ -45,9 +45,15 @@ COLUMNS = [
 WHOLE = 1 << 30
 
 
+#: Read too where the table has it (a granularity's parent links, issue 29).
+PARENT_COLUMN = "parent_chunk_id"
+
+
 def read_chunk_rows(table: Any, where: str | None = None) -> pa.Table:
-    """The :data:`COLUMNS` of every row of a LanceDB chunk table matching ``where`` (LanceDB SQL)."""
-    query = table.search().select(COLUMNS).limit(None)
+    """The :data:`COLUMNS` (and :data:`PARENT_COLUMN` where the table has it) of every row of a
+    LanceDB chunk table matching ``where`` (LanceDB SQL)."""
+    columns = COLUMNS + ([PARENT_COLUMN] if PARENT_COLUMN in table.schema.names else [])
+    query = table.search().select(columns).limit(None)
     if where:
         query = query.where(where)
     return query.to_arrow()
@@ -115,54 +121,19 @@ def evaluate_rows(
             another version of the document); names the query file line.
     """
     names = metric_names(k)
-    lineage = [c for c in ("model_sha256", "model_name", "head") if c in rows.column_names]
-    for row in rows.select(lineage).group_by(lineage).aggregate([]).to_pylist():  # one row per distinct lineage
-        why = lineage_difference(chunker, row)
-        if why is not None:
-            raise ValueError(f"the chunk rows hold {why}")
-    with_text = pc.is_valid(rows.column("char_start"))
-    usable = rows.filter(with_text)
-    if usable.num_rows == 0:
-        raise ValueError("no chunk rows with text to evaluate (empty table or filter)")
-    doc_ids = usable.column("doc_id").to_pylist()
-    ranges = list(zip(usable.column("char_start").to_pylist(), usable.column("char_end").to_pylist()))
-    doc_end: dict[str, int] = {}
-    for d, (_, end) in zip(doc_ids, ranges):
-        doc_end[d] = max(doc_end.get(d, 0), end)
-    kept, skipped = [], []
-    for q in queries:
-        check_query(q.query)  # a LabeledQuery built in code is not checked like a query file's line
-        present = [p for p in q.passages if p.doc_id in doc_end]
-        if not present:
-            skipped.append(q.query)
-            continue
-        for p in present:
-            if p.char_range is not None and p.char_range[0] >= doc_end[p.doc_id]:
-                raise QueryFileError(
-                    f"line {p.line}: passage [{p.char_range[0]}, {p.char_range[1]}) of {p.doc_id!r} starts after "
-                    f"the document's last chunk (ends at {doc_end[p.doc_id]}); query {q.query!r}"
-                )
-        kept.append(q)
-    if not kept:
-        raise ValueError(f"none of the {len(queries)} queries has its document among the {usable.num_rows} rows")
+    usable = usable_rows(chunker, rows)
+    kept, skipped = kept_queries(queries, {"": usable})
     late = np.asarray(usable.column("vector").to_pylist(), dtype=np.float32)  # shape: [n_chunks, dim]
     naive = naive_vectors(chunker, usable.column("text").to_pylist(), usable.column("chunk_id").to_pylist())
     qvecs = chunker.embed_queries([q.query for q in kept])  # shape: [n_queries, dim]
-    hits = list(zip(doc_ids, ranges))
-    ranked: dict[str, list[list[tuple[str, tuple[int, int]]]]] = {}
+    hits = row_hits(usable)
+    ranked: dict[str, list[list[Hit]]] = {}
     for method, vectors in (("late", late), ("naive", naive)):
         order = top_k(qvecs, vectors, k)
         ranked[method] = [[hits[j] for j in order[i]] for i in range(len(kept))]
     if hybrid is not None:
         ranked["hybrid"] = hybrid_hits(hybrid[0], hybrid[1], [q.query for q in kept], qvecs, k)
-    per_method = {}
-    for method, lists in ranked.items():
-        table = np.zeros((len(kept), len(names)))
-        for i, q in enumerate(kept):
-            gains, found = judge(lists[i], q.passages)
-            m = query_metrics(gains, found, k)
-            table[i] = [m[n] for n in names]
-        per_method[method] = table
+    per_method = {method: score_rankings(lists, kept, k) for method, lists in ranked.items()}
     return EvalReport(
         k=k,
         metrics=names,
@@ -179,9 +150,85 @@ def evaluate_rows(
     )
 
 
-def hybrid_hits(
-    table: Any, where: str | None, queries: Sequence[str], vectors: np.ndarray, k: int
-) -> list[list[tuple[str, tuple[int, int]]]]:
+def usable_rows(chunker: LateChunker, rows: pa.Table) -> pa.Table:
+    """The rows with a char range (the candidates), after checking their lineage against ``chunker``.
+
+    Raises:
+        ValueError: the rows hold vectors the query model cannot reproduce
+            (:func:`~latechunk_dagster.sink.search.lineage_difference`); no row has a char range.
+    """
+    lineage = [c for c in ("model_sha256", "model_name", "head") if c in rows.column_names]
+    for row in rows.select(lineage).group_by(lineage).aggregate([]).to_pylist():  # one row per distinct lineage
+        why = lineage_difference(chunker, row)
+        if why is not None:
+            raise ValueError(f"the chunk rows hold {why}")
+    usable = rows.filter(pc.is_valid(rows.column("char_start")))
+    if usable.num_rows == 0:
+        raise ValueError("no chunk rows with text to evaluate (empty table or filter)")
+    return usable
+
+
+def kept_queries(
+    queries: Sequence[LabeledQuery], candidates: Mapping[str, pa.Table]
+) -> tuple[list[LabeledQuery], list[str]]:
+    """The queries to evaluate and the texts of those skipped: a query is kept when one of its
+    documents is among the candidate rows of every entry of ``candidates`` (one entry per
+    granularity, :func:`usable_rows`).
+
+    Raises:
+        QueryFileError: a passage starts at or after the end of its document's last chunk (a label
+            for another version of the document); names the query file line.
+        ValueError: no query is left; a query that is not valid Unicode (``InvalidQueryError``).
+    """
+    doc_end: dict[str, int] = {}
+    present_in: dict[str, int] = {}
+    for usable in candidates.values():
+        ends: dict[str, int] = {}
+        for d, end in zip(usable.column("doc_id").to_pylist(), usable.column("char_end").to_pylist()):
+            ends[d] = max(ends.get(d, 0), end)
+        for d, end in ends.items():
+            doc_end[d] = max(doc_end.get(d, 0), end)
+            present_in[d] = present_in.get(d, 0) + 1
+    everywhere = {d for d, n in present_in.items() if n == len(candidates)}
+    kept, skipped = [], []
+    for q in queries:
+        check_query(q.query)  # a LabeledQuery built in code is not checked like a query file's line
+        present = [p for p in q.passages if p.doc_id in everywhere]
+        if not present:
+            skipped.append(q.query)
+            continue
+        for p in present:
+            if p.char_range is not None and p.char_range[0] >= doc_end[p.doc_id]:
+                raise QueryFileError(
+                    f"line {p.line}: passage [{p.char_range[0]}, {p.char_range[1]}) of {p.doc_id!r} starts after "
+                    f"the document's last chunk (ends at {doc_end[p.doc_id]}); query {q.query!r}"
+                )
+        kept.append(q)
+    if not kept:
+        rows = sum(t.num_rows for t in candidates.values())
+        raise ValueError(f"none of the {len(queries)} queries has its document among the {rows} rows")
+    return kept, skipped
+
+
+def row_hits(rows: pa.Table) -> list[Hit]:
+    """``(doc_id, char range)`` of each row, as the relevance rule sees a retrieved chunk."""
+    starts, ends = rows.column("char_start").to_pylist(), rows.column("char_end").to_pylist()
+    return [(d, (s, e) if s is not None else None) for d, s, e in zip(rows.column("doc_id").to_pylist(), starts, ends)]
+
+
+def score_rankings(rankings: Sequence[Sequence[Hit]], queries: Sequence[LabeledQuery], k: int) -> np.ndarray:
+    """Per-query metrics of one method: float64 ``[n_queries, n_metrics]`` in [0, 1], columns
+    :func:`~latechunk_dagster.evaluation.metrics.metric_names` ``(k)``; ``rankings[i]`` ranks for ``queries[i]``."""
+    names = metric_names(k)
+    table = np.zeros((len(queries), len(names)))
+    for i, q in enumerate(queries):
+        gains, found = judge(rankings[i], q.passages)
+        m = query_metrics(gains, found, k)
+        table[i] = [m[n] for n in names]
+    return table
+
+
+def hybrid_hits(table: Any, where: str | None, queries: Sequence[str], vectors: np.ndarray, k: int) -> list[list[Hit]]:
     """Per query, the ``(doc_id, char range)`` of the top ``k`` of LanceDB's hybrid search
     (:func:`~latechunk_dagster.sink.indexing.hybrid_query`, exact vector leg, default reranker) over
     the rows matching ``where`` that have a char range (the candidate rows of :func:`evaluate_rows`).
@@ -212,26 +259,52 @@ def evaluate_table(
     bootstrap_samples: int = 2000,
     seed: int = 0,
     hybrid: bool | None = None,
-) -> EvalReport:
-    """:func:`evaluate_rows` on the rows of a LanceDB chunk table that match ``where``.
+) -> EvalReport | GranularityReport:
+    """:func:`evaluate_rows` on the rows of a LanceDB chunk table that match ``where``; or, given the
+    tables of several granularities, :func:`~latechunk_dagster.evaluation.granularity.evaluate_granularity_rows`
+    on the rows of each.
 
     Args:
-        hybrid: score LanceDB's hybrid search too (a ``hybrid`` row); ``None`` (default): when the
-            table has the full-text index on ``text`` (``refresh_indexes`` builds it).
+        table: a LanceDB table; or granularity name -> its table, finest first
+            (:func:`~latechunk_dagster.evaluation.granularity.granularity_tables`); a mapping of one
+            table is that table.
+        where: applied to every table alike.
+        hybrid: score LanceDB's hybrid search too (a ``hybrid`` row per table); ``None`` (default):
+            on each table that has the full-text index on ``text`` (``refresh_indexes`` builds it).
+
+    Returns:
+        An :class:`EvalReport` for one table, a :class:`GranularityReport` for several.
 
     Raises:
-        ValueError: as :func:`evaluate_rows`; ``hybrid=True`` on a table without the full-text index.
+        ValueError: as :func:`evaluate_rows` / ``evaluate_granularity_rows``; ``hybrid=True`` on a
+            table without the full-text index; an empty mapping.
     """
-    with_fts = has_fts_index(table)
-    if hybrid and not with_fts:
+    tables = dict(table) if isinstance(table, Mapping) else {"": table}
+    if not tables:
+        raise ValueError("no table to evaluate (an empty mapping of granularities)")
+    with_fts = {g: has_fts_index(t) for g, t in tables.items()}
+    if hybrid and not all(with_fts.values()):
         raise ValueError("hybrid evaluation needs the full-text index on text (sink.indexing.refresh_indexes)")
-    use_hybrid = with_fts if hybrid is None else hybrid
-    return evaluate_rows(
+    use_hybrid = {g: with_fts[g] if hybrid is None else hybrid for g in tables}
+    if len(tables) == 1:
+        [(g, only)] = tables.items()
+        return evaluate_rows(
+            chunker,
+            read_chunk_rows(only, where),
+            queries,
+            k=k,
+            bootstrap_samples=bootstrap_samples,
+            seed=seed,
+            hybrid=(only, where) if use_hybrid[g] else None,
+        )
+    from latechunk_dagster.evaluation.granularity import evaluate_granularity_rows
+
+    return evaluate_granularity_rows(
         chunker,
-        read_chunk_rows(table, where),
+        {g: read_chunk_rows(t, where) for g, t in tables.items()},
         queries,
         k=k,
         bootstrap_samples=bootstrap_samples,
         seed=seed,
-        hybrid=(table, where) if use_hybrid else None,
+        hybrid={g: (t, where) for g, t in tables.items() if use_hybrid[g]},
     )
