@@ -2,6 +2,7 @@
 
     latechunk sync-partitions          # add/remove dynamic partitions to match the store's shards
     latechunk search "query" -k 5      # top-k chunks from the LanceDB table (--hybrid: full-text + vector)
+    latechunk search "query" --granularity small --parent   # match small chunks, print their parents
     latechunk migrate                  # add the columns of the current chunk schema to an older table
     latechunk eval QUERIES.jsonl       # retrieval late vs naive (and hybrid) on labeled queries (nDCG@10, R@k, MRR@10);
                                        # every granularity side by side, with small-to-big, where --table has several
@@ -38,6 +39,18 @@ def main(argv: list[str] | None = None) -> int:
     )
     s.add_argument("--uri", default=None, help="LanceDB directory (default: $LATECHUNK_HOME/lancedb)")
     s.add_argument("--table", default=None, help="chunk table (default: chunks)")
+    s.add_argument(
+        "--granularity",
+        default=None,
+        metavar="NAME",
+        help="the granularity to search: the table TABLE_NAME of --table TABLE (default chunks_NAME)",
+    )
+    s.add_argument(
+        "--parent",
+        action="store_true",
+        help="small-to-big: match the (fine) chunks of the table searched, print their parents in the next "
+        "granularity, each once (matched: how many of its chunks matched)",
+    )
     _model_options(s)
     e = sub.add_parser(
         "eval",
@@ -150,6 +163,10 @@ def _run(args: argparse.Namespace) -> int:
 
     uri = args.uri or settings.lancedb_uri()
     name = args.table or sink.CHUNK_TABLE
+    if getattr(args, "granularity", None) is not None:  # search's option
+        from latechunk_dagster.sink.schema import granularity_table
+
+        name = granularity_table(name, args.granularity)
     where = "--uri" if args.uri else "LATECHUNK_HOME"
     if args.command == "eval":
         return _eval(args, uri, name, where)
@@ -167,21 +184,29 @@ def _run(args: argparse.Namespace) -> int:
         raise ValueError("the query is empty")
     if args.k < 1:
         raise ValueError(f"-k must be >= 1, got {args.k}")
+    if args.parent:
+        from latechunk_dagster.sink.small_to_big import check_parent_links
+
+        check_parent_links(table, name)  # a table without parents: one line, before the model loads
     with _chunker(args) as chunker:
         hits = search(
             args.query,
             chunker=chunker,
             uri=uri,
             table_name=name,
+            return_parent=args.parent,
             k=args.k,
             where=args.where,
             exact=args.exact,
             mode="hybrid" if args.hybrid else "vector",
         )
-    print(("rrf_score\t" if args.hybrid else "") + "cosine_distance\tdoc_id\tchar_range\ttext")
+    columns = ["cosine_distance", "doc_id", "char_range", *(["matched"] if args.parent else []), "text"]
+    print("\t".join((["rrf_score"] if args.hybrid else []) + columns))
     for h in hits:
-        score = f"{h.relevance:.4f}\t" if args.hybrid else ""
-        print(f"{score}{h.distance:.4f}\t{h.doc_id}\t{h.char_range}\t{' '.join((h.text or '').split())[:160]}")
+        score = [f"{h.relevance:.4f}"] if args.hybrid else []
+        matched = [str(len(h.matched))] if args.parent else []  # type: ignore[union-attr]
+        text = " ".join((h.text or "").split())[:160]
+        print("\t".join([*score, f"{h.distance:.4f}", h.doc_id, str(h.char_range), *matched, text]))
     return 0
 
 

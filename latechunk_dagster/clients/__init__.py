@@ -13,6 +13,13 @@ refuses one whose vectors its model cannot reproduce, naming the difference.
 * :class:`LangChainEmbeddings`: a ``langchain_core.embeddings.Embeddings``.
 * :class:`LlamaIndexEmbedding`: a ``llama_index.core.base.embeddings.base.BaseEmbedding``.
 
+The stock stores read one granularity's table by its name (``chunks_small``). What they cannot do,
+small-to-big (match the fine chunks, return their parents) and the package's hybrid search, the
+retrievers do, on :func:`~latechunk_dagster.sink.search.search`:
+
+* :class:`LangChainRetriever`: a ``langchain_core.retrievers.BaseRetriever``.
+* :class:`LlamaIndexRetriever`: a ``llama_index.core.retrievers.BaseRetriever``.
+
 Each is imported on first use, so that ``import latechunk_dagster.clients`` needs neither library.
 """
 
@@ -24,6 +31,8 @@ from typing import Any
 _NAMES = {
     "LangChainEmbeddings": "latechunk_dagster.clients.langchain",
     "LlamaIndexEmbedding": "latechunk_dagster.clients.llama_index",
+    "LangChainRetriever": "latechunk_dagster.clients.langchain_retriever",
+    "LlamaIndexRetriever": "latechunk_dagster.clients.llama_index_retriever",
 }
 
 __all__ = sorted(_NAMES)

@@ -1,38 +1,70 @@
-"""Search the chunk table with a query embedded by the same model and head: by vector, or hybrid."""
+"""Search the chunk table with a query embedded by the same model and head: by vector, or hybrid;
+one granularity's table, or small-to-big (the fine chunks matched, their parents returned)."""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any
-
-import numpy as np
+from typing import Any, Literal, overload
 
 from latechunk_dagster import sink
 from latechunk_dagster.core.chunker import LateChunker
 from latechunk_dagster.core.tokenization import check_query
-from latechunk_dagster.sink.indexing import has_fts_index, hybrid_query, vector_query
+from latechunk_dagster.sink.hits import SEARCH_MODES, Hit, cosine_distances, ranked_hits
+from latechunk_dagster.sink.indexing import has_fts_index
+from latechunk_dagster.sink.schema import granularity_table
+from latechunk_dagster.sink.small_to_big import ParentHit, parent_hits
 
-#: ``vector``: nearest chunks by cosine distance; ``hybrid``: LanceDB's full-text search on ``text``
-#: and the vector search fused by a reranker (LanceDB's ``RRFReranker`` unless one is given).
-SEARCH_MODES = ("vector", "hybrid")
+__all__ = [
+    "SEARCH_MODES",
+    "Hit",
+    "ParentHit",
+    "check_table_lineage",
+    "cosine_distances",
+    "lineage_difference",
+    "query_chunker",
+    "search",
+]
 
 
-@dataclass(frozen=True)
-class Hit:
-    """One search result: where the chunk lies, its text, its cosine ``distance`` to the query
-    (0 = same direction, 1 = orthogonal) and, in hybrid mode, the reranker's ``relevance``
-    (higher is better; for RRF the sum of ``1 / (60 + rank)`` over the two result lists)."""
+@overload
+def search(
+    query: str,
+    *,
+    chunker: LateChunker | None = ...,
+    model: str | os.PathLike[str] | None = ...,
+    model_options: dict[str, Any] | None = ...,
+    uri: str,
+    table_name: str = ...,
+    granularity: str | None = ...,
+    return_parent: Literal[False] = ...,
+    k: int = ...,
+    where: str | None = ...,
+    exact: bool = ...,
+    mode: str = ...,
+    reranker: Any = ...,
+    connect_kwargs: dict[str, Any] | None = ...,
+) -> list[Hit]: ...
 
-    doc_id: str
-    partition: str
-    chunk_index: int
-    char_range: tuple[int, int] | None
-    text: str | None
-    distance: float
-    chunk_id: str = ""
-    relevance: float | None = None
+
+@overload
+def search(
+    query: str,
+    *,
+    chunker: LateChunker | None = ...,
+    model: str | os.PathLike[str] | None = ...,
+    model_options: dict[str, Any] | None = ...,
+    uri: str,
+    table_name: str = ...,
+    granularity: str | None = ...,
+    return_parent: Literal[True],
+    k: int = ...,
+    where: str | None = ...,
+    exact: bool = ...,
+    mode: str = ...,
+    reranker: Any = ...,
+    connect_kwargs: dict[str, Any] | None = ...,
+) -> list[ParentHit]: ...
 
 
 def search(
@@ -43,14 +75,17 @@ def search(
     model_options: dict[str, Any] | None = None,
     uri: str,
     table_name: str = sink.CHUNK_TABLE,
+    granularity: str | None = None,
+    return_parent: bool = False,
     k: int = 5,
     where: str | None = None,
     exact: bool = False,
     mode: str = "vector",
     reranker: Any = None,
     connect_kwargs: dict[str, Any] | None = None,
-) -> list[Hit]:
-    """Top-``k`` chunks for ``query``: by cosine distance (``mode="vector"``) or hybrid.
+) -> list[Hit] | list[ParentHit]:
+    """Top-``k`` chunks for ``query``: by cosine distance (``mode="vector"``) or hybrid; or, with
+    ``return_parent=True``, the top-``k`` distinct parents of the fine chunks that match (small-to-big).
 
     The query is embedded whole (mean of all its tokens, then the model's head, with the
     model's query prefix), the space the chunk vectors live in.
@@ -70,6 +105,14 @@ def search(
     query's model cannot reproduce (another model fingerprint, head or width) is refused, naming the
     difference.
 
+    ``granularity="NAME"`` queries that granularity's table of the table definition ``table_name``
+    (:func:`~latechunk_dagster.sink.schema.granularity_table`: ``f"{table_name}_{NAME}"``).
+    ``return_parent=True`` matches the query on the queried table's (fine) vectors, reading more
+    than ``k`` fine hits as needed, and returns their parents from the next granularity's table
+    (:func:`~latechunk_dagster.sink.small_to_big.parent_hits`): :class:`ParentHit` objects, hits
+    sharing a parent merged (the best distance kept, ``matched`` listing the fine hits), ``k``
+    distinct parents best first, read in one query; ``where`` filters the fine chunks.
+
     Args:
         chunker: embeds the query (its lifetime is the caller's); or give ``model``.
         model: a model directory, loaded for this call on the light transformers engine
@@ -81,6 +124,8 @@ def search(
         exact: bypass the vector index and scan every row: the exact top ``k`` (cost linear in rows).
         mode: one of :data:`SEARCH_MODES`.
         reranker: hybrid only: a ``lancedb.rerankers.Reranker`` (default LanceDB's ``RRFReranker()``).
+        granularity: the granularity's name (its table is searched), or ``None``: ``table_name`` itself.
+        return_parent: return the parents of the matching chunks (small-to-big), not the chunks.
 
     Raises:
         InvalidQueryError: ``query`` is not a ``str`` or not valid Unicode (a lone surrogate: a
@@ -88,26 +133,34 @@ def search(
         ValueError: the table's vectors are not the query model's (another model fingerprint, head
             or width: :func:`check_table_lineage`), or it does not exist; an unknown ``mode``; hybrid on
             a table without the full-text index (built by ``refresh_indexes``, the index asset);
-            neither or both of ``chunker`` and ``model``.
+            neither or both of ``chunker`` and ``model``; ``k < 1``; ``return_parent`` on a table
+            without parent links (a single strategy's, or the coarsest granularity's: naming it) or
+            whose parents are missing from the next granularity's table.
     """
     check_query(query)  # before the table is opened and the tokenizer sees it
     if mode not in SEARCH_MODES:
         raise ValueError(f"mode must be one of {SEARCH_MODES}, got {mode!r}")
     if (chunker is None) == (model is None):
         raise ValueError("search() takes a chunker or a model directory (model=...), one of the two")
+    if k < 1:
+        raise ValueError(f"k must be >= 1, got {k}")
     db = sink.connect(uri, **(connect_kwargs or {}))
-    if table_name not in db.list_tables().tables:
-        raise ValueError(f"no table {table_name!r} at {uri}: materialize chunk_vectors first")
-    table = db.open_table(table_name)
+    name = table_name if granularity is None else granularity_table(table_name, granularity)
+    tables = db.list_tables().tables
+    if name not in tables:
+        known = _granularities(tables, table_name)
+        raise ValueError(f"no table {name!r} at {uri}: materialize chunk_vectors first{known}")
+    table = db.open_table(name)
     if mode == "hybrid" and not has_fts_index(table):
         raise ValueError(
-            f"table {table_name!r} has no full-text index on text, which hybrid search needs: "
+            f"table {name!r} has no full-text index on text, which hybrid search needs: "
             "materialize the index asset (chunk_vectors_index) or call sink.indexing.refresh_indexes"
         )
+    check = dict(where=where, exact=exact, mode=mode, reranker=reranker)
     if chunker is None:
         with query_chunker(model, **(model_options or {})) as own:  # type: ignore[arg-type]
-            return _search(own, table, table_name, query, k, where, exact, mode, reranker)
-    return _search(chunker, table, table_name, query, k, where, exact, mode, reranker)
+            return _search(own, db, table, name, query, k, return_parent, check)
+    return _search(chunker, db, table, name, query, k, return_parent, check)
 
 
 def query_chunker(model: str | os.PathLike[str], **options: Any) -> LateChunker:
@@ -181,55 +234,23 @@ def check_table_lineage(chunker: LateChunker, table: Any, table_name: str) -> No
 
 def _search(
     chunker: LateChunker,
+    db: Any,
     table: Any,
     table_name: str,
     query: str,
     k: int,
-    where: str | None,
-    exact: bool,
-    mode: str,
-    reranker: Any,
-) -> list[Hit]:
+    return_parent: bool,
+    options: dict[str, Any],
+) -> list[Hit] | list[ParentHit]:
     """:func:`search` once the table is open and the query's chunker is known."""
     check_table_lineage(chunker, table, table_name)
     [vec] = chunker.embed_queries([query])
-    columns = ["chunk_id", "doc_id", "partition", "chunk_index", "char_start", "char_end", "text"]
-    q: Any
-    if mode == "hybrid":
-        q = hybrid_query(table, vec, query, k, exact=exact, reranker=reranker)
-        columns.append("vector")
-    else:
-        q = vector_query(table, vec, k, exact=exact)
-        columns.append("_distance")
-    if where:
-        q = q.where(where, prefilter=True)
-    rows = q.select(columns).to_arrow()
-    if mode == "hybrid":
-        distances = cosine_distances(vec, rows.column("vector").combine_chunks())
-        relevance = rows.column("_relevance_score").to_pylist()
-    else:
-        distances = np.asarray(rows.column("_distance").to_pylist(), dtype=np.float64)
-        relevance = [None] * rows.num_rows
-    return [
-        Hit(
-            r["doc_id"],
-            r["partition"],
-            r["chunk_index"],
-            (r["char_start"], r["char_end"]) if r["char_start"] is not None else None,
-            r["text"],
-            float(d),
-            r["chunk_id"],
-            None if s is None else float(s),
-        )
-        for r, d, s in zip(rows.select(columns[:7]).to_pylist(), distances, relevance)
-    ]
+    if return_parent:
+        return parent_hits(db, table, table_name, vec, query, k, **options)
+    return ranked_hits(table, vec, query, k, **options)[0]
 
 
-def cosine_distances(query: np.ndarray, vectors: Any) -> np.ndarray:
-    """``1 - cos`` between ``query`` (float ``[dim]``) and each row of ``vectors`` (an Arrow
-    ``fixed_size_list<float32>[dim]`` array), in float64: float64 ``[n]``."""
-    dim = len(query)
-    v = vectors.flatten().to_numpy(zero_copy_only=False).reshape(-1, dim).astype(np.float64)  # shape: [n, dim]
-    q = np.asarray(query, dtype=np.float64)
-    norms = np.maximum(np.linalg.norm(v, axis=1) * np.linalg.norm(q), 1e-300)
-    return 1.0 - (v @ q) / norms
+def _granularities(tables: list[str], table_name: str) -> str:
+    """``" (granularities of 'chunks': a, b)"`` where tables ``{table_name}_*`` exist, else ``""``."""
+    names = sorted(t[len(table_name) + 1 :] for t in tables if t.startswith(f"{table_name}_"))
+    return f" (tables of granularities of {table_name!r}: {', '.join(names)})" if names else ""
