@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from typing import Any, Literal, overload
+from typing import Any
 
 from latechunk_dagster import sink
 from latechunk_dagster.core.chunker import LateChunker
@@ -25,46 +25,6 @@ __all__ = [
     "query_chunker",
     "search",
 ]
-
-
-@overload
-def search(
-    query: str,
-    *,
-    chunker: LateChunker | None = ...,
-    model: str | os.PathLike[str] | None = ...,
-    model_options: dict[str, Any] | None = ...,
-    uri: str,
-    table_name: str = ...,
-    granularity: str | None = ...,
-    return_parent: Literal[False] = ...,
-    k: int = ...,
-    where: str | None = ...,
-    exact: bool = ...,
-    mode: str = ...,
-    reranker: Any = ...,
-    connect_kwargs: dict[str, Any] | None = ...,
-) -> list[Hit]: ...
-
-
-@overload
-def search(
-    query: str,
-    *,
-    chunker: LateChunker | None = ...,
-    model: str | os.PathLike[str] | None = ...,
-    model_options: dict[str, Any] | None = ...,
-    uri: str,
-    table_name: str = ...,
-    granularity: str | None = ...,
-    return_parent: Literal[True],
-    k: int = ...,
-    where: str | None = ...,
-    exact: bool = ...,
-    mode: str = ...,
-    reranker: Any = ...,
-    connect_kwargs: dict[str, Any] | None = ...,
-) -> list[ParentHit]: ...
 
 
 def search(
