@@ -244,7 +244,7 @@ def test_iter_shard_streams(tmp_path: Path) -> None:
 def test_count_shards_lists_a_directory_store_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The progress counts of a run over many partitions: right per shard (text files, JSONL lines,
     Parquet rows; 0 for a shard that is not there) from one listing of the tree."""
-    import latechunk_dagster.sources.files as files
+    import latechunk_dagster.sources.layout as layout
 
     for shard, n in (("a", 3), ("b", 1), ("c", 2)):
         (tmp_path / "tree" / shard).mkdir(parents=True)
@@ -253,8 +253,8 @@ def test_count_shards_lists_a_directory_store_once(tmp_path: Path, monkeypatch: 
     write_jsonl(tmp_path / "tables" / "x.jsonl", [{"id": str(i), "text": f"doc {i}"} for i in range(4)])
     pq.write_table(pa.table({"id": ["1", "2"], "text": ["one", "two"]}), tmp_path / "tables" / "y.parquet")
     walks: list[Path] = []
-    real_walk = files.walk
-    monkeypatch.setattr(files, "walk", lambda root: walks.append(root) or real_walk(root))
+    real_walk = layout.walk
+    monkeypatch.setattr(layout, "walk", lambda root: walks.append(root) or real_walk(root))
     tree = DocumentStore.from_path(tmp_path / "tree")
     walks.clear()  # from_path looks at the tree once to tell its kind
     assert tree.count_shards(["a", "b", "c", "gone"]) == {"a": 3, "b": 1, "c": 2, "gone": 0}

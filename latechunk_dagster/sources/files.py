@@ -55,7 +55,6 @@ Rules, the same for every store kind:
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from latechunk_dagster.sources.chunk_column import check_chunks_column
@@ -68,12 +67,20 @@ from latechunk_dagster.sources.documents import (
     printable,
     text_sha256,
 )
+from latechunk_dagster.sources.layout import (
+    ROOT_SHARD,
+    TABLE_SUFFIXES,
+    TEXT_SUFFIXES,
+    Layout,
+    directory_layout,
+    kind_of,
+    shard_of,
+)
 from latechunk_dagster.sources.listing import (
     INCOMPLETE_READS,
     IncompleteListingError,
     Listing,
     is_regular,
-    key_problem,
     not_regular_row,
     walk,
 )
@@ -98,10 +105,6 @@ __all__ = [
     "fingerprint_of",
     "text_sha256",
 ]
-
-TEXT_SUFFIXES = (".txt", ".md")
-ROOT_SHARD = "_root"
-_TABLE_SUFFIXES = {".jsonl": "jsonl", ".parquet": "parquet"}
 
 
 class DocumentStore:
@@ -154,13 +157,13 @@ class DocumentStore:
         if not path.exists():
             raise FileNotFoundError(f"document store not found: {path}")
         if not path.is_dir():
-            kind = _TABLE_SUFFIXES.get(path.suffix.lower())
+            kind = TABLE_SUFFIXES.get(path.suffix.lower())
             what = is_regular(path)
             if kind is None or what is not None:
                 why = f"it is {what}" if what else "expected a .jsonl or .parquet file"
                 raise ValueError(f"unknown document store kind for file {path}: {why}")
             return cls(path, kind, chunks_column)
-        kinds = {file: kind for file in walk(path).files if (kind := _kind_of(file))}
+        kinds = {file: kind for file in walk(path).files if (kind := kind_of(file))}
         tables = set(kinds.values()) - {"text"}
         if len(tables) == 1 and all(f.parent == path for f, k in kinds.items() if k == "text"):
             return cls(path, tables.pop(), chunks_column)  # text files at the top of a table store: a dataset card
@@ -272,37 +275,6 @@ class DocumentStore:
                 yield shard, self._indexed_shard(shard, index[shard], stamp)
             else:
                 yield shard, self.iter_shard(shard)  # unknown (KeyError) or an empty file's one shard
-
-    def read_shards_with_rejections(self, shards: Iterable[str]) -> dict[str, tuple[list[Document], list[RejectedRow]]]:
-        """:meth:`read_shard_with_rejections` of several shards at once, in one pass over a
-        single-file store (one read per shard would cost shards x rows). Shards the store does not
-        have are left out of the result. Holds the texts of those shards in memory.
-
-        Raises:
-            OSError: the store's files cannot be listed.
-        """
-        wanted = set(shards)
-        if not self.path.is_file():
-            tree = self._layout()
-            groups = {
-                s: list(self._files_items(tree.groups[s], tree.gaps_of.get(s, ())))
-                for s in sorted(wanted & set(tree.groups))
-            }
-        else:
-            groups = {}
-            for shard, item in self._single_file_rows():
-                if shard in wanted:
-                    groups.setdefault(shard, []).append(item)
-            if self.path.stem in wanted and not groups and self.shards() == [self.path.stem]:
-                groups[self.path.stem] = []  # an empty file: its one shard has no rows
-        out: dict[str, tuple[list[Document], list[RejectedRow]]] = {}
-        for shard, items in groups.items():
-            docs: list[Document] = []
-            rejected: list[RejectedRow] = []
-            for item in first_of_each_id(items, self._scope(shard)):
-                (docs if isinstance(item, Document) else rejected).append(item)  # type: ignore[arg-type]
-            out[shard] = (sorted(docs, key=lambda d: d.doc_id), rejected)
-        return out
 
     def read_shard(self, shard: str) -> list[Document]:
         """The documents of one shard, sorted by doc_id (rejected rows left out: see
@@ -425,51 +397,12 @@ class DocumentStore:
         shard = relative path without suffix (one file per shard)."""
         return self._layout().groups
 
-    def _layout(self) -> _Layout:
+    def _layout(self) -> Layout:
         """A directory store's files by shard, with the entries not read (:meth:`listing`)."""
-        found = walk(self.path)
-        out = _Layout()
-        for path, row in found.gaps:
-            out.gaps.append(row)
-            if path != self.path:  # a run of the shard must not read the part it cannot see as deleted
-                out.gaps_of.setdefault(self._shard_of(path), []).append(row)
-        for path, row in found.skipped:
-            out.skip(row, self._shard_of(path))
-        bad: dict[str, list[Path]] = {}
-        for file in found.files:
-            kind = _kind_of(file)
-            if kind != self.kind:
-                if _looks_like_a_document(file):
-                    where = printable(str(file))
-                    what = "compressed or renamed" if kind is None else f"a {kind} file in a {self.kind} store"
-                    detail = f"{where}: {what}; not read (the store reads {_SUFFIXES_OF[self.kind]} files)"
-                    out.skip(RejectedRow("*", where, "other_kind", detail), self._shard_of(file))
-                    if kind == "text":  # were the store read as a text tree, these would be its root shard
-                        out.held.add(ROOT_SHARD)
-                continue
-            shard = self._shard_of(file)
-            (bad.setdefault(shard, []) if key_problem(shard) else out.groups.setdefault(shard, [])).append(file)
-        for shard, files in sorted(bad.items()):
-            name, problem = printable(shard), key_problem(shard)
-            hint = ", e.g. convert the name to UTF-8" if problem == "is not valid UTF-8" else ""
-            detail = (
-                f"{printable(str(files[0]))}: shard name {name!r} {problem}, so it cannot be a partition key; "
-                f"its {len(files)} file(s) are not read (rename it{hint})"
-            )
-            out.skip(RejectedRow("*", printable(str(files[0])), "bad_shard_name", detail), None)
-        out.skipped.sort(key=lambda r: r.where)
-        return out
+        return directory_layout(self.path, self.kind)
 
     def _shard_of(self, file: Path) -> str:
-        """The shard a file under a directory store belongs to (text: its first-level directory;
-        tables: its path without the document suffixes, so ``a.jsonl.gz`` stands for ``a``)."""
-        rel = file.relative_to(self.path)
-        if self.kind == "text":
-            return rel.parts[0] if len(rel.parts) > 1 else ROOT_SHARD
-        name = rel.name
-        while Path(name).suffix.lower() in _DOCUMENT_SUFFIXES | _PACKED_SUFFIXES:
-            name = name[: -len(Path(name).suffix)]
-        return (rel.parent / name).as_posix() if name else rel.as_posix()
+        return shard_of(self.path, self.kind, file)
 
     def _single_file_rows(
         self, columns: tuple[str, ...] | None = None, rows: Iterable[Row | RejectedRow] | None = None
@@ -526,35 +459,3 @@ def _stamp(path: Path) -> tuple[int, int]:
 def _light(doc: Document) -> Document:
     """``doc`` without its text and chunks (what a fingerprint needs: doc_id and sha256)."""
     return Document(doc.doc_id, "", doc.sha256)
-
-
-def _kind_of(file: Path) -> str | None:
-    suffix = file.suffix.lower()
-    return "text" if suffix in TEXT_SUFFIXES else _TABLE_SUFFIXES.get(suffix)
-
-
-_DOCUMENT_SUFFIXES = {*TEXT_SUFFIXES, *_TABLE_SUFFIXES}
-#: Suffixes of compressed or half-written copies: ``a.jsonl.gz`` and ``a.jsonl.tmp`` stand for shard ``a``.
-_PACKED_SUFFIXES = {".gz", ".bz2", ".xz", ".zst", ".zip", ".tmp", ".part", ".partial"}
-_SUFFIXES_OF = {"text": ".txt/.md", "jsonl": ".jsonl", "parquet": ".parquet"}
-
-
-def _looks_like_a_document(file: Path) -> bool:
-    """A file name with a document suffix among its suffixes (``a.jsonl.gz``, ``README.md``)."""
-    return any(s.lower() in _DOCUMENT_SUFFIXES for s in file.suffixes)
-
-
-@dataclass
-class _Layout:
-    """A directory store's files by shard (``groups``), the entries not read, and the gaps."""
-
-    groups: dict[str, list[Path]] = field(default_factory=dict)
-    skipped: list[RejectedRow] = field(default_factory=list)
-    held: set[str] = field(default_factory=set)
-    gaps: list[RejectedRow] = field(default_factory=list)
-    gaps_of: dict[str, list[RejectedRow]] = field(default_factory=dict)
-
-    def skip(self, row: RejectedRow, shard: str | None) -> None:
-        self.skipped.append(row)
-        if shard is not None:
-            self.held.add(shard)
