@@ -28,6 +28,7 @@ from latechunk_dagster.pipeline.shard import (
 )
 from latechunk_dagster.sink import validation
 from latechunk_dagster.sink.database import LanceDBSettings
+from latechunk_dagster.sink.parents import parents_exist
 from latechunk_dagster.sink.schema import chunk_id, granularity_table
 from latechunk_dagster.sources.files import Document, DocumentStore
 
@@ -190,10 +191,10 @@ def test_three_granularities_equal_their_single_runs_from_one_encode(chunker: La
         assert all(ok for ok, _ in outcomes.values()), (g, outcomes)
     names = list(GRANULARITIES)
     for fine, coarse in zip(names, names[1:]):
-        ok, details = validation.parents_exist(tables[fine], tables[coarse], [P])
+        ok, details = parents_exist(tables[fine], tables[coarse], [P])
         assert ok and details[P]["rows"] == len(rows_of(tables[fine])), details
     # the coarse table as a "fine" one: its rows have no parent, and the check says so
-    ok, details = validation.parents_exist(tables["large"], tables["small"], [P])
+    ok, details = parents_exist(tables["large"], tables["small"], [P])
     assert not ok and details[P]["no_parent"] == len(rows_of(tables["large"]))
     # the summary: the single keys, and one entry per granularity table
     summary = shard_summary(

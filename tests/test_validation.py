@@ -266,7 +266,7 @@ def test_the_checks_read_one_partition_at_a_time(tmp_path: Path, monkeypatch: py
     assert [parts for parts, cols in chunk_reads if "vector" in cols] == [["a"], ["b"], ["c"]]
     assert all(cols == validation.CHECK_COLUMNS for parts, cols in chunk_reads if "vector" in cols)
     [(parts, cols)] = [(parts, cols) for parts, cols in chunk_reads if "vector" not in cols]
-    assert (parts, cols) == (ALL, ["chunk_id", "partition", "doc_id", "chunk_index"])
+    assert (parts, cols) == (ALL, ["chunk_id", "partition", "doc_id", "chunk_index", "granularity"])
     assert [parts for parts, cols in reads if cols is None] == [["a"], ["b"], ["c"]]  # rejected rows
 
 

@@ -70,6 +70,13 @@ for the partition until the next run. The next run of the partition repairs it w
 re-encoding anything that was committed: its chunk rows match the store and are skipped, the
 rejected documents are tried again, and its rejected-table commit replaces the stale records.
 
+**Several granularities** (``strategy={name: strategy}``, issue 29): each document is still
+tokenized and encoded once, and every granularity's chunks are pooled from that pass
+(``LateChunker.finish_granularities``); each granularity has its own table, staging file and
+commit (finest first, :mod:`latechunk_dagster.pipeline.tables`), then the one rejected table. The
+incremental rule below holds per table: a document is encoded when any table needs it and its
+rows go only to the tables that need them (:mod:`latechunk_dagster.pipeline.run`).
+
 **Incremental.** A document is re-encoded only if its ``doc_sha256`` or the ``vector_config``
 (:func:`latechunk_dagster.pipeline.config.vector_config`: model, head, dtype, prefix, windows,
 strategy and parameters, :data:`~latechunk_dagster.pipeline.config.CHUNKING_VERSION`) of its
@@ -114,13 +121,14 @@ from latechunk_dagster.pipeline.config import (
 from latechunk_dagster.pipeline.hostpool import pool_refusal
 from latechunk_dagster.pipeline.killpoints import TEST_KILL_ENV as TEST_KILL_ENV  # re-exported
 from latechunk_dagster.pipeline.killpoints import TEST_KILL_ONCE_ENV as TEST_KILL_ONCE_ENV  # re-exported
-from latechunk_dagster.pipeline.killpoints import kill_point, killing_after_first, kills_here
+from latechunk_dagster.pipeline.killpoints import kill_point
 from latechunk_dagster.pipeline.progress import Progress, ProgressMeter
 from latechunk_dagster.pipeline.run import PartitionRun, TokenEstimate, special_tokens
 from latechunk_dagster.pipeline.stream import LocalHost, PoolHost, Stream
+from latechunk_dagster.pipeline.tables import commit_tables, granularity_tables, stored_documents
 from latechunk_dagster.sink.rows import lineage, rejected_row, rejection_row
 from latechunk_dagster.sink.schema import REJECTED_SCHEMA, sql_string
-from latechunk_dagster.sink.writes import commit_documents, replace_partition
+from latechunk_dagster.sink.writes import replace_partition
 from latechunk_dagster.sources.documents import READ_ERRORS, Document, RejectedRow, fingerprint_of
 from latechunk_dagster.sources.listing import INCOMPLETE_READS
 
@@ -232,7 +240,7 @@ def materialize_partition(
             "partition %r: host work stays in this process (default host_workers=%d): %s", partition, workers, why_not
         )
         workers = 0
-    tables = _granularity_tables(strategy, chunk_table)
+    tables = granularity_tables(strategy, chunk_table)
     meter = ProgressMeter(partition, expected_documents, progress, progress_interval)
     run = _begin(chunker, partition, strategy, tables, run_id, batch_tokens, force, meter)
     remove_stale_staging(staging_dir)
@@ -251,29 +259,6 @@ def materialize_partition(
 
 
 # -- the steps of one call, in order -------------------------------------------------------------
-
-
-def _granularity_tables(
-    strategy: ChunkingStrategy | Mapping[str, ChunkingStrategy], chunk_table: Any
-) -> dict[str, Any]:
-    """``{granularity: open table}``, finest first (``{"": chunk_table}`` for one strategy).
-
-    Raises:
-        TypeError, ValueError: as :func:`~latechunk_dagster.core.granularities.check_granularities`;
-            ``chunk_table`` a mapping for one strategy, or not a mapping of the same keys for several.
-    """
-    granularities = check_granularities(strategy)
-    if isinstance(strategy, ChunkingStrategy):
-        if isinstance(chunk_table, Mapping):
-            raise ValueError("chunk_table is a mapping of tables, but strategy is one strategy: give one open table")
-        return {"": chunk_table}
-    if not isinstance(chunk_table, Mapping) or set(chunk_table) != set(granularities):
-        got = sorted(chunk_table) if isinstance(chunk_table, Mapping) else type(chunk_table).__name__
-        raise ValueError(
-            f"several granularities {list(granularities)} need chunk_table={{name: open table}} with the same "
-            f"names, got {got} (table names: latechunk_dagster.sink.schema.granularity_table)"
-        )
-    return {g: chunk_table[g] for g in granularities}
 
 
 def _begin(
@@ -310,7 +295,7 @@ def _begin(
         force=force,
         budget=budget,
         configs=configs,
-        existing={g: _stored_documents(t, partition) for g, t in tables.items()},
+        existing={g: stored_documents(t, partition) for g, t in tables.items()},
         now=now,
         lineages={g: lineage(settings, s, run_id, now, configs[g], g) for g, s in granularities.items()},
         parents=parents,
@@ -367,35 +352,15 @@ def _commit(
     tables: dict[str, Any],
     rejected_table: Any,
 ) -> set[str]:
-    """Step 5: ONE commit per granularity table (finest first) streamed from its staging file, then
-    the rejections; the removed doc_ids.
-
-    In each table: the rows of the documents it needed are replaced, the rows of the documents it
-    did not need stay (unchanged there, or encoded for another table), the rows of the documents
-    rejected now or gone from the store are deleted."""
-    state, report = run.state, run.report
-    removed: set[str] = set()
-    for g, table in tables.items():
-        existing = set(run.existing[g])
-        kept = state.skipped | state.kept.get(g, set())
-        gone = existing - state.present
-        removed |= gone
-        replaced = ((state.attempted & existing) - kept) | gone
-
-        def staged_rows(path: Path = staged[g]) -> pa.RecordBatchReader:  # opened afresh for each commit attempt
-            reader = pa.ipc.open_stream(opened.enter_context(pa.OSFile(str(path), "rb")))
-            if kills_here("during_commit", run.partition):
-                return pa.RecordBatchReader.from_batches(reader.schema, killing_after_first(reader))
-            return reader
-
-        rows = staged_rows if report.granularities[g].chunks_written else None
-        write = commit_documents(table, run.partition, rows, replaced=replaced, kept=kept)
-        report.granularities[g].write = write
-        if g == next(iter(tables)):
-            report.write = write
+    """Step 5: ONE commit per granularity table (finest first) streamed from its staging file
+    (:func:`~latechunk_dagster.pipeline.tables.commit_tables`), then the rejections; the removed doc_ids."""
+    removed = commit_tables(run, staged, opened, tables)
     kill_point("between_commits", run.partition)
     replace_partition(
-        rejected_table, "rejection_id", run.partition, pa.Table.from_pylist(state.rejections, schema=REJECTED_SCHEMA)
+        rejected_table,
+        "rejection_id",
+        run.partition,
+        pa.Table.from_pylist(run.state.rejections, schema=REJECTED_SCHEMA),
     )
     return removed
 
@@ -474,15 +439,3 @@ def _alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
-
-
-def _stored_documents(table: Any, partition: str) -> dict[str, tuple[str, str | None]]:
-    """{doc_id: (doc_sha256, vector_config)} of the partition's stored documents (their first chunk)."""
-    where = f"partition = {sql_string(partition)} AND chunk_index = 0"
-    rows = table.search().where(where).select(["doc_id", "doc_sha256", "vector_config"]).limit(None).to_arrow()
-    return dict(
-        zip(
-            rows.column("doc_id").to_pylist(),
-            zip(rows.column("doc_sha256").to_pylist(), rows.column("vector_config").to_pylist()),
-        )
-    )

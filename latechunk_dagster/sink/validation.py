@@ -7,8 +7,9 @@ documents so a failed check says where to look.
 **Granularities** (issue 29): each granularity of a table definition is a table of its own
 (:func:`~latechunk_dagster.sink.schema.granularity_table`), and every check here takes one table, so
 a granularity table is checked like any chunk table (its chunk ids are those of its granularity:
-:func:`~latechunk_dagster.sink.schema.chunk_id`); :func:`parents_exist` checks a fine table's
-``parent_chunk_id`` links against the next granularity's table (:data:`PARENT_CHECK`).
+:func:`~latechunk_dagster.sink.schema.chunk_id`);
+:func:`~latechunk_dagster.sink.parents.parents_exist` checks a fine table's ``parent_chunk_id``
+links against the next granularity's table.
 
 Memory: :func:`check_partitions` checks one partition at a time. It reads that partition's rows
 (only the columns a check reads), checks its vectors, drops them, then reads that one shard's
@@ -47,11 +48,6 @@ CHECKS = {
     "unique_chunk_ids": "no duplicate chunk_id",
     "documents_accounted": "every document of the shard has chunks or a rejection record",
     "row_count_matches": "rows in the table = rows the last materialization reported",
-}
-
-#: The check of a fine granularity's table against the next (coarser) one's (:func:`parents_exist`).
-PARENT_CHECK = {
-    "parents_exist": "every chunk's parent_chunk_id is a chunk of the same document in the next granularity"
 }
 
 #: The chunk-table columns the checks read (not the lineage, ``headings`` or ``metadata`` copies);
@@ -329,47 +325,6 @@ def _granularities(rows: pa.Table) -> list[str]:
     if "granularity" not in rows.column_names:
         return [""] * rows.num_rows
     return [g or "" for g in rows.column("granularity").to_pylist()]
-
-
-def parents_exist(fine: Any, coarse: Any, partitions: Sequence[str]) -> Outcome:
-    """:data:`PARENT_CHECK`: in each of ``partitions``, every row of the fine granularity's table has a
-    ``parent_chunk_id`` that is a ``chunk_id`` of the coarse (next) granularity's table, in the same
-    partition and of the same document.
-
-    Args:
-        fine, coarse: open LanceDB tables of two consecutive granularities of one table definition
-            (``granularity_table(table, g)``), finest first. One partition of each is read at a time
-            (``chunk_id``, ``doc_id``, ``parent_chunk_id`` / ``chunk_id``, ``doc_id``).
-
-    Returns:
-        ``(passed, {partition: {rows, no_parent, missing_parent, other_document, examples}})``:
-        ``no_parent`` rows whose ``parent_chunk_id`` is NULL, ``missing_parent`` whose parent is not
-        in the coarse table's partition, ``other_document`` whose parent belongs to another document;
-        ``examples``: the first :data:`MAX_LISTED` offending chunk ids.
-    """
-    outcomes: dict[str, Outcome] = {}
-    for p in dict.fromkeys(partitions):
-        rows = read_partitions(fine, [p], ["chunk_id", "doc_id", "parent_chunk_id"]).to_pylist()
-        parent_rows = read_partitions(coarse, [p], ["chunk_id", "doc_id"])
-        owner = dict(zip(parent_rows.column("chunk_id").to_pylist(), parent_rows.column("doc_id").to_pylist()))
-        del parent_rows
-        none = [r["chunk_id"] for r in rows if r["parent_chunk_id"] is None]
-        missing = [
-            r["chunk_id"] for r in rows if r["parent_chunk_id"] is not None and r["parent_chunk_id"] not in owner
-        ]
-        other = [r["chunk_id"] for r in rows if owner.get(r["parent_chunk_id"], r["doc_id"]) != r["doc_id"]]
-        examples = (none + missing + other)[:MAX_LISTED]
-        outcomes[p] = (
-            not examples,
-            {
-                "rows": len(rows),
-                "no_parent": len(none),
-                "missing_parent": len(missing),
-                "other_document": len(other),
-                "examples": examples,
-            },
-        )
-    return merge(outcomes)
 
 
 def spans_tile(rows: pa.Table, docs: dict[str, Document] | None) -> Outcome:

@@ -1,0 +1,93 @@
+"""The chunk tables of a partition's run: one per granularity, what each holds, and one commit each.
+
+A run of one strategy writes one table (the granularity ``""``); a run of several granularities
+writes one table per granularity (:func:`~latechunk_dagster.sink.schema.granularity_table` names
+them), each with its own stored documents and vector configuration
+(:mod:`latechunk_dagster.pipeline.run`). :func:`commit_tables` commits them one at a time, finest
+first, each in ONE streamed ``merge_insert`` (:func:`~latechunk_dagster.sink.writes.commit_documents`);
+LanceDB has no transaction over two tables, so a process killed between two of them leaves some
+tables new and the others old, and the next run re-encodes only what a table lacks.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from latechunk_dagster.core.chunking import ChunkingStrategy
+from latechunk_dagster.core.granularities import check_granularities
+from latechunk_dagster.pipeline.killpoints import killing_after_first, kills_here
+from latechunk_dagster.pipeline.run import PartitionRun
+from latechunk_dagster.sink.schema import sql_string
+from latechunk_dagster.sink.writes import commit_documents
+
+
+def granularity_tables(strategy: ChunkingStrategy | Mapping[str, ChunkingStrategy], chunk_table: Any) -> dict[str, Any]:
+    """``{granularity: open table}``, finest first (``{"": chunk_table}`` for one strategy).
+
+    Raises:
+        TypeError, ValueError: as :func:`~latechunk_dagster.core.granularities.check_granularities`;
+            ``chunk_table`` a mapping for one strategy, or not a mapping of the same keys for several.
+    """
+    granularities = check_granularities(strategy)
+    if isinstance(strategy, ChunkingStrategy):
+        if isinstance(chunk_table, Mapping):
+            raise ValueError("chunk_table is a mapping of tables, but strategy is one strategy: give one open table")
+        return {"": chunk_table}
+    if not isinstance(chunk_table, Mapping) or set(chunk_table) != set(granularities):
+        got = sorted(chunk_table) if isinstance(chunk_table, Mapping) else type(chunk_table).__name__
+        raise ValueError(
+            f"several granularities {list(granularities)} need chunk_table={{name: open table}} with the same "
+            f"names, got {got} (table names: latechunk_dagster.sink.schema.granularity_table)"
+        )
+    return {g: chunk_table[g] for g in granularities}
+
+
+def stored_documents(table: Any, partition: str) -> dict[str, tuple[str, str | None]]:
+    """{doc_id: (doc_sha256, vector_config)} of the partition's stored documents (their first chunk)."""
+    where = f"partition = {sql_string(partition)} AND chunk_index = 0"
+    rows = table.search().where(where).select(["doc_id", "doc_sha256", "vector_config"]).limit(None).to_arrow()
+    return dict(
+        zip(
+            rows.column("doc_id").to_pylist(),
+            zip(rows.column("doc_sha256").to_pylist(), rows.column("vector_config").to_pylist()),
+        )
+    )
+
+
+def commit_tables(
+    run: PartitionRun, staged: dict[str, Path], opened: contextlib.ExitStack, tables: dict[str, Any]
+) -> set[str]:
+    """ONE commit per granularity table (finest first) streamed from its staging file; the doc_ids
+    removed from the store (their rows deleted from every table).
+
+    In each table: the rows of the documents it needed are replaced, the rows of the documents it
+    did not need stay (unchanged there, or encoded for another table), the rows of the documents
+    rejected now or gone from the store are deleted. ``run.report`` gets each table's commit
+    (``granularities[g].write``; ``write``: the first table's).
+    """
+    state, report = run.state, run.report
+    removed: set[str] = set()
+    for g, table in tables.items():
+        existing = set(run.existing[g])
+        kept = state.skipped | state.kept.get(g, set())
+        gone = existing - state.present
+        removed |= gone
+        replaced = ((state.attempted & existing) - kept) | gone
+
+        def staged_rows(path: Path = staged[g]) -> pa.RecordBatchReader:  # opened afresh for each commit attempt
+            reader = pa.ipc.open_stream(opened.enter_context(pa.OSFile(str(path), "rb")))
+            if kills_here("during_commit", run.partition):
+                return pa.RecordBatchReader.from_batches(reader.schema, killing_after_first(reader))
+            return reader
+
+        rows = staged_rows if report.granularities[g].chunks_written else None
+        write = commit_documents(table, run.partition, rows, replaced=replaced, kept=kept)
+        report.granularities[g].write = write
+        if g == next(iter(tables)):
+            report.write = write
+    return removed
