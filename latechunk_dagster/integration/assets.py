@@ -6,102 +6,35 @@
 * chunks: one partition per shard; each partition is streamed in bounded batches through the
   engine (one encoder pass per document), only new or changed documents are encoded, and its
   rows are replaced in LanceDB in one commit (:func:`latechunk_dagster.pipeline.materialize_partition`).
+  With several granularities, one multi-asset of one asset per granularity table, all written by
+  that one step (one commit per table, finest first), each with its own metadata.
   Backfills of many partitions run in one run with one engine load
   (``BackfillPolicy.single_run()`` by default); the pool keeps two runs off one GPU.
-* index: ANN, full-text and scalar indexes over the whole table, then compaction.
+* index: ANN, full-text and scalar indexes over the whole table (each granularity table), then compaction.
+
+Run config: :mod:`latechunk_dagster.integration.run_config`.
 """
 
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import dagster as dg
-from pydantic import Field
 
-from latechunk_dagster.core.chunking import ChunkingStrategy
+from latechunk_dagster.core.granularities import SINGLE
+from latechunk_dagster.integration.run_config import ChunkingConfig as ChunkingConfig  # re-exported
+from latechunk_dagster.integration.run_config import StrategyConfig as StrategyConfig  # re-exported
 from latechunk_dagster.integration.wiring import TableWiring
 from latechunk_dagster.pipeline.partition import SHARD_ERRORS
 from latechunk_dagster.pipeline.partition import UNREADABLE_SHARD as UNREADABLE_SHARD  # re-exported
 from latechunk_dagster.pipeline.shard import (
-    CHAR_SPANS_REFUSAL,
-    ShardSettings,
+    Strategies,
+    open_chunk_tables,
     run_shard,
     shard_summary,
-    strategy_from_run_config,
 )
 from latechunk_dagster.sink.indexing import refresh_indexes
 from latechunk_dagster.sources.documents import UnknownShardError
 from latechunk_dagster.sources.frames import iter_table_documents, partition_tables
-
-
-class ChunkingConfig(dg.Config):
-    """Run config of a chunk asset: which strategy cuts documents into chunks (recorded in lineage).
-
-    Every field left empty takes the factory's default strategy. ``strategy`` is one of
-    ``fixed_tokens`` (uses ``chunk_size``), ``sentences``, ``paragraphs``, ``markdown_sections``
-    (use ``max_tokens`` and ``language``). ``char_spans`` needs spans per document and is not
-    available from run config.
-    """
-
-    strategy: str | None = Field(
-        default=None, description="fixed_tokens | sentences | paragraphs | markdown_sections (empty: the default)."
-    )
-    chunk_size: int | None = Field(
-        default=None, description="Tokens per chunk for fixed_tokens (special tokens count)."
-    )
-    max_tokens: int | None = Field(default=None, description="Token budget per chunk for the boundary strategies.")
-    segmenter: str | None = Field(default=None, description="Sentence segmenter: sentencex (default) or pysbd.")
-    language: str | None = Field(
-        default=None, description="Segmenter language; an unsupported one fails the run before the engine loads."
-    )
-
-    force: bool = Field(default=False, description="Re-encode every document, not only new or changed ones.")
-    batch_tokens: int = Field(
-        default=0, description="Document tokens per engine call; 0: the default (8,192 on CPU, 131,072 on GPU)."
-    )
-    max_rejected_share: float = Field(
-        default=ShardSettings.max_rejected_share,
-        description="A reason that rejects at least this share of a shard's documents fails the shard (old rows kept).",
-    )
-    systemic_min_documents: int = Field(
-        default=ShardSettings.systemic_min_documents,
-        description="...of at least this many documents (fewer: only all-rejected fails the shard).",
-    )
-
-    def shard_settings(self, host_workers: int | None) -> ShardSettings:
-        """The shard run's settings (the same :class:`ShardSettings` Airflow's operator builds).
-
-        Raises:
-            ValueError: a setting out of range, naming it.
-        """
-        return ShardSettings(
-            batch_tokens=self.batch_tokens,
-            force=self.force,
-            max_rejected_share=self.max_rejected_share,
-            systemic_min_documents=self.systemic_min_documents,
-            host_workers=host_workers,
-        )
-
-    def build(self, default: ChunkingStrategy) -> ChunkingStrategy:
-        """The strategy of this run: ``default`` with the fields that are set replaced.
-
-        Raises:
-            ValueError: unknown strategy, ``char_spans``, a missing parameter (``fixed_tokens``
-                without ``chunk_size``, unless it is the default strategy), parameter values the
-                strategy refuses, or a field that the chosen strategy does not take (``chunk_size``
-                with ``sentences``, ``language`` with ``fixed_tokens``...: set, it would be ignored).
-                The rule is Airflow's too (:func:`~latechunk_dagster.pipeline.shard.strategy_from_run_config`).
-        """
-        name = self.strategy or default.name
-        if name == "char_spans":
-            raise ValueError(CHAR_SPANS_REFUSAL)
-        unused = ["max_tokens", "language", "segmenter"] if name == "fixed_tokens" else ["chunk_size"]
-        ignored = [f for f in unused if getattr(self, f) is not None]
-        if ignored:
-            raise ValueError(
-                f"run config sets {', '.join(f'{f}={getattr(self, f)!r}' for f in ignored)}, which strategy "
-                f"{name!r} does not take; remove it or choose a strategy that uses it"
-            )
-        params = {f: getattr(self, f) for f in ("chunk_size", "max_tokens", "language", "segmenter")}
-        return strategy_from_run_config(self.strategy, params, default)
 
 
 def build_documents_asset(w: TableWiring, spec: dg.AssetSpec) -> dg.AssetsDefinition:
@@ -132,16 +65,21 @@ def _observable_with_spec(source: dg.SourceAsset, spec: dg.AssetSpec) -> dg.Asse
 
 
 def build_chunk_asset(
-    w: TableWiring, spec: dg.AssetSpec, backfill_policy: dg.BackfillPolicy | None
+    w: TableWiring, specs: Sequence[dg.AssetSpec], backfill_policy: dg.BackfillPolicy | None
 ) -> dg.AssetsDefinition:
-    """The partitioned chunk asset (see the module docstring), carrying ``spec`` whole."""
+    """The partitioned chunk asset (see the module docstring): one ``AssetSpec`` per granularity
+    table (``specs``, finest first, each carried whole), all materialized by one step that encodes
+    each document once. The granularities are not subsettable: a chunk's parent link needs the
+    next granularity's chunks of the same encode."""
     keys = {w.engine_key, w.lancedb_key} | (set() if w.documents_from_asset else {w.store_key})
     ins = {"documents": dg.AssetIn(key=w.documents_key)} if w.documents_from_asset else {}
+    name = specs[0].key.to_python_identifier() if w.single else f"{w.op_name}_chunks"
+    code_versions = {spec.key: spec.code_version for spec in specs}
 
     def decorate(fn: Any) -> dg.AssetsDefinition:
         return dg.multi_asset(
-            specs=[spec],
-            name=spec.key.to_python_identifier(),
+            specs=list(specs),
+            name=name,
             ins=ins,
             partitions_def=w.partitions_def,
             backfill_policy=backfill_policy,
@@ -153,13 +91,13 @@ def build_chunk_asset(
 
         def _chunks_from_asset(
             context: dg.AssetExecutionContext, config: ChunkingConfig, documents: Any
-        ) -> dg.MaterializeResult:
-            return materialize_chunks(context, w, config, documents, spec.code_version)
+        ) -> Iterator[dg.MaterializeResult]:
+            yield from materialize_chunks(context, w, config, documents, code_versions)
 
         return decorate(_chunks_from_asset)
 
-    def _chunks(context: dg.AssetExecutionContext, config: ChunkingConfig) -> dg.MaterializeResult:
-        return materialize_chunks(context, w, config, None, spec.code_version)
+    def _chunks(context: dg.AssetExecutionContext, config: ChunkingConfig) -> Iterator[dg.MaterializeResult]:
+        yield from materialize_chunks(context, w, config, None, code_versions)
 
     return decorate(_chunks)
 
@@ -178,7 +116,9 @@ def _partition_sources(context: dg.AssetExecutionContext, w: TableWiring, upstre
                 )
                 continue
             value = tables[partition]
-            docs = iter_table_documents(value, w.id_column, w.text_column, where=f"partition {partition!r}")
+            docs = iter_table_documents(
+                value, w.id_column, w.text_column, where=f"partition {partition!r}", chunks_column=w.chunks_column
+            )
             yield partition, docs, getattr(value, "num_rows", None)
         return
     st = w.resource(context, w.store_key).get_store()
@@ -195,23 +135,49 @@ def _raise(exc: Exception) -> Any:
     yield  # a generator: raises on the first next()
 
 
+def chunks_column(w: TableWiring, context: Any) -> str | None:
+    """The documents' column of their own chunks: the upstream asset's (``late_chunk_assets(chunks_column=)``)
+    or the store resource's (``DocumentStoreResource(chunks_column=)``); ``None``: none."""
+    if w.documents_from_asset:
+        return w.chunks_column
+    return w.resource(context, w.store_key).get_store().chunks_column
+
+
 def materialize_chunks(
-    context: dg.AssetExecutionContext, w: TableWiring, config: ChunkingConfig, upstream: Any, code_version: str | None
-) -> dg.MaterializeResult:
-    """Late-chunk every partition of the run into the chunk table (one commit per partition), each
-    with the shard run Airflow calls too (:func:`~latechunk_dagster.pipeline.shard.run_shard`); its
-    :func:`~latechunk_dagster.pipeline.shard.shard_summary` is the partition's metadata."""
-    strategy = config.build(w.strategy)
+    context: dg.AssetExecutionContext,
+    w: TableWiring,
+    config: ChunkingConfig,
+    upstream: Any,
+    code_versions: Mapping[dg.AssetKey, str | None],
+) -> Iterator[dg.MaterializeResult]:
+    """Late-chunk every partition of the run into every granularity table (one commit per table per
+    partition, each document encoded once), each partition with the shard run Airflow calls too
+    (:func:`~latechunk_dagster.pipeline.shard.run_shard`); each granularity's
+    :func:`~latechunk_dagster.pipeline.shard.shard_summary` is the partition's metadata of that
+    granularity's asset. Yields one ``MaterializeResult`` per granularity asset, finest first."""
+    strategies = config.build_granularities(w.strategies)
+    strategy: Strategies = strategies[SINGLE] if w.single else strategies
     lancedb = w.resource(context, w.lancedb_key)
     rejected_table = lancedb.rejected_table(w.rejected_table_name)  # a bad URI fails before the engine loads
     engine = w.resource(context, w.engine_key)
-    settings = config.shard_settings(getattr(engine, "host_workers", None))
+    settings = config.shard_settings(getattr(engine, "host_workers", None), chunks_column(w, context))
+    try:  # given_chunks without a column of chunks: refused before the engine loads
+        settings.check_strategies(strategy)
+    except ValueError as exc:
+        where = (
+            "late_chunk_assets(chunks_column=...)"
+            if w.documents_from_asset
+            else "DocumentStoreResource(chunks_column=...)"
+        )
+        raise ValueError(f"{exc}: {where}") from None
     chunker = engine.get_chunker()
-    table = lancedb.chunk_table(w.table_name, chunker.embedding_dim)
+    opened = open_chunk_tables(lancedb, w.table_name, strategy, chunker.embedding_dim)
+    tables = {SINGLE: opened} if w.single else dict(opened)
     table_uri = f"{lancedb.uri}/{w.table_name}"
-    totals: dict[str, float] = dict.fromkeys(
-        ("documents", "chunks", "rejected", "tokens", "seconds", "unreadable_shards"), 0
-    )
+    totals = {
+        g: dict.fromkeys(("documents", "chunks", "rejected", "tokens", "seconds", "unreadable_shards"), 0.0)
+        for g in strategies
+    }
     for partition, documents, expected in _partition_sources(context, w, upstream):
         try:
             out = run_shard(
@@ -219,7 +185,7 @@ def materialize_chunks(
                 documents,
                 partition,
                 strategy,
-                chunk_table=table,
+                chunk_table=opened,
                 rejected_table=rejected_table,
                 run_id=context.run.run_id,
                 settings=settings,
@@ -228,13 +194,16 @@ def materialize_chunks(
             )
         except SHARD_ERRORS as exc:
             # The shard cannot be read or its documents failed for one reason: its old chunk rows
-            # are kept, the reason is recorded (run_shard), and the blocking `documents_accounted`
-            # check fails for it, while the other partitions of the run are written as usual.
-            context.add_asset_metadata(
-                {"shard_error": dg.MetadataValue.text(str(exc)), "partition_rows": dg.MetadataValue.int(-1)},
-                partition_key=partition,
-            )
-            totals["unreadable_shards"] += 1
+            # are kept in every granularity table, the reason is recorded (run_shard), and the
+            # blocking `documents_accounted` checks fail for it, while the other partitions of the
+            # run are written as usual.
+            for g in w.granularities:
+                context.add_asset_metadata(
+                    {"shard_error": dg.MetadataValue.text(str(exc)), "partition_rows": dg.MetadataValue.int(-1)},
+                    asset_key=g.chunk_key,
+                    partition_key=partition,
+                )
+                totals[g.name]["unreadable_shards"] += 1
             continue
         summary = shard_summary(
             out,
@@ -242,38 +211,48 @@ def materialize_chunks(
             strategy,
             table_uri=table_uri,
             table_name=w.table_name,
-            table_version=table.version,
+            table_version=tables[w.granularities[0].name].version,
             run_id=context.run.run_id,
         )
-        context.add_asset_metadata({k: _metadata_value(v) for k, v in summary.items()}, partition_key=partition)
-        for k, v in (
-            ("documents", out.documents),
-            ("chunks", out.chunks_written),
-            ("rejected", out.rejected),
-            ("tokens", out.tokens_encoded),
-            ("seconds", out.engine_seconds),
-        ):
-            totals[k] += v
-    return dg.MaterializeResult(
-        metadata={
+        shared = {k: v for k, v in summary.items() if k != "granularities"}
+        for g in w.granularities:
+            # a granularity's own table, counts and commit over the shard's shared counts
+            mine = summary if w.single else {**shared, **summary["granularities"][g.name], "granularity": g.name}
+            context.add_asset_metadata(
+                {k: _metadata_value(v) for k, v in mine.items()}, asset_key=g.chunk_key, partition_key=partition
+            )
+            for k, key in (
+                ("documents", "documents_in"),
+                ("chunks", "chunks_written"),
+                ("rejected", "documents_rejected"),
+                ("tokens", "tokens_encoded"),
+                ("seconds", "engine_seconds"),
+            ):
+                totals[g.name][k] += mine[key]
+    for g in w.granularities:
+        table, t = tables[g.name], totals[g.name]
+        metadata = {
             "dagster/row_count": dg.MetadataValue.int(table.count_rows()),
-            "dagster/uri": dg.MetadataValue.text(table_uri),
+            "dagster/uri": dg.MetadataValue.text(f"{lancedb.uri}/{g.table_name}"),
             "dagster/column_schema": _column_schema(table.schema),
             "version": dg.MetadataValue.int(table.version),
-            "run_documents_in": dg.MetadataValue.int(int(totals["documents"])),
-            "run_chunks_written": dg.MetadataValue.int(int(totals["chunks"])),
-            "run_documents_rejected": dg.MetadataValue.int(int(totals["rejected"])),
-            "run_unreadable_shards": dg.MetadataValue.int(int(totals["unreadable_shards"])),
-            "run_tokens_per_second": dg.MetadataValue.float(totals["tokens"] / max(totals["seconds"], 1e-9)),
+            "run_documents_in": dg.MetadataValue.int(int(t["documents"])),
+            "run_chunks_written": dg.MetadataValue.int(int(t["chunks"])),
+            "run_documents_rejected": dg.MetadataValue.int(int(t["rejected"])),
+            "run_unreadable_shards": dg.MetadataValue.int(int(t["unreadable_shards"])),
+            "run_tokens_per_second": dg.MetadataValue.float(t["tokens"] / max(t["seconds"], 1e-9)),
             "model": dg.MetadataValue.text(chunker.card.name),
             "model_sha256": dg.MetadataValue.text(chunker.card.fingerprint),
-            "strategy": dg.MetadataValue.text(strategy.describe()),
+            "strategy": dg.MetadataValue.text(strategies[g.name].describe()),
             "engine_path": dg.MetadataValue.text(chunker.path),
             "engine": dg.MetadataValue.text(chunker.settings.engine),
             "vllm_version": dg.MetadataValue.text(chunker.settings.engine_record),
-            "code_version": dg.MetadataValue.text(code_version or ""),
+            "code_version": dg.MetadataValue.text(code_versions.get(g.chunk_key) or ""),
         }
-    )
+        if not w.single:
+            metadata["granularity"] = dg.MetadataValue.text(g.name)
+            metadata["parent_table"] = dg.MetadataValue.text(w.chunk_tables[g.parent] if g.parent else "")
+        yield dg.MaterializeResult(asset_key=g.chunk_key, metadata=metadata)
 
 
 def _metadata_value(value: Any) -> Any:
@@ -293,17 +272,27 @@ def _column_schema(schema: Any) -> dg.TableSchemaMetadataValue:
     return dg.MetadataValue.table_schema(dg.TableSchema(columns=[dg.TableColumn(f.name, str(f.type)) for f in schema]))
 
 
-def build_index_asset(w: TableWiring, spec: dg.AssetSpec) -> dg.AssetsDefinition:
-    """The index asset over the whole chunk table, carrying ``spec`` whole."""
+def build_index_asset(w: TableWiring, specs: Sequence[dg.AssetSpec]) -> dg.AssetsDefinition:
+    """The index assets, one per granularity table (``specs`` in the order of ``w.granularities``,
+    each carried whole), each indexing its whole chunk table; subsettable, so one table's index is
+    refreshed alone."""
+    tables = {spec.key: g for spec, g in zip(specs, w.granularities, strict=True)}
+    name = specs[0].key.to_python_identifier() if w.single else f"{w.op_name}_indexes"
 
-    @dg.multi_asset(specs=[spec], name=spec.key.to_python_identifier(), required_resource_keys={w.lancedb_key})
-    def _index(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
+    @dg.multi_asset(specs=list(specs), name=name, can_subset=not w.single, required_resource_keys={w.lancedb_key})
+    def _index(context: dg.AssetExecutionContext) -> Iterator[dg.MaterializeResult]:
         lancedb = w.resource(context, w.lancedb_key)
-        table = lancedb.open_table(w.table_name)
-        if table is None:
-            raise dg.Failure(f"no table {w.table_name!r} at {lancedb.uri}: materialize {w.chunk_key.to_user_string()}")
-        report = refresh_indexes(table)
-        context.log.info(f"indexes: {report}")
-        return dg.MaterializeResult(metadata={k: dg.MetadataValue.text(str(v)) for k, v in report.items()})
+        for key in [k for k in tables if k in context.selected_asset_keys]:
+            g = tables[key]
+            table = lancedb.open_table(g.table_name)
+            if table is None:
+                raise dg.Failure(
+                    f"no table {g.table_name!r} at {lancedb.uri}: materialize {g.chunk_key.to_user_string()}"
+                )
+            report = refresh_indexes(table)
+            context.log.info(f"indexes of {g.table_name!r}: {report}")
+            yield dg.MaterializeResult(
+                asset_key=key, metadata={k: dg.MetadataValue.text(str(v)) for k, v in report.items()}
+            )
 
     return _index

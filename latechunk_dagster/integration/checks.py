@@ -20,9 +20,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pydantic import Field
 
-from latechunk_dagster.core.chunking import strategy_from_config
-from latechunk_dagster.integration.wiring import TableWiring
+from latechunk_dagster.core.chunking import GivenChunks, strategy_from_config
+from latechunk_dagster.integration.wiring import Granularity, TableWiring
 from latechunk_dagster.sink import validation
+from latechunk_dagster.sink.parents import PARENT_CHECK, parents_exist
 from latechunk_dagster.sink.schema import sql_in, sql_string
 from latechunk_dagster.sink.writes import table_partitions
 
@@ -50,10 +51,10 @@ def run_partitions(
     return table_partitions(table)
 
 
-def last_reported(w: TableWiring, instance: dg.DagsterInstance, partition: str, key: str) -> int | None:
-    """An int the last materialization of ``partition`` reported in its metadata, or ``None``."""
+def last_reported(asset_key: dg.AssetKey, instance: dg.DagsterInstance, partition: str, key: str) -> int | None:
+    """An int the last materialization of ``partition`` of ``asset_key`` reported in its metadata, or ``None``."""
     result = instance.fetch_materializations(
-        dg.AssetRecordsFilter(asset_key=w.chunk_key, asset_partitions=[partition]), limit=1
+        dg.AssetRecordsFilter(asset_key=asset_key, asset_partitions=[partition]), limit=1
     )
     if not result.records:
         return None
@@ -63,26 +64,40 @@ def last_reported(w: TableWiring, instance: dg.DagsterInstance, partition: str, 
 
 
 def _reported_outcome(
-    w: TableWiring, instance: dg.DagsterInstance, p: str, rows: pa.Table, rejected: pa.Table
+    asset_key: dg.AssetKey, instance: dg.DagsterInstance, p: str, rows: pa.Table, rejected: pa.Table
 ) -> validation.Outcome:
     """Upstream-asset documents: chunked + rejected documents = what the materialization read, none both."""
     chunked = set(rows.column("doc_id").to_pylist())
     refused = set(rejected.column("doc_id").to_pylist())
-    expected = last_reported(w, instance, p, "documents_in")
+    expected = last_reported(asset_key, instance, p, "documents_in")
     both = sorted(chunked & refused)
     ok = expected is not None and len(chunked | refused) == expected and not both
     return ok, {"documents_in": expected, "chunked": len(chunked), "rejected": len(refused), "both": both[:10]}
 
 
 def build_checks(w: TableWiring, *, with_parity: bool = True) -> list[dg.AssetChecksDefinition]:
-    """The blocking checks of one chunk table (``CHECKS`` in one multi-check, plus ``parity_sample``)."""
+    """The blocking checks of every granularity table (``CHECKS`` in one multi-check per granularity,
+    plus ``parity_sample`` on each)."""
+    checks = [build_table_checks(w, g) for g in w.granularities]
+    if with_parity and not w.documents_from_asset:
+        checks.extend(build_parity_check(w, g) for g in w.granularities)
+    return checks
+
+
+def build_table_checks(w: TableWiring, g: Granularity) -> dg.AssetChecksDefinition:
+    """``CHECKS`` over the rows of one granularity table, as blocking checks of its chunk asset; for a
+    granularity with a next one, also ``PARENT_CHECK`` (its ``parent_chunk_id`` links against the
+    next granularity's table, :func:`~latechunk_dagster.sink.validation.parents_exist`)."""
     keys = {w.lancedb_key} | (set() if w.documents_from_asset else {w.store_key})
+    key = g.chunk_key
+    parent_table = w.chunk_tables[g.parent] if g.parent is not None else None
+    described = {**CHECKS, **(PARENT_CHECK if parent_table else {})}
 
     @dg.multi_asset_check(
-        specs=[dg.AssetCheckSpec(name, asset=w.chunk_key, blocking=True, description=d) for name, d in CHECKS.items()],
-        description=f"Validates the rows of {w.chunk_key.to_user_string()}'s partitions in LanceDB.",
+        specs=[dg.AssetCheckSpec(name, asset=key, blocking=True, description=d) for name, d in described.items()],
+        description=f"Validates the rows of {key.to_user_string()}'s partitions in LanceDB table {g.table_name!r}.",
         required_resource_keys=keys,
-        name=f"{w.chunk_key.to_python_identifier()}_table_checks",
+        name=f"{key.to_python_identifier()}_table_checks",
     )
     def chunk_table_checks(
         context: dg.AssetCheckExecutionContext, config: CheckConfig
@@ -93,45 +108,53 @@ def build_checks(w: TableWiring, *, with_parity: bool = True) -> list[dg.AssetCh
             passed, details = outcome
             return dg.AssetCheckResult(
                 check_name=name,
-                asset_key=w.chunk_key,
+                asset_key=key,
                 passed=passed,
                 severity=dg.AssetCheckSeverity.ERROR,
                 metadata={"partitions": dg.MetadataValue.json(partitions), "details": dg.MetadataValue.json(details)},
             )
 
-        table = lancedb.open_table(w.table_name)
+        table = lancedb.open_table(g.table_name)
         if table is None:
-            for name in CHECKS:
-                yield result(name, (False, {"reason": f"no table {w.table_name!r}"}), [])
+            for name in described:
+                yield result(name, (False, {"reason": f"no table {g.table_name!r}"}), [])
             return
         partitions = run_partitions(w, context, config, table)
         dim = table.schema.field("vector").type.list_size
-        reported = {last_reported(w, context.instance, p, "embedding_dim") for p in partitions} - {None}
+        reported = {last_reported(key, context.instance, p, "embedding_dim") for p in partitions} - {None}
         outcomes = validation.check_partitions(  # one partition at a time: memory bounded by a partition
             table,
             lancedb.open_table(w.rejected_table_name),
             partitions,
             dim=reported.pop() if len(reported) == 1 else dim,
-            expected_rows={p: last_reported(w, context.instance, p, "partition_rows") for p in partitions},
+            expected_rows={p: last_reported(key, context.instance, p, "partition_rows") for p in partitions},
             store=None if w.documents_from_asset else w.resource(context, w.store_key).get_store(),
-            accounted=(lambda p, rows, rejected: _reported_outcome(w, context.instance, p, rows, rejected))
+            accounted=(lambda p, rows, rejected: _reported_outcome(key, context.instance, p, rows, rejected))
             if w.documents_from_asset
             else None,
         )
         for name in CHECKS:
             yield result(name, outcomes[name], partitions)
+        if parent_table is not None:
+            coarse = lancedb.open_table(parent_table)
+            [name] = PARENT_CHECK
+            outcome = (
+                parents_exist(table, coarse, partitions)
+                if coarse is not None
+                else (False, {"reason": f"no table {parent_table!r} (the next granularity's)"})
+            )
+            yield result(name, outcome, partitions)
 
-    checks = [chunk_table_checks]
-    if with_parity and not w.documents_from_asset:
-        checks.append(build_parity_check(w))
-    return checks
+    return chunk_table_checks
 
 
-def build_parity_check(w: TableWiring) -> dg.AssetChecksDefinition:
-    """``parity_sample``: re-embeds a few documents per partition and compares with the stored vectors."""
+def build_parity_check(w: TableWiring, g: Granularity) -> dg.AssetChecksDefinition:
+    """``parity_sample`` of one granularity table: re-embeds a few documents per partition with the
+    strategy their rows record (alone: a granularity's vectors equal a single-strategy run of its
+    strategy) and compares with the stored vectors."""
 
     @dg.asset_check(
-        asset=w.chunk_key,
+        asset=g.chunk_key,
         name="parity_sample",
         blocking=True,
         pool=w.pool,
@@ -140,11 +163,11 @@ def build_parity_check(w: TableWiring) -> dg.AssetChecksDefinition:
         required_resource_keys={w.engine_key, w.lancedb_key, w.store_key},
     )
     def parity_sample(context: dg.AssetCheckExecutionContext, config: ParityConfig) -> dg.AssetCheckResult:
-        table = w.resource(context, w.lancedb_key).open_table(w.table_name)
+        table = w.resource(context, w.lancedb_key).open_table(g.table_name)
         if table is None:
-            return dg.AssetCheckResult(passed=False, metadata={"reason": "no chunk table"})
+            return dg.AssetCheckResult(passed=False, metadata={"reason": f"no chunk table {g.table_name!r}"})
         partitions = run_partitions(w, context, config, table)
-        same_run = w.chunk_key in (context.run.asset_selection or set())
+        same_run = g.chunk_key in (context.run.asset_selection or set())
         # in the run that materialized the partition: sample what this run wrote (incremental
         # runs leave unchanged documents' rows, checked by the run that wrote them)
         this_run = f"run_id = {sql_string(context.run.run_id)}" if same_run else None
@@ -179,7 +202,9 @@ def build_parity_check(w: TableWiring) -> dg.AssetChecksDefinition:
                 if doc_id not in docs:
                     outcome: validation.Outcome = (False, {"reason": "document no longer in the store"})
                 else:
-                    [fresh] = chunker.chunk([docs[doc_id].text], strategy, doc_ids=[doc_id])
+                    doc = docs[doc_id]
+                    given = {"chunks": [doc.chunks]} if strategy.name == GivenChunks.name else {}
+                    [fresh] = chunker.chunk([doc.text], strategy, doc_ids=[doc_id], **given)
                     # shape: [n_chunks, dim]
                     stored = np.stack([np.asarray(v, np.float32) for v in mine.column("vector").to_pylist()])
                     outcome = validation.vectors_match(stored, fresh.vectors, config.atol)

@@ -12,6 +12,14 @@
       lancedb: {uri: /data/lancedb}
       store: {path: /data/documents}
 
+Several granularities of one encode (a table and a chunk asset per granularity, finest first;
+:func:`~latechunk_dagster.late_chunk_assets`'s ``strategies``) take ``strategies:`` instead of
+``strategy:``::
+
+      strategies:
+        sentence: {name: given_chunks}   # each row's own chunks: store: {chunks_column: ...}
+        paragraph: {name: paragraphs, params: {max_tokens: 512}}
+
 ``engine``, ``lancedb`` and ``store`` are optional: when given, the component also binds those
 resources under ``engine_resource_key`` / ``lancedb_resource_key`` / ``store_resource_key``;
 otherwise the project provides them. ``engine: {kind: transformers, model: ...}`` chooses the light
@@ -19,12 +27,13 @@ transformers engine (:class:`~latechunk_dagster.integration.resources.Transforme
 ``kind: vllm`` (the default) the in-process vLLM engine; the other keys are that resource's fields.
 """
 
+import dataclasses
 from typing import Any
 
 import dagster as dg
 from pydantic import Field
 
-from latechunk_dagster.core.chunking import strategy_from_config
+from latechunk_dagster.core.chunking import STRATEGIES, ChunkingStrategy, strategy_from_config
 from latechunk_dagster.integration.factory import ENGINE_POOL, late_chunk_assets
 from latechunk_dagster.integration.resources import (
     ENGINE_RESOURCES,
@@ -51,14 +60,34 @@ def engine_resource(fields: dict[str, Any]) -> ChunkerResource:
 
 
 class StrategyModel(dg.Model):
-    """A chunking strategy by name and parameters (:func:`latechunk_dagster.core.chunking.strategy_from_config`)."""
+    """A chunking strategy by name and parameters (:func:`latechunk_dagster.core.chunking.strategy_from_config`).
+
+    ``params`` left out: ``{max_tokens: 128}`` for the strategies that take ``max_tokens``, none for
+    the others (``{name: given_chunks}``).
+    """
 
     name: str = "sentences"
     params: dict[str, Any] = Field(default_factory=lambda: {"max_tokens": 128})
 
+    def build(self) -> ChunkingStrategy:
+        """The strategy.
+
+        Raises:
+            ValueError: as :func:`~latechunk_dagster.core.chunking.strategy_from_config`.
+        """
+        params = self.params
+        cls = STRATEGIES.get(self.name)
+        if "params" not in self.model_fields_set and cls is not None:
+            params = {k: v for k, v in params.items() if k in {f.name for f in dataclasses.fields(cls)}}  # type: ignore[arg-type]
+        return strategy_from_config(self.name, params)
+
 
 class LateChunkComponent(dg.Component, dg.Model, dg.Resolvable):
-    """One late-chunked LanceDB table: documents, chunk asset, checks, sensor, index and jobs."""
+    """One late-chunked LanceDB table (a table per granularity): documents, chunks, checks, sensor, indexes, jobs.
+
+    ``strategy`` makes one table; ``strategies`` (finest first) one table and chunk asset per
+    granularity, from one encode per document.
+    """
 
     name: str = "chunk_vectors"
     key_prefix: str | None = None
@@ -66,7 +95,14 @@ class LateChunkComponent(dg.Component, dg.Model, dg.Resolvable):
     table_name: str = CHUNK_TABLE
     rejected_table_name: str = REJECTED_TABLE
     pool: str | None = ENGINE_POOL
-    strategy: StrategyModel = Field(default_factory=StrategyModel)
+    strategy: StrategyModel | None = Field(
+        default=None, description="The chunking strategy (default: sentences, max_tokens 128); or strategies."
+    )
+    strategies: dict[str, StrategyModel] | None = Field(
+        default=None,
+        description="Several granularities {name: strategy}, finest first: one encode, a table per granularity "
+        "(<table_name>_<name>), each chunk linked to its parent in the next; instead of strategy.",
+    )
     documents_asset: str | None = Field(
         default=None, description="Key (a/b) of an upstream asset of documents; empty: the store resource."
     )
@@ -83,6 +119,25 @@ class LateChunkComponent(dg.Component, dg.Model, dg.Resolvable):
     index: bool = True
     sensor: bool = True
 
+    def strategy_arguments(self) -> dict[str, Any]:
+        """``strategy=`` or ``strategies=`` of :func:`~latechunk_dagster.late_chunk_assets`.
+
+        Raises:
+            ValueError: both ``strategy`` and ``strategies``; a strategy that cannot be built
+                (naming the granularity).
+        """
+        if self.strategy is not None and self.strategies is not None:
+            raise ValueError("set strategy (one table) or strategies (a table per granularity), not both")
+        if self.strategies is None:
+            return {"strategy": (self.strategy or StrategyModel()).build()}
+        built = {}
+        for name, model in self.strategies.items():
+            try:
+                built[name] = model.build()
+            except ValueError as exc:
+                raise ValueError(f"strategies.{name}: {exc}") from None
+        return {"strategies": built}
+
     def build_defs(self, context: dg.ComponentLoadContext) -> dg.Definitions:
         table = late_chunk_assets(
             name=self.name,
@@ -95,7 +150,7 @@ class LateChunkComponent(dg.Component, dg.Model, dg.Resolvable):
             documents=self.documents_asset.split("/") if self.documents_asset else None,
             table_name=self.table_name,
             rejected_table_name=self.rejected_table_name,
-            strategy=strategy_from_config(self.strategy.name, self.strategy.params),
+            **self.strategy_arguments(),
             model=(self.engine or {}).get("model"),
             index=self.index,
             sensor=self.sensor,

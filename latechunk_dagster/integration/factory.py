@@ -8,19 +8,20 @@ turns them into asset specs. Two calls (two models, two tables) live side by sid
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import dagster as dg
 
-from latechunk_dagster.core.chunking import ChunkingStrategy
+from latechunk_dagster.core.chunking import ChunkingStrategy, GivenChunks
+from latechunk_dagster.core.granularities import check_granularities
 from latechunk_dagster.integration.assets import build_chunk_asset, build_documents_asset, build_index_asset
 from latechunk_dagster.integration.checks import build_checks
 from latechunk_dagster.integration.sensors import build_store_sensor
 from latechunk_dagster.integration.translator import LateChunkTableProps, LateChunkTranslator, as_key_prefix
-from latechunk_dagster.integration.wiring import TableWiring, dynamic_name
+from latechunk_dagster.integration.wiring import Granularity, TableWiring, dynamic_name
 from latechunk_dagster.pipeline.config import DEFAULT_STRATEGY
 from latechunk_dagster.sink import CHUNK_TABLE, REJECTED_TABLE
 
@@ -36,10 +37,11 @@ class LateChunkDefinitions:
     """What :func:`late_chunk_assets` returns for one table.
 
     Attributes:
-        chunk_asset: the partitioned chunk asset.
+        chunk_asset: the partitioned chunk asset: with ``strategies``, a multi-asset of one asset
+            per granularity table (:attr:`chunk_keys`), materialized by one step.
         documents_asset: the observable store asset (``None`` when documents come from an upstream asset).
-        index_asset: the index asset (``None`` with ``index=False``).
-        asset_checks: the blocking checks on the chunk asset.
+        index_asset: the index asset (one per granularity table; ``None`` with ``index=False``).
+        asset_checks: the blocking checks on each chunk asset.
         sensors: the store sensor (dynamic partitions over a store only).
         jobs: ``chunk_job`` (the chunk asset and its checks) and ``index_job``.
         wiring: the names every piece shares (keys, resource keys, tables, partitions).
@@ -62,6 +64,11 @@ class LateChunkDefinitions:
         )
 
     @property
+    def chunk_keys(self) -> list[dg.AssetKey]:
+        """The chunk asset key of each granularity table, finest first (one for a single strategy)."""
+        return self.wiring.chunk_keys
+
+    @property
     def partitions_def(self) -> dg.PartitionsDefinition:
         return self.wiring.partitions_def
 
@@ -75,6 +82,31 @@ class LateChunkDefinitions:
             resources=resources,
             **kwargs,
         )
+
+
+def _granularities(
+    strategy: ChunkingStrategy | None, strategies: Mapping[str, ChunkingStrategy] | None
+) -> dict[str, ChunkingStrategy]:
+    """``{granularity: strategy}`` of a factory call, finest first (``{"": strategy}`` for one strategy).
+
+    Raises:
+        ValueError: both arguments; a bad granularity name; ``char_spans`` (spans per document
+            cannot be a table's default: ``GivenChunks()`` reads each document's own).
+        TypeError: a value that is not a strategy.
+    """
+    if strategy is not None and strategies is not None:
+        raise ValueError("pass strategy= (one table) or strategies= (a table per granularity), not both")
+    if strategies is not None and not isinstance(strategies, Mapping):
+        raise TypeError(f"strategies must be a mapping {{name: strategy}}, got {strategies!r}")
+    granularities = check_granularities(strategies if strategies is not None else strategy or DEFAULT_STRATEGY)
+    for g, s in granularities.items():
+        if s.name == "char_spans":
+            where = f"granularity {g!r}: " if g else ""
+            raise ValueError(
+                f"{where}char_spans needs per-document spans and cannot be a table's default strategy "
+                "(GivenChunks() reads each document's own chunks from a column)"
+            )
+    return granularities
 
 
 def late_chunk_assets(
@@ -91,9 +123,11 @@ def late_chunk_assets(
     documents: dg.AssetKey | str | Sequence[str] | dg.AssetsDefinition | None = None,
     id_column: str = "id",
     text_column: str = "text",
+    chunks_column: str | None = None,
     table_name: str = CHUNK_TABLE,
     rejected_table_name: str = REJECTED_TABLE,
-    strategy: ChunkingStrategy = DEFAULT_STRATEGY,
+    strategy: ChunkingStrategy | None = None,
+    strategies: Mapping[str, ChunkingStrategy] | None = None,
     model: str | None = None,
     translator: LateChunkTranslator | None = None,
     automation_condition: dg.AutomationCondition | None = None,
@@ -125,8 +159,21 @@ def late_chunk_assets(
             documents (``pyarrow.Table``, pandas or polars ``DataFrame``) with ``id_column`` and
             ``text_column``, partitioned like the chunk asset. ``None`` (default): the store resource,
             observed by a ``documents`` source asset.
-        table_name, rejected_table_name: LanceDB tables of chunks and of rejected documents.
-        strategy: default chunking strategy (run config may choose another per run).
+        chunks_column: with ``documents``: the column of each document's own chunks (ranges or
+            texts, for ``GivenChunks()``); ``None``: none. A store's column is the store resource's
+            ``DocumentStoreResource(chunks_column=...)``.
+        table_name, rejected_table_name: LanceDB tables of chunks and of rejected documents (with
+            ``strategies``: each granularity ``g`` is the table ``f"{table_name}_{g}"``,
+            :func:`~latechunk_dagster.sink.schema.granularity_table`; one rejected table for all).
+        strategy: default chunking strategy (run config may choose another per run); default
+            ``Sentences(max_tokens=128)``.
+        strategies: instead of ``strategy``, several granularities ``{name: strategy}``, finest first
+            (:func:`~latechunk_dagster.core.granularities.check_granularities`): each document is
+            encoded once and every granularity is pooled from that pass into its own table; each
+            chunk records its parent chunk in the next granularity (``parent_chunk_id``). The chunk
+            asset is then a multi-asset of one asset per granularity table (key
+            ``key_prefix + [f"{name}_{g}"]``), materialized together by one step, each with its own
+            blocking checks and index asset.
         model: model directory whose fingerprint enters the code version (so a model change marks
             every partition stale); default: not part of the code version.
         translator: maps the table to asset specs (keys, descriptions, code version, owners, tags,
@@ -148,7 +195,13 @@ def late_chunk_assets(
         :class:`LateChunkDefinitions` (``.to_definitions()`` gives a ``dg.Definitions``).
 
     Raises:
-        ValueError: ``sensor=True`` with upstream documents is ignored; a ``char_spans`` default strategy.
+        ValueError: a ``char_spans`` default strategy; both ``strategy`` and ``strategies``; a bad
+            granularity name (:func:`~latechunk_dagster.core.granularities.check_granularities`);
+            ``chunks_column`` without ``documents`` (the store resource has its own), or
+            ``GivenChunks()`` with ``documents`` but no ``chunks_column``; ``queries`` with
+            ``strategies`` (the evaluation asset reads one table). ``sensor=True`` with upstream
+            documents is ignored.
+        TypeError: a ``strategies`` value that is not a strategy.
 
     Example (two models, two tables, one store)::
 
@@ -172,8 +225,21 @@ def late_chunk_assets(
             }),
         )
     """
-    if strategy.name == "char_spans":
-        raise ValueError("char_spans needs per-document spans and cannot be a table's default strategy")
+    granularities = _granularities(strategy, strategies)
+    if chunks_column is not None and documents is None:
+        raise ValueError(
+            "chunks_column reads an upstream asset's column (documents=...); a store's column is "
+            "DocumentStoreResource(chunks_column=...)"
+        )
+    given = [g for g, s in granularities.items() if s.name == GivenChunks.name]
+    if given and documents is not None and chunks_column is None:
+        raise ValueError(
+            "given_chunks reads each document's own chunks from a column: pass chunks_column= with documents="
+        )
+    if queries is not None and strategies is not None:
+        raise ValueError(
+            "queries= evaluates one table; with strategies= call retrieval_eval_asset per granularity table"
+        )
     translator = translator or LateChunkTranslator()
     prefix = as_key_prefix(key_prefix)
     slug = "_".join([*prefix, name]) if prefix else name
@@ -190,26 +256,42 @@ def late_chunk_assets(
         documents_key = dg.AssetKey([*prefix, "documents"])
     from latechunk_dagster.core.model_card import model_version
 
-    props = LateChunkTableProps(
-        name=name,
-        key_prefix=prefix,
-        group_name=group_name,
-        table_name=table_name,
-        rejected_table_name=rejected_table_name,
-        strategy=strategy,
-        model_version=model_version(model) if model else None,
-        documents_key=documents_key,
-        automation_condition=automation_condition,
-    )
-    chunk_spec = translator.get_chunk_spec(props)
-    index_spec = translator.get_index_spec(props) if index else None
+    names = list(granularities)
+    per_granularity = [
+        LateChunkTableProps(
+            name=name,
+            key_prefix=prefix,
+            group_name=group_name,
+            table_name=table_name,
+            rejected_table_name=rejected_table_name,
+            strategy=granularities[g],
+            model_version=model_version(model) if model else None,
+            documents_key=documents_key,
+            automation_condition=automation_condition,
+            granularity=g,
+            parent_strategy=granularities[names[i + 1]] if i + 1 < len(names) else None,
+        )
+        for i, g in enumerate(names)
+    ]
+    chunk_specs = [translator.get_chunk_spec(p) for p in per_granularity]
+    index_specs = [translator.get_index_spec(p) for p in per_granularity] if index else []
     w = TableWiring(
-        chunk_key=chunk_spec.key,
+        granularities=tuple(
+            Granularity(
+                name=g,
+                strategy=granularities[g],
+                table_name=p.chunk_table_name,
+                chunk_key=spec.key,
+                index_key=index_specs[i].key if index_specs else None,
+                parent=names[i + 1] if g and i + 1 < len(names) else None,
+            )
+            for i, (g, p, spec) in enumerate(zip(names, per_granularity, chunk_specs, strict=True))
+        ),
         documents_key=documents_key,
-        index_key=index_spec.key if index_spec else None,
         documents_from_asset=from_asset,
         id_column=id_column,
         text_column=text_column,
+        chunks_column=chunks_column,
         partitions_def=partitions_def,
         pool=pool,
         engine_key=engine_resource_key,
@@ -217,20 +299,23 @@ def late_chunk_assets(
         store_key=store_resource_key,
         table_name=table_name,
         rejected_table_name=rejected_table_name,
-        strategy=strategy,
+        op_name=dg.AssetKey([*prefix, name]).to_python_identifier(),
     )
-    chunk_asset = build_chunk_asset(w, chunk_spec, backfill_policy)
-    documents_asset = None if from_asset else build_documents_asset(w, translator.get_documents_spec(props))
-    index_asset = build_index_asset(w, index_spec) if index_spec else None
+    chunk_asset = build_chunk_asset(w, chunk_specs, backfill_policy)
+    documents_asset = (
+        None if from_asset else build_documents_asset(w, translator.get_documents_spec(per_granularity[0]))
+    )
+    index_asset = build_index_asset(w, index_specs) if index_specs else None
     sensors = []
     if sensor and not from_asset and dynamic_name(partitions_def):
         sensors.append(build_store_sensor(w, sensor_name or f"{slug}_store_sensor"))
+    tables = ", ".join(repr(t) for t in w.chunk_tables.values())
     jobs: list[Any] = [
         dg.define_asset_job(
             job_name or f"{slug}_job",
-            selection=dg.AssetSelection.assets(chunk_asset.key),
+            selection=dg.AssetSelection.assets(*w.chunk_keys),
             partitions_def=partitions_def,
-            description=f"Late-chunk partitions into {table_name!r}, then run the asset checks.",
+            description=f"Late-chunk partitions into {tables}, then run the asset checks.",
         )
     ]
     if index_asset is not None:
@@ -243,9 +328,9 @@ def late_chunk_assets(
         from latechunk_dagster.integration.evaluation import retrieval_eval_asset
 
         eval_asset, eval_check = retrieval_eval_asset(
-            chunk_asset_key=chunk_asset.key,
+            chunk_asset_key=w.chunk_key,
             queries_path=queries,
-            key=translator.key(props, "retrieval_eval"),
+            key=translator.key(per_granularity[0], "retrieval_eval"),
             group_name=group_name,
             engine_resource_key=engine_resource_key,
             lancedb_resource_key=lancedb_resource_key,

@@ -127,8 +127,10 @@ def read_cursor(cursor: str | None) -> tuple[int, dict[str, str]]:
 
 
 def build_store_sensor(w: TableWiring, name: str) -> dg.SensorDefinition:
-    """A sensor that adds a partition per new shard, requests runs of new or changed shards and drops
-    the partitions and rows of shards that left the store (dynamic partitions only)."""
+    """A sensor that adds a partition per new shard, requests runs of new or changed shards (of every
+    granularity's chunk asset: one run encodes them together) and drops the partitions and rows of
+    shards that left the store, from every granularity table and the rejected table (dynamic
+    partitions only)."""
     pname = dynamic_name(w.partitions_def)
     if pname is None:
         raise ValueError("the store sensor needs a DynamicPartitionsDefinition")
@@ -137,7 +139,7 @@ def build_store_sensor(w: TableWiring, name: str) -> dg.SensorDefinition:
 
     @dg.sensor(
         name=name,
-        asset_selection=[w.chunk_key],
+        asset_selection=w.chunk_keys,
         minimum_interval_seconds=60,
         default_status=dg.DefaultSensorStatus.STOPPED,
         required_resource_keys={w.store_key, w.lancedb_key},

@@ -9,6 +9,30 @@ import dagster as dg
 from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
 
 from latechunk_dagster.core.chunking import ChunkingStrategy
+from latechunk_dagster.core.granularities import SINGLE
+
+
+@dataclass(frozen=True)
+class Granularity:
+    """One granularity of a table definition: its strategy, its LanceDB table and its assets.
+
+    Attributes:
+        name: the granularity's name (:data:`~latechunk_dagster.core.granularities.SINGLE`, ``""``,
+            for a table of one strategy).
+        strategy: its default chunking strategy (run config may choose another per run).
+        table_name: its LanceDB chunk table (:func:`~latechunk_dagster.sink.schema.granularity_table`).
+        chunk_key: the asset key of that table.
+        index_key: the asset key of its index (``None`` without an index asset).
+        parent: the next (coarser) granularity's name, where its chunks' parents are; ``None`` for
+            the last granularity and a single strategy.
+    """
+
+    name: str
+    strategy: ChunkingStrategy
+    table_name: str
+    chunk_key: dg.AssetKey
+    index_key: dg.AssetKey | None
+    parent: str | None = None
 
 
 @dataclass(frozen=True)
@@ -16,20 +40,26 @@ class TableWiring:
     """The names one factory call chose; every builder of :mod:`latechunk_dagster.integration` reads them.
 
     Attributes:
-        chunk_key, documents_key, index_key: asset keys (``index_key`` ``None`` without an index asset).
+        granularities: every granularity of the table definition, finest first (one, named ``""``,
+            for a single strategy).
+        documents_key: asset key of the documents.
         documents_from_asset: True when documents come from an upstream asset (an input of the
             chunk asset) rather than the document-store resource.
         id_column, text_column: document columns of the upstream asset's tables.
+        chunks_column: the upstream asset's column of each document's own chunks (``given_chunks``),
+            or ``None`` (the store resource has its own ``chunks_column``).
         partitions_def: partitions of the chunk asset (one per shard for a dynamic store).
         pool: Dagster concurrency pool of the encoder (``None``: no pool).
         engine_key, lancedb_key, store_key: resource keys.
-        table_name, rejected_table_name: LanceDB tables.
-        strategy: default chunking strategy (run config may override it per run).
+        table_name: the table definition's name (the one table of a single strategy; each
+            granularity's table is named after it).
+        rejected_table_name: the LanceDB table of rejected documents, one for every granularity.
+        chunks_column: see above.
+        op_name: a Python identifier naming the definition's steps (``<prefix>_<name>``).
     """
 
-    chunk_key: dg.AssetKey
+    granularities: tuple[Granularity, ...]
     documents_key: dg.AssetKey
-    index_key: dg.AssetKey | None
     documents_from_asset: bool
     id_column: str
     text_column: str
@@ -40,11 +70,59 @@ class TableWiring:
     store_key: str
     table_name: str
     rejected_table_name: str
-    strategy: ChunkingStrategy
+    chunks_column: str | None = None
+    op_name: str = "chunk_vectors"
+
+    @property
+    def single(self) -> bool:
+        """True for a table of one strategy (its one granularity is named ``""``)."""
+        return len(self.granularities) == 1 and self.granularities[0].name == SINGLE
+
+    @property
+    def chunk_key(self) -> dg.AssetKey:
+        """The chunk asset key of the first (finest) granularity: the only one of a single strategy."""
+        return self.granularities[0].chunk_key
+
+    @property
+    def chunk_keys(self) -> list[dg.AssetKey]:
+        """The chunk asset key of every granularity, finest first."""
+        return [g.chunk_key for g in self.granularities]
+
+    @property
+    def index_key(self) -> dg.AssetKey | None:
+        """The index asset key of the first granularity (``None`` without an index asset)."""
+        return self.granularities[0].index_key
+
+    @property
+    def strategy(self) -> ChunkingStrategy:
+        """The default strategy of the first (finest) granularity: the only one of a single strategy."""
+        return self.granularities[0].strategy
+
+    @property
+    def strategies(self) -> dict[str, ChunkingStrategy]:
+        """``{granularity: default strategy}``, finest first (``{"": strategy}`` for a single strategy)."""
+        return {g.name: g.strategy for g in self.granularities}
+
+    @property
+    def chunk_tables(self) -> dict[str, str]:
+        """``{granularity: LanceDB chunk table}``, finest first."""
+        return {g.name: g.table_name for g in self.granularities}
 
     @property
     def table_names(self) -> list[str]:
-        return [self.table_name, self.rejected_table_name]
+        """Every LanceDB table of the definition: each granularity's chunk table, then the rejected table."""
+        return [*self.chunk_tables.values(), self.rejected_table_name]
+
+    def granularity(self, key: dg.AssetKey) -> Granularity:
+        """The granularity whose chunk asset is ``key``.
+
+        Raises:
+            KeyError: ``key`` is no chunk asset of this table.
+        """
+        for g in self.granularities:
+            if g.chunk_key == key:
+                return g
+        raise KeyError(f"{key.to_user_string()} is not a chunk asset of table {self.table_name!r}")
 
     def resource(self, context: Any, key: str) -> Any:
         """The resource bound to ``key`` in an execution context."""
