@@ -329,6 +329,47 @@ def test_a_document_rejected_now_loses_its_rows_in_every_table(chunker: LateChun
     assert [r["doc_id"] for r in rejected.to_arrow().to_pylist()] == ["tea"]
 
 
+def test_a_run_stopped_between_two_table_commits_is_repaired_by_encoding_what_a_table_lacks(
+    chunker: LateChunker, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """LanceDB commits one table at a time: a run that dies after the fine table's commit leaves the
+    coarse table old; the next run encodes only the changed document, for the coarse table alone."""
+    from latechunk_dagster.pipeline import tables as tables_module
+
+    strategies: dict[str, ChunkingStrategy] = {"small": FixedTokens(chunk_size=8), "large": Paragraphs(max_tokens=48)}
+    _, before = materialize(chunker, tmp_path, strategies, "r1")
+    texts = TEXTS | {"owls": TEXTS["owls"] + " They eat mice."}
+    real, calls = tables_module.commit_documents, []
+
+    def dies_after_the_first_table(table: Any, *args: Any, **kwargs: Any) -> Any:
+        calls.append(table.name)
+        if len(calls) == 2:
+            raise KeyboardInterrupt("killed between two table commits")
+        return real(table, *args, **kwargs)
+
+    monkeypatch.setattr(tables_module, "commit_documents", dies_after_the_first_table)
+    tables, rejected = open_tables(tmp_path, chunker, list(strategies))
+    with pytest.raises(KeyboardInterrupt):
+        materialize_partition(
+            chunker, documents(texts), P, strategies, chunk_table=tables, rejected_table=rejected, run_id="r2"
+        )
+    monkeypatch.setattr(tables_module, "commit_documents", real)
+    assert calls == ["chunks_small", "chunks_large"]
+    assert {r["run_id"] for r in rows_of(tables["small"]) if r["doc_id"] == "owls"} == {"r2"}
+    assert rows_of(tables["large"]) == before["large"]  # still the old rows
+    report = materialize_partition(
+        chunker, documents(texts), P, strategies, chunk_table=tables, rejected_table=rejected, run_id="r3"
+    )
+    [owls] = [d for d in documents(texts) if d.doc_id == "owls"]
+    assert report.documents_reencoded == 1 and report.tokens_encoded == len(chunker.tokenize(owls.text).token_ids)
+    assert report.granularities["small"].write is None and report.granularities["large"].write is not None
+    large = rows_of(tables["large"])
+    assert {r["run_id"] for r in large if r["doc_id"] == "owls"} == {"r3"}
+    assert {r["run_id"] for r in large if r["doc_id"] != "owls"} == {"r1"}
+    ok, details = parents_exist(tables["small"], tables["large"], [P])
+    assert ok, details
+
+
 # -- (e) host worker processes -------------------------------------------------------------------------
 
 
