@@ -175,7 +175,8 @@ def test_rows_of_another_model_and_passages_past_the_end_are_refused(env, chunke
 def test_demo_evaluation_prints_the_generated_set_table(chunker: LateChunker, tmp_path: Path) -> None:
     text = run_demo_evaluation(chunker, write_to=tmp_path)
     assert "generated context-dependent set (40 documents" in text
-    assert "| late |" in text and "| naive |" in text and "120 queries" in text
+    assert "| late sentences32 |" in text and "| naive sentences32 |" in text and "120 queries" in text
+    assert "| small-to-big sentences32 -> sentences128 |" in text and "\nbest on nDCG@10: " in text
     assert (tmp_path / "context.jsonl").read_text().count("\n") == 120
 
 

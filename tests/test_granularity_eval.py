@@ -234,3 +234,34 @@ def test_cli_eval_prints_every_granularity_and_the_winner(store: Path) -> None:
     assert "hybrid doc" in rows
     assert lines[-2].startswith("3 queries; chunks per granularity (sent ")
     assert lines[-1].startswith("best on nDCG@3: ")
+
+
+def test_retrieval_eval_asset_reports_the_granularities_and_its_check_reads_the_finest(
+    store: Path, chunker: LateChunker
+) -> None:
+    import dagster as dg
+
+    from latechunk_dagster.integration.evaluation import late_vs_naive_result, retrieval_eval_asset
+    from latechunk_dagster.integration.resources import LanceDBResource
+    from tests.conftest import session_engine_resource
+
+    keys = [dg.AssetKey("chunk_vectors_sent"), dg.AssetKey("chunk_vectors_doc")]
+    asset, _ = retrieval_eval_asset(
+        chunk_asset_key=keys, queries_path=store / "queries.jsonl", store_resource_key=None, margin=100.0
+    )
+    assert set(asset.asset_deps[asset.key]) == set(keys)
+    result = dg.materialize(
+        [asset],
+        resources={"engine": session_engine_resource(chunker), "lancedb": LanceDBResource(uri=str(store / "lancedb"))},
+        run_config={"ops": {asset.op.name: {"config": {"k": 3, "bootstrap_samples": 100}}}},
+        raise_on_error=False,
+    )
+    assert result.success
+    [event] = result.get_asset_materialization_events()
+    md = {k: v.value for k, v in event.step_materialization_data.materialization.metadata.items()}
+    assert "| small-to-big sent -> doc |" in md["table"] and "best on nDCG@3: " in md["table"]
+    assert md["small_to_big_sent_recall_at_1"] == 100.0 and md["late_sent_recall_at_1"] == 0.0
+    assert md["late_ndcg_at_3"] == md["late_sent_ndcg_at_3"]  # what the check reads: the finest granularity
+    assert Path(md["plot_path"]).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    verdict = late_vs_naive_result(event.step_materialization_data.materialization.metadata)
+    assert verdict.passed and verdict.description.startswith(f"late nDCG@3 {md['late_sent_ndcg_at_3']:.1f} vs naive")

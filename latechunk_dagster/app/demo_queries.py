@@ -11,7 +11,8 @@
    docstring before the first header). Char ranges are found in the built documents at run time;
    a section that is not there raises (a Python whose docstrings differ).
 
-:func:`run_demo_evaluation` evaluates the first and returns the printed text;
+:func:`run_demo_evaluation` evaluates the first on the demo's granularities
+(:func:`demo_granularities`) and returns the printed text;
 :func:`write_stdlib_queries` writes the second as the query file of the demo table's
 ``retrieval_eval`` asset, which ``make demo`` materializes.
 """
@@ -354,32 +355,42 @@ def stdlib_queries(documents: Mapping[str, str]) -> list[LabeledQuery]:
 # ----------------------------------------------------------------------------- the demo
 
 
-def run_demo_evaluation(chunker: Any, *, k: int = 10, write_to: Path | None = None) -> str:
-    """Late vs naive on the generated context-dependent set; the text to print.
+def demo_granularities() -> dict[str, Any]:
+    """The granularities of the demo table, finest first: ``sentences32`` (``Sentences(max_tokens=32)``)
+    and ``sentences128`` (``Sentences(max_tokens=128)``, the default strategy), pooled from one
+    encode; each 32-token chunk's parent is the 128-token chunk holding most of its tokens."""
+    from latechunk_dagster.core.chunking import Sentences
 
-    The set is chunked with ``Sentences(max_tokens=24)`` into a temporary table
-    (:func:`~latechunk_dagster.evaluation.sweep.evaluate_settings`). The standard-library queries
-    are evaluated on the demo table by its ``retrieval_eval`` asset, from the file
-    :func:`write_stdlib_queries` writes.
+    return {"sentences32": Sentences(max_tokens=32), "sentences128": Sentences(max_tokens=128)}
+
+
+def run_demo_evaluation(chunker: Any, *, k: int = 10, write_to: Path | None = None) -> str:
+    """The demo's granularities side by side on the generated context-dependent set; the text to print.
+
+    The set is chunked into :func:`demo_granularities` from one encode, into temporary tables
+    (:func:`~latechunk_dagster.evaluation.sweep.evaluate_granularities`): late and naive per
+    granularity and small-to-big, and the winner. The standard-library queries are evaluated on
+    the demo table by its ``retrieval_eval`` asset, from the file :func:`write_stdlib_queries` writes.
 
     Args:
         chunker: the :class:`~latechunk_dagster.LateChunker` of the shipped model.
         write_to: directory for the query file ``context.jsonl``, so users can run
             ``latechunk eval`` on it; ``None``: not written.
     """
-    from latechunk_dagster.core.chunking import Sentences
-    from latechunk_dagster.evaluation import evaluate_settings, write_queries
+    from latechunk_dagster.evaluation import evaluate_granularities, write_queries
 
     docs, queries = context_set()
-    [point] = evaluate_settings(chunker, {"context": docs}, [Sentences(max_tokens=24)], queries, k=k)
+    strategies = demo_granularities()
+    report = evaluate_granularities(chunker, {"context": docs}, strategies, queries, k=k)
     if write_to is not None:
         write_queries(write_to / "context.jsonl", queries)
+    names = ", ".join(f"{g} = {s.describe()}" for g, s in strategies.items())
     return "\n".join(
         [
-            f"retrieval, late vs naive: generated context-dependent set ({len(docs)} documents, "
-            "Sentences(max_tokens=24))",
-            point.report.markdown(),
-            point.report.caption(),
+            f"retrieval by granularity: generated context-dependent set ({len(docs)} documents; {names})",
+            report.markdown(),
+            report.caption(),
+            report.verdict(),
         ]
     )
 

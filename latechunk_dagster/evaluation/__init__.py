@@ -23,7 +23,13 @@ from latechunk_dagster.evaluation.metrics import bootstrap_mean_ci, judge, match
 from latechunk_dagster.evaluation.queries import LabeledQuery, Passage, QueryFileError, read_queries, write_queries
 from latechunk_dagster.evaluation.report import EvalReport, GranularityReport
 from latechunk_dagster.evaluation.retrieval import evaluate_rows, evaluate_table, naive_vectors, read_chunk_rows, top_k
-from latechunk_dagster.evaluation.sweep import SweepPoint, evaluate_settings, materialize_setting, sweep_strategies
+from latechunk_dagster.evaluation.sweep import (
+    SweepPoint,
+    evaluate_granularities,
+    evaluate_settings,
+    materialize_setting,
+    sweep_strategies,
+)
 
 __all__ = [
     "EvalReport",
@@ -33,6 +39,7 @@ __all__ = [
     "QueryFileError",
     "SweepPoint",
     "bootstrap_mean_ci",
+    "evaluate_granularities",
     "evaluate_granularity_rows",
     "evaluate_rows",
     "evaluate_settings",

@@ -2,7 +2,9 @@
 
 Nothing here touches a production table: every setting is written into a table of a LanceDB
 database in a temporary directory (removed afterwards), read back and evaluated with
-:func:`~latechunk_dagster.evaluation.retrieval.evaluate_rows`.
+:func:`~latechunk_dagster.evaluation.retrieval.evaluate_rows`. :func:`evaluate_granularities`
+writes several granularities from one encode (the pipeline's
+:func:`~latechunk_dagster.pipeline.materialize_partition`) and compares them side by side.
 """
 
 from __future__ import annotations
@@ -16,9 +18,11 @@ from latechunk_dagster import sink
 from latechunk_dagster.core.chunker import LateChunker
 from latechunk_dagster.core.chunking import ChunkingStrategy, strategy_from_config
 from latechunk_dagster.evaluation.queries import LabeledQuery
-from latechunk_dagster.evaluation.report import EvalReport
-from latechunk_dagster.evaluation.retrieval import evaluate_rows, read_chunk_rows
+from latechunk_dagster.evaluation.report import EvalReport, GranularityReport
+from latechunk_dagster.evaluation.retrieval import evaluate_rows, evaluate_table, read_chunk_rows
 from latechunk_dagster.pipeline.oneshot import chunk_partition
+from latechunk_dagster.pipeline.partition import materialize_partition
+from latechunk_dagster.sink.schema import granularity_table
 from latechunk_dagster.sources.files import Document
 
 
@@ -104,3 +108,49 @@ def evaluate_settings(
             points.append(SweepPoint(strategy, strategy_size(strategy), report))
             db.drop_table(name)
     return points
+
+
+def evaluate_granularities(
+    chunker: LateChunker,
+    documents: Mapping[str, Sequence[Document]],
+    strategies: Mapping[str, ChunkingStrategy],
+    queries: Sequence[LabeledQuery],
+    *,
+    k: int = 10,
+    bootstrap_samples: int = 2000,
+    seed: int = 0,
+) -> GranularityReport:
+    """Chunk ``documents`` into several granularities from ONE encode per document (temporary
+    tables, one per granularity, with parent links) and compare them side by side
+    (:func:`~latechunk_dagster.evaluation.granularity.evaluate_granularity_rows`: late, naive and
+    small-to-big; no hybrid, the temporary tables have no full-text index).
+
+    Args:
+        documents: partition -> its documents (every one a candidate).
+        strategies: ``{name: strategy}``, finest first, at least two.
+
+    Raises:
+        ValueError: fewer than two granularities; as ``evaluate_granularity_rows``.
+    """
+    if len(strategies) < 2:
+        raise ValueError(f"comparing granularities needs at least two, got {list(strategies)}")
+    with tempfile.TemporaryDirectory(prefix="latechunk-eval-") as tmp:
+        db = sink.connect(tmp)
+        schema = sink.chunk_schema(chunker.embedding_dim)
+        tables = {g: db.create_table(granularity_table("chunks", g), schema=schema) for g in strategies}
+        rejected = db.create_table(sink.REJECTED_TABLE, schema=sink.REJECTED_SCHEMA)
+        for partition, docs in documents.items():
+            materialize_partition(
+                chunker,
+                list(docs),
+                partition,
+                dict(strategies),
+                chunk_table=tables,
+                rejected_table=rejected,
+                run_id="evaluation",
+                host_workers=0,
+                staging_dir=tmp,
+            )
+        return evaluate_table(
+            chunker, tables, queries, k=k, bootstrap_samples=bootstrap_samples, seed=seed, hybrid=False
+        )  # type: ignore[return-value]

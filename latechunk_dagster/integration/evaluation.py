@@ -11,6 +11,10 @@ chunk's text embedded alone by the same engine), and records:
 * ``plot_path``: a PNG (score vs chunk size when the run config asks for a sweep, else bars per
   metric) saved beside the LanceDB data, and ``plot``: the same image inline (Markdown).
 
+Given a table definition of several granularities (one table each), the table, the numbers and
+the plot hold every granularity's late, naive and hybrid rows and small-to-big side by side, and
+the winner (:mod:`latechunk_dagster.evaluation.granularity`).
+
 The check ``late_not_below_naive`` fails when late nDCG@k falls below naive by more than the margin
 (percentage points) recorded with the latest materialization.
 """
@@ -18,6 +22,7 @@ The check ``late_not_below_naive`` fails when late nDCG@k falls below naive by m
 # No `from __future__ import annotations`: Dagster resolves the run-config annotation of the asset
 # function, defined inside the factory, at definition time.
 import base64
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -26,10 +31,12 @@ from pydantic import Field
 
 from latechunk_dagster.core.chunking import ChunkingStrategy
 from latechunk_dagster.evaluation import (
+    GranularityReport,
     LabeledQuery,
     SweepPoint,
     evaluate_settings,
     evaluate_table,
+    granularity_tables,
     read_queries,
     sweep_strategies,
 )
@@ -60,7 +67,7 @@ class RetrievalEvalConfig(dg.Config):
 
 def retrieval_eval_asset(
     *,
-    chunk_asset_key: dg.AssetKey | str | list[str],
+    chunk_asset_key: dg.AssetKey | str | list[str] | Sequence[dg.AssetKey],
     queries_path: str | Path,
     key: dg.AssetKey | str | list[str] = "retrieval_eval",
     group_name: str | None = None,
@@ -81,7 +88,8 @@ def retrieval_eval_asset(
         defs = dg.Definitions(assets=[chunk_vectors, eval_asset], asset_checks=[eval_check], resources=...)
 
     Args:
-        chunk_asset_key: the asset that writes the chunk table (a dependency, not loaded).
+        chunk_asset_key: the asset that writes the chunk table (a dependency, not loaded); with
+            several granularities, the list of their assets' keys (``LateChunkDefinitions.chunk_keys``).
         queries_path: the JSONL query file (:mod:`latechunk_dagster.evaluation.queries`); read at
             run time, so it may be written after the definitions load.
         key, group_name: of the new asset.
@@ -89,7 +97,10 @@ def retrieval_eval_asset(
             (anything with ``get_chunker()``): the model that wrote the table.
         lancedb_resource_key: a :class:`~latechunk_dagster.integration.resources.LanceDBResource`.
         store_resource_key: the document store, used only by sweeps (``None``: sweeps are refused).
-        table_name: chunk table (default ``chunks``).
+        table_name: chunk table (default ``chunks``), or the table definition whose granularity
+            tables (``f"{table_name}_{g}"``) are evaluated side by side with small-to-big
+            (:func:`~latechunk_dagster.evaluation.granularity.granularity_tables`; the check then
+            reads the finest granularity's late and naive scores).
         plot_dir: where PNGs go (default: ``<LanceDB directory>/../evaluation``; needed for an
             object-store URI).
         margin: default of the check's margin, in nDCG@k points (run config ``margin`` overrides).
@@ -98,14 +109,20 @@ def retrieval_eval_asset(
         ``(asset, check)``.
     """
     asset_key = dg.AssetKey.from_coercible(key)
-    upstream = dg.AssetKey.from_coercible(chunk_asset_key)
+    several = (
+        isinstance(chunk_asset_key, (list, tuple))
+        and not isinstance(chunk_asset_key, dg.AssetKey)  # a record that is a tuple, and refuses iteration
+        and all(isinstance(k, dg.AssetKey) for k in chunk_asset_key)
+    )
+    upstreams = list(chunk_asset_key) if several else [dg.AssetKey.from_coercible(chunk_asset_key)]  # type: ignore[arg-type]
+    upstream = upstreams[0]
     resource_keys = {engine_resource_key, lancedb_resource_key} | (
         {store_resource_key} if store_resource_key else set()
     )
 
     @dg.asset(
         key=asset_key,
-        deps=[upstream],
+        deps=upstreams,
         group_name=group_name,
         required_resource_keys=resource_keys,
         kinds={"lancedb"},
@@ -118,13 +135,13 @@ def retrieval_eval_asset(
         lancedb = getattr(context.resources, lancedb_resource_key)
         name = table_name or CHUNK_TABLE
         with lancedb.get_connection() as db:
-            if name not in db.list_tables().tables:
+            tables = granularity_tables(db, name)
+            if not tables:
                 raise dg.Failure(f"no table {name!r} at {lancedb.uri}: materialize {upstream.to_user_string()} first")
-            table = db.open_table(name)
         chunker = getattr(context.resources, engine_resource_key).get_chunker()
         report = evaluate_table(
             chunker,
-            table,
+            tables,
             queries,
             k=config.k,
             where=config.where or None,
@@ -140,13 +157,15 @@ def retrieval_eval_asset(
         else:
             plot_report(report, png)
         k_margin = margin if config.margin is None else config.margin
+        several_tables = isinstance(report, GranularityReport)  # chunks per granularity, and a winner
+        verdict = f"\n\n{report.verdict()}" if several_tables else ""
         image = base64.b64encode(png.read_bytes()).decode("ascii")
         metadata: dict[str, Any] = {
-            "table": dg.MetadataValue.md(f"{report.markdown()}\n\n{report.caption()}{sweep_md}"),
+            "table": dg.MetadataValue.md(f"{report.markdown()}\n\n{report.caption()}{verdict}{sweep_md}"),
             **{k: dg.MetadataValue.float(v) for k, v in report.floats().items()},
             "queries": dg.MetadataValue.int(len(report.queries)),
             "queries_skipped": dg.MetadataValue.int(len(report.skipped)),
-            "chunks": dg.MetadataValue.int(report.chunks),
+            "chunks": dg.MetadataValue.int(sum(report.chunks.values()) if several_tables else report.chunks),
             "k": dg.MetadataValue.int(report.k),
             "margin": dg.MetadataValue.float(k_margin),
             "queries_path": dg.MetadataValue.path(str(queries_path)),
