@@ -220,7 +220,8 @@ def test_cli_eval_prints_every_granularity_and_the_winner(store: Path) -> None:
     env = {**os.environ, "LATECHUNK_HOME": str(store), "HF_HUB_OFFLINE": "1"}
     env.pop("DAGSTER_HOME", None)
     out = subprocess.run(
-        [sys.executable, "-m", "latechunk_dagster.app.cli", "eval", str(store / "queries.jsonl"), "-k", "3"],
+        [sys.executable, "-m", "latechunk_dagster.app.cli", "eval", str(store / "queries.jsonl"), "-k", "3"]
+        + ["--plot", str(store / "cli.png")],
         env=env,
         capture_output=True,
         text=True,
@@ -234,6 +235,7 @@ def test_cli_eval_prints_every_granularity_and_the_winner(store: Path) -> None:
     assert "hybrid doc" in rows
     assert lines[-2].startswith("3 queries; chunks per granularity (sent ")
     assert lines[-1].startswith("best on nDCG@3: ")
+    assert (store / "cli.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_retrieval_eval_asset_reports_the_granularities_and_its_check_reads_the_finest(

@@ -68,6 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     e.add_argument(
         "--table", default=None, help="chunk table, or the table definition of granularity tables (default: chunks)"
     )
+    e.add_argument("--plot", default=None, metavar="PNG", help="also draw the table's bars into this PNG file")
     _model_options(e)
     m = sub.add_parser("migrate", help="add the id/metadata columns (LangChain, LlamaIndex) to an older chunk table")
     m.add_argument("--uri", default=None, help="LanceDB directory (default: $LATECHUNK_HOME/lancedb)")
@@ -267,6 +268,10 @@ def _eval(args: argparse.Namespace, uri: str, name: str, where: str) -> int:
     print(report.caption())
     if isinstance(report, GranularityReport):
         print(report.verdict())
+    if args.plot:
+        from latechunk_dagster.evaluation.plot import plot_report
+
+        print(f"plot: {plot_report(report, args.plot)}", file=sys.stderr)
     return 0
 
 
