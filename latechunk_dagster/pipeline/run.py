@@ -140,8 +140,10 @@ class PartitionRun:
         return item
 
     def needs_of(self, batch: list[Document]) -> list[tuple[str, ...]]:
-        """Per document of ``batch``, the granularities whose tables need its rows (:meth:`admit`)."""
-        return [self.state.needs[d.doc_id] for d in batch]
+        """Per document of ``batch``, the granularities whose tables need its rows (:meth:`admit`; every
+        one for a doc_id the iterator gave twice, whose first copy was counted already)."""
+        every = tuple(self.configs)
+        return [self.state.needs.get(d.doc_id, every) for d in batch]
 
     def account(self, batch: list[Document], results: list) -> list[tuple[Document, ChunkedDocument]]:
         """Count a finished batch into the report and the bookkeeping; its chunked (document, result) pairs.
