@@ -92,8 +92,9 @@ class PreparedHandle:
 
 @dataclass
 class FinishedBatch:
-    """A batch finished in a worker: its Arrow rows (``None``: no chunk) and one entry per document
-    (a :class:`DocumentSummary`, or the :class:`DocumentError` that refused it), in batch order."""
+    """A batch finished in a worker: its Arrow rows per granularity table (``{}``: no chunk) and one
+    entry per document (a :class:`DocumentSummary`, or the :class:`DocumentError` that refused it),
+    in batch order."""
 
     rows: Any
     results: list[DocumentSummary | DocumentError]
@@ -199,7 +200,7 @@ class HostPool:
             native: the engine's chunk means of ``handle.inputs.native_texts``;
             refused: the documents the engine refused (``LateChunker.encode_inputs``), left out
             of ``rows`` and ``native``;
-            context: ``(partition, lineage, dim)`` for the Arrow rows.
+            context: :data:`~latechunk_dagster.pipeline.finish.RowContext` for the Arrow rows.
 
         Returns:
             (a future of the :class:`FinishedBatch`, the shared-memory block to :meth:`release` after it).
