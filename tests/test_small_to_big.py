@@ -291,6 +291,8 @@ def test_langchain_retriever_small_to_big(chunker: LateChunker, db_uri: str) -> 
     assert (m["granularity"], m["cosine_distance"]) == ("paragraph", pytest.approx(want[0].distance, abs=1e-7))
     assert m["matched_chunk_ids"] == [h.chunk_id for h in want[0].matched]
     fine = LangChainRetriever(chunker=chunker, uri=db_uri, granularity="sentence", k=2).invoke(query)
+    with pytest.raises(ValueError, match="granularty"):  # a misspelt option is refused, not ignored
+        LangChainRetriever(chunker=chunker, uri=db_uri, granularty="sentence")
     assert [d.id for d in fine] == [
         h.chunk_id for h in search(query, chunker=chunker, uri=db_uri, granularity="sentence", k=2)
     ]

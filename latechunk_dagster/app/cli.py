@@ -43,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
         "--granularity",
         default=None,
         metavar="NAME",
-        help="the granularity to search: the table TABLE_NAME of --table TABLE (default chunks_NAME)",
+        help="the granularity to search: its table, <--table>_NAME (chunks_NAME by default)",
     )
     s.add_argument(
         "--parent",
