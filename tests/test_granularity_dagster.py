@@ -8,17 +8,17 @@ module's real engine (``session_engine_resource``), real LanceDB in ``tmp_path``
 parents are computed here from the documents' paragraphs, not by the code under test.
 """
 
-from __future__ import annotations
-
 import json
 from pathlib import Path
 from typing import Any
 
 import dagster as dg
+import pyarrow as pa
 import pytest
 
 from latechunk_dagster import FixedTokens, GivenChunks, LateChunker, Paragraphs, Sentences, late_chunk_assets, sink
 from latechunk_dagster.core.chunking import CharSpans
+from latechunk_dagster.integration.resources import LanceDBResource
 from latechunk_dagster.integration.run_config import ChunkingConfig, StrategyConfig
 from latechunk_dagster.integration.sensors import sync_partitions
 from latechunk_dagster.sources.files import DocumentStore
@@ -144,8 +144,10 @@ def test_the_factory_refuses_what_it_cannot_build() -> None:
         late_chunk_assets(chunks_column="sentences")
     with pytest.raises(ValueError, match="pass chunks_column= with documents="):
         late_chunk_assets(documents="raw", strategies=GRANULARITIES)
-    with pytest.raises(ValueError, match="queries= evaluates one table"):
-        late_chunk_assets(strategies=GRANULARITIES, queries="q.jsonl")
+    # queries=: one retrieval_eval over every granularity table (side by side, small-to-big)
+    evaluated = late_chunk_assets(strategies=GRANULARITIES, queries="q.jsonl", table_name="kb")
+    [eval_asset] = evaluated.extra_assets
+    assert set(eval_asset.asset_deps[eval_asset.key]) == set(evaluated.chunk_keys)
 
 
 def test_run_config_chooses_each_granularitys_strategy() -> None:
@@ -337,3 +339,47 @@ def test_three_granularities_materialize_with_their_checks(
         ]
         for g in GRANULARITIES:
             assert {r["partition"] for r in _rows(db, TABLES[g])} == {"north"}, g
+
+
+def test_upstream_documents_with_their_own_chunks_in_two_granularities(tmp_path: Path, chunker: LateChunker) -> None:
+    """Documents from an upstream asset whose ``sentences`` column holds their own chunks
+    (``chunks_column=``): both granularity tables written by one step, every check passes."""
+    regions = dg.StaticPartitionsDefinition(list(DOCS))
+
+    @dg.asset(partitions_def=regions)
+    def raw_documents(context: dg.AssetExecutionContext) -> pa.Table:
+        docs = DOCS[context.partition_key]
+        return pa.table({"key": list(docs), "body": list(docs.values()), "sentences": [SENTENCES[d] for d in docs]})
+
+    table = late_chunk_assets(
+        documents=raw_documents,
+        partitions_def=regions,
+        id_column="key",
+        text_column="body",
+        chunks_column="sentences",
+        table_name="up",
+        strategies={"sentence": GivenChunks(), "paragraph": Paragraphs(max_tokens=20)},
+    )
+    resources = {
+        "engine": session_engine_resource(chunker),
+        "lancedb": LanceDBResource(uri=str(tmp_path / "db")),
+        "io_manager": dg.FilesystemIOManager(base_dir=str(tmp_path / "io")),
+    }
+    (tmp_path / "home").mkdir()
+    with dg.instance_for_test(temp_dir=str(tmp_path / "home")) as instance:
+        for region in DOCS:
+            result = dg.materialize(
+                [raw_documents, table.chunk_asset, *table.asset_checks],
+                partition_key=region,
+                instance=instance,
+                resources=resources,
+            )
+            assert result.success
+            checks = _checks_by_asset(result)
+            assert set(checks) == set(table.chunk_keys)
+            assert all(all(c.values()) for c in checks.values()), checks
+            assert "parents_exist" in checks[table.chunk_keys[0]]
+    db = sink.connect(str(tmp_path / "db"))
+    sentences = db.open_table("up_sentence").to_arrow()
+    assert sentences.num_rows == sum(len(s) for s in SENTENCES.values())
+    assert db.open_table("up_paragraph").to_arrow().num_rows == 6  # two paragraphs a document

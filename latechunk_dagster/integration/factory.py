@@ -188,8 +188,10 @@ def late_chunk_assets(
         job_name, index_job_name, sensor_name: names of the two jobs and the sensor (default
             ``<prefix>_<name>_job``, ``..._index_job``, ``..._store_sensor``).
         queries: a labeled query file (JSONL, :mod:`latechunk_dagster.evaluation.queries`): adds the
-            ``retrieval_eval`` asset (late vs naive on this table) and its check ``late_not_below_naive``
-            (fails when late nDCG@k is below naive by more than ``eval_margin`` points).
+            ``retrieval_eval`` asset (late vs naive on this table; with ``strategies``, every
+            granularity side by side with small-to-big) and its check ``late_not_below_naive``
+            (fails when late nDCG@k, of the finest granularity, is below naive by more than
+            ``eval_margin`` points).
 
     Returns:
         :class:`LateChunkDefinitions` (``.to_definitions()`` gives a ``dg.Definitions``).
@@ -198,9 +200,8 @@ def late_chunk_assets(
         ValueError: a ``char_spans`` default strategy; both ``strategy`` and ``strategies``; a bad
             granularity name (:func:`~latechunk_dagster.core.granularities.check_granularities`);
             ``chunks_column`` without ``documents`` (the store resource has its own), or
-            ``GivenChunks()`` with ``documents`` but no ``chunks_column``; ``queries`` with
-            ``strategies`` (the evaluation asset reads one table). ``sensor=True`` with upstream
-            documents is ignored.
+            ``GivenChunks()`` with ``documents`` but no ``chunks_column``. ``sensor=True`` with
+            upstream documents is ignored.
         TypeError: a ``strategies`` value that is not a strategy.
 
     Example (two models, two tables, one store)::
@@ -235,10 +236,6 @@ def late_chunk_assets(
     if given and documents is not None and chunks_column is None:
         raise ValueError(
             "given_chunks reads each document's own chunks from a column: pass chunks_column= with documents="
-        )
-    if queries is not None and strategies is not None:
-        raise ValueError(
-            "queries= evaluates one table; with strategies= call retrieval_eval_asset per granularity table"
         )
     translator = translator or LateChunkTranslator()
     prefix = as_key_prefix(key_prefix)
@@ -328,7 +325,7 @@ def late_chunk_assets(
         from latechunk_dagster.integration.evaluation import retrieval_eval_asset
 
         eval_asset, eval_check = retrieval_eval_asset(
-            chunk_asset_key=w.chunk_key,
+            chunk_asset_key=w.chunk_key if w.single else w.chunk_keys,
             queries_path=queries,
             key=translator.key(per_granularity[0], "retrieval_eval"),
             group_name=group_name,
