@@ -216,16 +216,22 @@ class GranularityReport:
             out.append((f"small_to_big_delta_{g}", f"small_to_big_{g}", f"late_{self._next(g)}"))
         return out
 
+    def contenders(self) -> list[str]:
+        """The ways the late vectors retrieve, which :meth:`winner` ranks: ``late_<g>`` of every
+        granularity and every ``small_to_big_<g>`` (naive and hybrid are each granularity's
+        baselines, compared within its rows of the table)."""
+        return [m for m in self.methods() if m.startswith(("late_", "small_to_big_"))]
+
     def winner(self, metric: str | None = None) -> tuple[str, str]:
-        """``(best, runner-up)``: the two methods with the highest mean ``metric`` (default the
-        first, nDCG@k); on a tie the earlier in :meth:`methods`."""
+        """``(best, runner-up)`` of :meth:`contenders` by mean ``metric`` (default the first,
+        nDCG@k); on a tie the earlier in the table wins."""
         metric = metric or self.metrics[0]
-        ranked = sorted(self.methods(), key=lambda m: -self.mean(m)[metric])  # stable: ties keep table order
+        ranked = sorted(self.contenders(), key=lambda m: -self.mean(m)[metric])  # stable: ties keep table order
         return ranked[0], ranked[1]
 
     def verdict(self, metric: str | None = None) -> str:
-        """One line: which method wins on ``metric`` (default nDCG@k), by how much over the
-        runner-up, with the 95% interval of the difference."""
+        """One line: which granularity (or small-to-big) wins on ``metric`` (default nDCG@k), by how
+        much over the runner-up (:meth:`winner`), with the 95% interval of the difference."""
         metric = metric or self.metrics[0]
         best, second = self.winner(metric)
         mean, low, high = self.delta(best, second)[metric]
