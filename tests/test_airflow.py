@@ -198,12 +198,18 @@ def test_rows_identical_to_the_dagster_asset(env, tmp_path: Path, chunker: LateC
         assert result.success
     # one shard run, one set of names (issue 28, 1): each partition's metadata holds exactly the
     # summary keys Airflow's task returns, besides the run-level keys of the asset's materialization
-    from latechunk_dagster.pipeline.shard import SUMMARY_KEYS
+    from latechunk_dagster.pipeline.shard import GRANULARITY_KEYS, SUMMARY_KEYS
 
     run_level = {"dagster/row_count", "dagster/uri", "dagster/column_schema", "version", "model", "model_sha256"}
     run_level |= {"strategy", "engine_path", "engine", "vllm_version", "code_version"}
     airflow_keys = {tuple(sorted(r)) for r in xcoms(env["first"], "late_chunk").values()}
     assert airflow_keys == {tuple(sorted(SUMMARY_KEYS))}
+    # one strategy: the one granularity "" repeats the top-level values (several granularities:
+    # tests/test_airflow_granularities.py compares them with Dagster's granularity assets)
+    for r in xcoms(env["first"], "late_chunk").values():
+        [(name, mine)] = r["granularities"].items()
+        assert name == "" and tuple(mine) == GRANULARITY_KEYS
+        assert all(mine[k] == r[k] for k in GRANULARITY_KEYS), mine
     for event in result.get_asset_materialization_events():
         metadata = event.event_specific_data.materialization.metadata
         published = set(metadata) - {k for k in metadata if k.startswith("run_") and k != "run_id"}

@@ -10,7 +10,7 @@ shard, :func:`~latechunk_dagster.sink.validation.check_partitions` for the check
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from latechunk_dagster.core.chunker import LateChunker
@@ -19,6 +19,8 @@ from latechunk_dagster.pipeline.config import DEFAULT_STRATEGY
 from latechunk_dagster.pipeline.shard import (
     CHAR_SPANS_REFUSAL,
     ShardSettings,
+    Strategies,
+    open_chunk_tables,
     run_shard,
     shard_summary,
     strategy_from_run_config,
@@ -26,18 +28,22 @@ from latechunk_dagster.pipeline.shard import (
 from latechunk_dagster.sink import validation
 from latechunk_dagster.sink.database import LanceDBSettings
 from latechunk_dagster.sink.indexing import refresh_indexes
+from latechunk_dagster.sink.parents import PARENT_CHECK, parents_exist
+from latechunk_dagster.sink.schema import granularity_table
 from latechunk_dagster.sink.writes import stored_partitions
 from latechunk_dagster.sources.files import DocumentStore
 from latechunk_dagster.sources.listing import IncompleteListingError, Listing
 
 
 class ChecksFailedError(Exception):
-    """At least one table check failed; ``outcomes`` holds every check's ``(passed, details)``."""
+    """At least one table check failed; ``outcomes`` holds every check's ``(passed, details)``, of
+    the granularity ``granularity`` (``""``: a table of one strategy) in the table ``table``."""
 
-    def __init__(self, outcomes: Mapping[str, validation.Outcome]) -> None:
-        self.outcomes = dict(outcomes)
+    def __init__(self, outcomes: Mapping[str, validation.Outcome], granularity: str = "", table: str = "") -> None:
+        self.outcomes, self.granularity, self.table = dict(outcomes), granularity, table
         failed = {name: details for name, (passed, details) in outcomes.items() if not passed}
-        super().__init__(f"table checks failed: {sorted(failed)}: {failed}")
+        where = f" in granularity {granularity!r} (table {table!r})" if granularity else ""
+        super().__init__(f"table checks failed{where}: {sorted(failed)}: {failed}")
 
 
 def lineage_run_id(run_id: str, map_index: int | None = None) -> str:
@@ -69,6 +75,52 @@ def resolve_strategy(
             raise ValueError(CHAR_SPANS_REFUSAL)
         return strategy
     return strategy_from_run_config(strategy, params, DEFAULT_STRATEGY)
+
+
+def resolve_strategies(
+    strategy: str | ChunkingStrategy | None = None,
+    params: Mapping[str, Any] | None = None,
+    strategies: Mapping[str, Mapping[str, Any] | ChunkingStrategy] | None = None,
+) -> Strategies:
+    """The strategy of a task (:func:`resolve_strategy`), or with ``strategies`` its granularities.
+
+    Args:
+        strategies: several named strategies, finest first (each chunk's parent is in the next):
+            ``{granularity: {"name": strategy name, **its params}}`` or ``{granularity: strategy}``,
+            the run-config form of :func:`~latechunk_dagster.pipeline.shard.strategy_from_run_config`
+            (``"64"`` from a template is 64; ``given_chunks`` reads the store's ``chunks_column``).
+
+    Returns:
+        One strategy, or ``{granularity: strategy}`` in the order given.
+
+    Raises:
+        ValueError: ``strategies`` beside ``strategy`` or ``params`` (naming both); as
+            :func:`resolve_strategy` and ``strategy_from_run_config`` (naming the granularity).
+    """
+    check_strategy_form(strategy, params, strategies)
+    if strategies is None:
+        return resolve_strategy(strategy, params)
+    return strategy_from_run_config(None, None, DEFAULT_STRATEGY, strategies=strategies)
+
+
+def check_strategy_form(strategy: Any, params: Any, strategies: Any) -> None:
+    """A task takes one strategy (``strategy``, ``params``) or several (``strategies``), not both.
+
+    Raises:
+        ValueError: both given, naming the values.
+    """
+    if strategies is not None and (strategy is not None or params):
+        raise ValueError(
+            "give either strategy (with strategy_params) or strategies (several named strategies), not both; "
+            f"got strategy={strategy!r} and strategies={strategies!r}"
+        )
+
+
+def table_names(table_name: str, granularities: Iterable[str] = ()) -> list[str]:
+    """The tables of a table definition: ``[table_name]``, or with ``granularities`` each one's table
+    (:func:`~latechunk_dagster.sink.schema.granularity_table`), in the order given."""
+    names = list(granularities)
+    return [granularity_table(table_name, g) for g in names] if names else [table_name]
 
 
 def list_shards(store_path: str, log: logging.Logger | Any | None = None) -> Listing:
@@ -118,7 +170,7 @@ def chunk_shard(
     db: LanceDBSettings,
     store_path: str,
     shard: str,
-    strategy: ChunkingStrategy,
+    strategy: Strategies,
     *,
     table_name: str,
     rejected_table_name: str,
@@ -129,8 +181,9 @@ def chunk_shard(
     """Late-chunk one shard of a store into ``table_name``: the shard run both orchestrators call
     (:func:`~latechunk_dagster.pipeline.shard.run_shard`).
 
-    Streaming batches, incremental skip, one atomic commit, rejected rows in
-    ``rejected_table_name``, progress lines on ``log``.
+    Streaming batches, incremental skip, one atomic commit (per granularity table with several
+    strategies ``{granularity: strategy}``: each ``granularity_table(table_name, granularity)``,
+    every document encoded once), rejected rows in ``rejected_table_name``, progress lines on ``log``.
 
     Returns:
         :func:`~latechunk_dagster.pipeline.shard.shard_summary` (small and JSON-able: counts,
@@ -141,28 +194,30 @@ def chunk_shard(
             as :func:`~latechunk_dagster.pipeline.shard.run_shard` (recorded, old rows kept).
     """
     rejected_table = db.rejected_table(rejected_table_name)  # a bad URI fails before the shard is read
-    table = db.chunk_table(table_name, chunker.embedding_dim)
     settings = settings or ShardSettings()
+    settings.check_strategies(strategy)  # given_chunks without a chunks_column: before the shard is read
+    tables = open_chunk_tables(db, table_name, strategy, chunker.embedding_dim)
     store = DocumentStore.from_path(store_path, chunks_column=settings.chunks_column)
     report = run_shard(
         chunker,
         store.iter_shard(shard),
         shard,
         strategy,
-        chunk_table=table,
+        chunk_table=tables,
         rejected_table=rejected_table,
         run_id=run_id,
         settings=settings,
         expected_documents=store.count_documents(shard),
         log=log,
     )
+    first = tables if isinstance(strategy, ChunkingStrategy) else next(iter(tables.values()))
     return shard_summary(
         report,
         chunker,
         strategy,
         table_uri=db.table_uri(table_name),
         table_name=table_name,
-        table_version=table.version,
+        table_version=first.version,
         run_id=run_id,
     )
 
@@ -175,36 +230,114 @@ def check_shards(
     rejected_table_name: str,
     results: Iterable[Mapping[str, Any] | None] = (),
     shards: Iterable[str] = (),
+    granularity: str = "",
+    parent: str | None = None,
+    chunks_column: str | None = None,
 ) -> dict[str, validation.Outcome]:
-    """The Dagster asset checks' assertions (:data:`validation.CHECKS`) over the shards of ``results``.
+    """The Dagster asset checks' assertions (:data:`validation.CHECKS`) over the shards of ``results``,
+    in one table: ``table_name``, or the table of ``granularity`` of the table definition ``table_name``
+    (:func:`~latechunk_dagster.sink.schema.granularity_table`).
 
     Args:
         results: the late-chunk tasks' XCom values (:func:`shard_summary`); each gives a shard and
-            the rows its commit left (``row_count_matches``) and the vector width. ``None`` items
-            (a task that returned nothing) are skipped.
+            the rows its commit left (``row_count_matches``; a granularity's own count, from the
+            summary's ``granularities``) and the vector width. ``None`` items (a task that returned
+            nothing) are skipped.
         shards: more shards to check; one without a result fails ``row_count_matches``.
+        granularity: the granularity whose table is checked (``""``: ``table_name`` itself).
+        parent: the next (coarser) granularity, whose table holds this one's parents: adds
+            :data:`~latechunk_dagster.sink.parents.PARENT_CHECK` (``parents_exist``); ``None``: none.
+        chunks_column: the store column of the documents' own chunks, as the late-chunk task read it
+            (a document's ``doc_sha256`` covers its chunks, so ``documents_accounted`` reads them too).
 
     Returns:
-        ``{check name: (passed, details)}`` in :data:`validation.CHECKS` order. A missing chunk
-        table fails every check.
+        ``{check name: (passed, details)}`` in :data:`validation.CHECKS` order, then ``parents_exist``
+        with a ``parent``. A missing chunk table fails every check.
 
     Memory: one partition's rows and one shard's documents at a time (:func:`validation.check_partitions`).
     """
     reported = {r["partition"]: r for r in results if r}
     partitions = sorted(set(reported) | set(shards))
-    table = db.open_table(table_name)
+    name = granularity_table(table_name, granularity)
+    checks = [*validation.CHECKS, *(PARENT_CHECK if parent is not None else {})]
+    table = db.open_table(name)
     if table is None:
-        return {name: (False, {"reason": f"no table {table_name!r} at {db.uri}"}) for name in validation.CHECKS}
+        return {check: (False, {"reason": f"no table {name!r} at {db.uri}"}) for check in checks}
     dims = {int(r["embedding_dim"]) for r in reported.values() if "embedding_dim" in r}
     dim = dims.pop() if len(dims) == 1 else table.schema.field("vector").type.list_size
-    return validation.check_partitions(  # one partition at a time: memory bounded by a partition
+    own = {p: (r.get("granularities") or {}).get(granularity, r) if granularity else r for p, r in reported.items()}
+    outcomes = validation.check_partitions(  # one partition at a time: memory bounded by a partition
         table,
         db.open_table(rejected_table_name),
         partitions,
         dim=dim,
-        expected_rows={p: (int(reported[p]["partition_rows"]) if p in reported else None) for p in partitions},
-        store=DocumentStore.from_path(store_path),
+        expected_rows={p: (int(own[p]["partition_rows"]) if p in own else None) for p in partitions},
+        store=DocumentStore.from_path(store_path, chunks_column=chunks_column),
     )
+    if parent is not None:
+        coarse_name = granularity_table(table_name, parent)
+        coarse = db.open_table(coarse_name)
+        outcomes["parents_exist"] = (
+            parents_exist(table, coarse, partitions)
+            if coarse is not None
+            else (False, {"reason": f"no table {coarse_name!r} (granularity {parent!r}'s) at {db.uri}"})
+        )
+    return outcomes
+
+
+def check_granularities(
+    db: LanceDBSettings,
+    store_path: str,
+    *,
+    table_name: str,
+    rejected_table_name: str,
+    granularities: Sequence[str] = (),
+    results: Iterable[Mapping[str, Any] | None] = (),
+    shards: Iterable[str] = (),
+    chunks_column: str | None = None,
+) -> dict[str, dict[str, validation.Outcome]]:
+    """:func:`check_shards` of every granularity table of a table definition, finest first, each
+    granularity but the last with ``parents_exist`` against the next one's table.
+
+    Args:
+        granularities: the granularity names, finest first; empty: those of ``results``
+            (:func:`result_granularities`), and ``[""]`` (``table_name`` itself) when they have none.
+
+    Returns:
+        ``{granularity: {check name: (passed, details)}}`` (``{"": ...}`` for a table of one strategy).
+
+    Raises:
+        ValueError: results that name different granularities.
+    """
+    results = [r for r in results if r]
+    names = list(granularities) or result_granularities(results)
+    return {
+        g: check_shards(
+            db,
+            store_path,
+            table_name=table_name,
+            rejected_table_name=rejected_table_name,
+            results=results,
+            shards=shards,
+            granularity=g,
+            parent=names[i + 1] if i + 1 < len(names) else None,
+            chunks_column=chunks_column,
+        )
+        for i, g in enumerate(names)
+    }
+
+
+def result_granularities(results: Iterable[Mapping[str, Any] | None]) -> list[str]:
+    """The granularity names the late-chunk tasks' summaries name (their ``granularities`` keys,
+    finest first); ``[""]`` (one strategy) when there is none.
+
+    Raises:
+        ValueError: two summaries that name different granularities (naming both lists).
+    """
+    seen = {tuple(r.get("granularities") or ("",)) for r in results if r}
+    if len(seen) > 1:
+        raise ValueError(f"the late-chunk results name different granularities: {sorted(seen)}")
+    return list(seen.pop()) if seen else [""]
 
 
 def refresh_table_indexes(db: LanceDBSettings, table_name: str) -> dict[str, Any]:

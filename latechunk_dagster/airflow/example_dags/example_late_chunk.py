@@ -65,6 +65,8 @@ with DAG(
         table_name=TABLE,
         strategy="sentences",
         strategy_params={"max_tokens": "{{ params.max_tokens }}"},
+        # or several granularities from one encode, a table each (docs/airflow.md), e.g.
+        # strategies={"small": {"name": "fixed_tokens", "chunk_size": 32}, "large": {"name": "sentences"}}
         # the engine, LateChunker and shard-run settings, one dict (docs/airflow.md), e.g.
         # settings={"dtype": "float16", "max_model_len": 512, "force": True}
         pool=ENGINE_POOL,

@@ -27,18 +27,21 @@ from latechunk_dagster.airflow.engine import EngineSpec, open_chunker, task_sett
 from latechunk_dagster.airflow.hooks.lancedb import LanceDBHook
 from latechunk_dagster.airflow.tasks import (
     ChecksFailedError,
-    check_shards,
+    check_granularities,
+    check_strategy_form,
     chunk_shard,
     drop_removed_shards,
     lineage_run_id,
     list_shards,
     refresh_table_indexes,
-    resolve_strategy,
+    resolve_strategies,
+    table_names,
 )
 from latechunk_dagster.core.chunking import ChunkingStrategy
 from latechunk_dagster.pipeline import SystemicFailureError
-from latechunk_dagster.pipeline.shard import ShardSettings
+from latechunk_dagster.pipeline.shard import ShardSettings, describe_strategies
 from latechunk_dagster.sink import CHUNK_TABLE, REJECTED_TABLE
+from latechunk_dagster.sink.schema import granularity_table
 
 #: Airflow pool of the tasks that hold an engine: create it with as many slots as GPUs
 #: (``airflow pools set latechunk_engine 1 "late-chunking engines"``).
@@ -65,16 +68,20 @@ class ListShardsOperator(BaseOperator):
         store_path: the store (a directory of ``.txt``/``.md``, a ``.jsonl``/``.parquet`` file or a
             directory of them; :class:`~latechunk_dagster.sources.files.DocumentStore`). Templated.
         table_name: the chunk table to drop removed shards from (``None``: leave tables alone). Templated.
+        granularities: the granularity names of a table definition of several strategies (the keys
+            of the late-chunk task's ``strategies``): the removed shards are dropped from each
+            granularity's table (``table_name_<granularity>``). Templated.
         rejected_table_name, lancedb_conn_id: as :class:`LateChunkShardOperator`.
     """
 
-    template_fields: Sequence[str] = ("store_path", "table_name", "rejected_table_name")
+    template_fields: Sequence[str] = ("store_path", "table_name", "granularities", "rejected_table_name")
 
     def __init__(
         self,
         *,
         store_path: str,
         table_name: str | None = None,
+        granularities: Sequence[str] = (),
         rejected_table_name: str = REJECTED_TABLE,
         lancedb_conn_id: str = LanceDBHook.default_conn_name,
         **kwargs: Any,
@@ -82,6 +89,7 @@ class ListShardsOperator(BaseOperator):
         super().__init__(**kwargs)
         self.store_path = store_path
         self.table_name = table_name
+        self.granularities = granularities
         self.rejected_table_name = rejected_table_name
         self.lancedb_conn_id = lancedb_conn_id
 
@@ -92,7 +100,8 @@ class ListShardsOperator(BaseOperator):
         check_map_length(len(shards), self.store_path)
         if self.table_name:
             db = LanceDBHook(self.lancedb_conn_id).get_settings()
-            drop_removed_shards(db, listing, [self.table_name, self.rejected_table_name], self.log)
+            names = table_names(self.table_name, self.granularities or ())
+            drop_removed_shards(db, listing, [*names, self.rejected_table_name], self.log)
         return shards
 
 
@@ -114,6 +123,18 @@ def check_map_length(count: int, store_path: str) -> None:
         )
 
 
+def check_one_strategy_form(task_id: Any, strategy: Any, strategy_params: Any, strategies: Any) -> None:
+    """:func:`~latechunk_dagster.airflow.tasks.check_strategy_form` when the DAG is parsed, naming the task.
+
+    Raises:
+        ValueError: ``strategies`` beside ``strategy`` or ``strategy_params``.
+    """
+    try:
+        check_strategy_form(strategy, strategy_params, strategies)
+    except ValueError as exc:
+        raise ValueError(f"LateChunkShardOperator {task_id!r}: {exc}") from None
+
+
 class LateChunkShardOperator(BaseOperator):
     """Late-chunk one shard of a document store into a LanceDB table (one atomic commit).
 
@@ -123,10 +144,17 @@ class LateChunkShardOperator(BaseOperator):
     in the task log. A shard that fails systemically (or cannot be read) fails the task and keeps
     its old rows; a systemic failure fails without retries (the data, not the machine, is wrong).
 
+    With ``strategies`` (several named strategies, finest first), each document is encoded once and
+    each granularity ``g`` is written to its own table ``table_name_<g>``
+    (:func:`~latechunk_dagster.sink.schema.granularity_table`), each chunk linked to its parent in
+    the next granularity's table (``parent_chunk_id``): one commit per table, finest first.
+
     Returns (XCom) the small JSON summary of :func:`~latechunk_dagster.pipeline.shard.shard_summary`:
     table URI and version, partition, documents in / re-encoded / skipped / rejected / deleted,
-    chunks, tokens. Never vectors. Emits an asset event on :func:`table_asset` (``extra``: table URI,
-    version, partition, counts; ``partition_key``: the shard where the Airflow version supports it).
+    chunks, tokens, and per granularity table its own table, version and counts (``granularities``:
+    the names Dagster's granularity assets publish). Never vectors. Emits an asset event on
+    :func:`table_asset` (``extra``: table URI, version, partition, counts, the granularities';
+    ``partition_key``: the shard where the Airflow version supports it).
 
     Rows' lineage ``run_id`` is the Airflow run id, plus ``#<map index>`` in a mapped task.
 
@@ -137,6 +165,11 @@ class LateChunkShardOperator(BaseOperator):
         strategy: a strategy object or name (templated); strategy_params: the name's parameters
             (templated; use ``render_template_as_native_obj=True`` for numbers from templates).
             Default: sentences of at most 128 tokens.
+        strategies: instead of ``strategy``, several named strategies, finest first:
+            ``{granularity: {"name": strategy name, **its params}}`` (or ``{granularity: strategy}``),
+            e.g. ``{"small": {"name": "fixed_tokens", "chunk_size": 32}, "large": {"name": "sentences"}}``
+            (templated; ``given_chunks`` reads ``settings["chunks_column"]``). Names are letters,
+            digits and ``_``.
         model: the model directory (templated); for a server, its local copy (default: the
             connection's extra ``model``).
         lancedb_conn_id: a ``lancedb`` connection (:class:`~latechunk_dagster.airflow.hooks.lancedb.LanceDBHook`).
@@ -159,7 +192,8 @@ class LateChunkShardOperator(BaseOperator):
 
     Raises:
         ValueError: (when the DAG is parsed) a ``settings`` key that is none of these, naming it; a
-            setting out of range, naming it; vLLM settings beside ``engine="transformers"``.
+            setting out of range, naming it; vLLM settings beside ``engine="transformers"``;
+            ``strategies`` beside ``strategy`` or ``strategy_params``.
     """
 
     template_fields: Sequence[str] = (
@@ -169,9 +203,10 @@ class LateChunkShardOperator(BaseOperator):
         "rejected_table_name",
         "strategy",
         "strategy_params",
+        "strategies",
         "model",
     )
-    template_fields_renderers = {"strategy_params": "json"}
+    template_fields_renderers = {"strategy_params": "json", "strategies": "json"}
     ui_color = "#d9ecff"
 
     def __init__(
@@ -183,6 +218,7 @@ class LateChunkShardOperator(BaseOperator):
         rejected_table_name: str = REJECTED_TABLE,
         strategy: str | ChunkingStrategy | None = None,
         strategy_params: dict[str, Any] | None = None,
+        strategies: Mapping[str, Any] | None = None,
         model: str | None = None,
         lancedb_conn_id: str = LanceDBHook.default_conn_name,
         vllm_conn_id: str | None = None,
@@ -190,6 +226,7 @@ class LateChunkShardOperator(BaseOperator):
         **kwargs: Any,
     ) -> None:
         kwargs.setdefault("outlets", [table_asset(table_name, lancedb_conn_id)])
+        check_one_strategy_form(kwargs.get("task_id"), strategy, strategy_params, strategies)
         super().__init__(**kwargs)
         self.store_path = store_path
         self.shard = shard
@@ -197,6 +234,7 @@ class LateChunkShardOperator(BaseOperator):
         self.rejected_table_name = rejected_table_name
         self.strategy = strategy
         self.strategy_params = strategy_params
+        self.strategies = strategies
         self.model = model
         self.lancedb_conn_id = lancedb_conn_id
         self.vllm_conn_id = vllm_conn_id
@@ -218,6 +256,9 @@ class LateChunkShardOperator(BaseOperator):
 
         if kwargs.get("settings") is None or isinstance(kwargs["settings"], Mapping):  # not an XComArg
             task_settings(kwargs.get("settings"), vllm_conn_id=kwargs.get("vllm_conn_id"))
+        check_one_strategy_form(
+            kwargs.get("task_id"), kwargs.get("strategy"), kwargs.get("strategy_params"), kwargs.get("strategies")
+        )
         kwargs.setdefault(
             "outlets",
             [
@@ -238,7 +279,10 @@ class LateChunkShardOperator(BaseOperator):
         return task_settings(self.settings, model=self.model, vllm_conn_id=self.vllm_conn_id)[0]
 
     def execute(self, context: Context) -> dict[str, Any]:
-        strategy = resolve_strategy(self.strategy, self.strategy_params)  # a bad strategy fails before the engine
+        # a bad strategy, or given_chunks without a chunks_column, fails before the engine starts
+        strategy = resolve_strategies(self.strategy, self.strategy_params, self.strategies)
+        settings = self.shard_settings()
+        settings.check_strategies(strategy)
         db = LanceDBHook(self.lancedb_conn_id).get_settings()
         run_id = lineage_run_id(context["run_id"], context["ti"].map_index)
         self.log.info(
@@ -246,7 +290,7 @@ class LateChunkShardOperator(BaseOperator):
             self.shard,
             self.store_path,
             db.table_uri(self.table_name),
-            strategy.describe(),
+            describe_strategies(strategy),
         )
         with open_chunker(self.engine_spec(), self.log) as chunker:
             try:
@@ -259,7 +303,7 @@ class LateChunkShardOperator(BaseOperator):
                     table_name=self.table_name,
                     rejected_table_name=self.rejected_table_name,
                     run_id=run_id,
-                    settings=self.shard_settings(),
+                    settings=settings,
                     log=self.log,
                 )
             except SystemicFailureError as exc:
@@ -271,7 +315,7 @@ class LateChunkShardOperator(BaseOperator):
     def _emit(self, context: Context, result: dict[str, Any]) -> None:
         """The asset event of each outlet asset: what the commit left (no vectors), partitioned by the shard."""
         keys = ("table_uri", "version", "partition", "run_id", "chunks_written", "partition_rows")
-        extra = {k: result[k] for k in (*keys, "documents_in", "documents_rejected", "tokens_encoded")}
+        extra = {k: result[k] for k in (*keys, "documents_in", "documents_rejected", "tokens_encoded", "granularities")}
         for outlet in self.outlets:
             if isinstance(outlet, Asset):
                 event = context["outlet_events"][outlet]
@@ -286,15 +330,31 @@ class LateChunkChecksOperator(BaseOperator):
     ``row_count_matches`` (:data:`latechunk_dagster.sink.validation.CHECKS`), with the same
     functions as the Dagster checks. Returns ``{check: {"passed": bool, "details": {...}}}``.
 
+    A table definition of several granularities is checked per granularity table, each but the
+    coarsest also with ``parents_exist`` (its ``parent_chunk_id`` links against the next
+    granularity's table): returns ``{granularity: {check: {...}}}``, and a failure names the
+    granularity and its table.
+
     Args:
         store_path: the document store (templated).
         results: the late-chunk tasks' XCom values (templated: ``chunk.output`` of the mapped task);
-            they name the shards and the rows each commit left.
+            they name the shards, the rows each commit left and the granularities.
         shards: more shards to check (templated); one without a result fails ``row_count_matches``.
+        granularities: the granularity names, finest first (templated); empty: those the results name.
+        chunks_column: the store column of the documents' own chunks, as the late-chunk tasks'
+            ``settings["chunks_column"]`` (templated; a document's ``doc_sha256`` covers its chunks).
         table_name, rejected_table_name, lancedb_conn_id: as :class:`LateChunkShardOperator`.
     """
 
-    template_fields: Sequence[str] = ("store_path", "results", "shards", "table_name", "rejected_table_name")
+    template_fields: Sequence[str] = (
+        "store_path",
+        "results",
+        "shards",
+        "granularities",
+        "chunks_column",
+        "table_name",
+        "rejected_table_name",
+    )
 
     def __init__(
         self,
@@ -302,6 +362,8 @@ class LateChunkChecksOperator(BaseOperator):
         store_path: str,
         results: Any = (),
         shards: Sequence[str] = (),
+        granularities: Sequence[str] = (),
+        chunks_column: str | None = None,
         table_name: str = CHUNK_TABLE,
         rejected_table_name: str = REJECTED_TABLE,
         lancedb_conn_id: str = LanceDBHook.default_conn_name,
@@ -311,51 +373,76 @@ class LateChunkChecksOperator(BaseOperator):
         self.store_path = store_path
         self.results = results
         self.shards = shards
+        self.granularities = granularities
+        self.chunks_column = chunks_column
         self.table_name = table_name
         self.rejected_table_name = rejected_table_name
         self.lancedb_conn_id = lancedb_conn_id
 
     def execute(self, context: Context) -> dict[str, Any]:
-        outcomes = check_shards(
+        per = check_granularities(
             LanceDBHook(self.lancedb_conn_id).get_settings(),
             self.store_path,
             table_name=self.table_name,
             rejected_table_name=self.rejected_table_name,
+            granularities=list(self.granularities or []),
             results=list(self.results or []),
             shards=list(self.shards or []),
+            chunks_column=self.chunks_column or None,
         )
-        for name, (passed, details) in outcomes.items():
-            (self.log.info if passed else self.log.error)(
-                "check %s: %s %s", name, "passed" if passed else "FAILED", details
-            )
-        if not all(passed for passed, _ in outcomes.values()):
-            raise AirflowFailException(str(ChecksFailedError(outcomes)))
-        return {name: {"passed": passed, "details": details} for name, (passed, details) in outcomes.items()}
+        failures = []
+        for g, outcomes in per.items():
+            for name, (passed, details) in outcomes.items():
+                (self.log.info if passed else self.log.error)(
+                    "check %s%s: %s %s", name, f" of {g!r}" if g else "", "passed" if passed else "FAILED", details
+                )
+            if not all(passed for passed, _ in outcomes.values()):
+                failures.append(str(ChecksFailedError(outcomes, g, granularity_table(self.table_name, g))))
+        if failures:
+            raise AirflowFailException("; ".join(failures))
+        returned = {
+            g: {name: {"passed": passed, "details": details} for name, (passed, details) in outcomes.items()}
+            for g, outcomes in per.items()
+        }
+        return returned[""] if list(returned) == [""] else returned
 
 
 class LateChunkIndexOperator(BaseOperator):
     """Build or refresh the chunk table's indexes, then compact (what Dagster's index asset does).
 
     Returns the report of :func:`~latechunk_dagster.sink.indexing.refresh_indexes` (rows, vector
-    index, measured recall, version).
+    index, measured recall, version); with ``granularities``, ``{granularity: report}`` of each
+    granularity's table.
 
     Args:
         table_name, lancedb_conn_id: as :class:`LateChunkShardOperator` (``table_name`` templated).
+        granularities: the granularity names of a table definition of several strategies
+            (templated): each one's table (``table_name_<granularity>``) is refreshed.
     """
 
-    template_fields: Sequence[str] = ("table_name",)
+    template_fields: Sequence[str] = ("table_name", "granularities")
 
     def __init__(
-        self, *, table_name: str = CHUNK_TABLE, lancedb_conn_id: str = LanceDBHook.default_conn_name, **kwargs: Any
+        self,
+        *,
+        table_name: str = CHUNK_TABLE,
+        granularities: Sequence[str] = (),
+        lancedb_conn_id: str = LanceDBHook.default_conn_name,
+        **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self.table_name = table_name
+        self.granularities = granularities
         self.lancedb_conn_id = lancedb_conn_id
 
     def execute(self, context: Context) -> dict[str, Any]:
-        try:
-            report = refresh_table_indexes(LanceDBHook(self.lancedb_conn_id).get_settings(), self.table_name)
-        except LookupError as exc:
-            raise AirflowException(str(exc)) from exc
-        self.log.info("indexes of %s: %s", self.table_name, report)
-        return report
+        db = LanceDBHook(self.lancedb_conn_id).get_settings()
+        names = list(self.granularities or [])
+        reports = {}
+        for g, name in zip(names or [""], table_names(self.table_name, names), strict=True):
+            try:
+                reports[g] = refresh_table_indexes(db, name)
+            except LookupError as exc:
+                raise AirflowException(str(exc)) from exc
+            self.log.info("indexes of %s: %s", name, reports[g])
+        return reports[""] if not names else reports
