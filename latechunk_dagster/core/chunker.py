@@ -262,11 +262,6 @@ class LateChunker(OptionChecks, Preparing, Encoding, Finishing):
         for an engine that cannot tell (a vLLM server does not report its dtype)."""
         return str(getattr(self.engine, "dtype", "auto"))
 
-    def _engine(self) -> Engine:
-        if self.engine is None:
-            raise RuntimeError("LateChunker is closed")
-        return self.engine
-
     def close(self) -> None:
         """Shut the engine down, child processes included. Safe to call twice."""
         engine, self.engine = self.engine, None

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from typing import Any
 
 from latechunk_dagster.core.batches import _native_strategy
+from latechunk_dagster.core.chunker_state import ChunkerState
 from latechunk_dagster.core.chunking.base import ChunkingStrategy
 from latechunk_dagster.core.engines.base import Engine
 from latechunk_dagster.core.errors import (
@@ -68,25 +68,8 @@ def engine_lengths(card: ModelCard, max_model_len: int | None, window_length: in
     return engine_len, window
 
 
-class OptionChecks:
+class OptionChecks(ChunkerState):
     """The options and model checks of :class:`~latechunk_dagster.core.chunker.LateChunker` (its first job)."""
-
-    # set by LateChunker.__init__ (latechunk_dagster.core.chunker)
-    card: ModelCard
-    head: Any
-    prefix: str
-    query_prefix: str
-    tokenizer: Any
-    document_prompt_tokens: int
-    query_prompt_tokens: int
-    max_model_len: int
-    window_length: int
-    window_overlap: int | None
-    allow_windows: bool
-    strategy_timeout_s: float | None
-    opt_ins: tuple[str, ...]
-    engine: Engine | None
-    path: str
 
     def _engine_path(
         self,

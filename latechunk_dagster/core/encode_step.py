@@ -5,42 +5,21 @@ A part of :class:`~latechunk_dagster.core.chunker.LateChunker`; only this step u
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
 from latechunk_dagster.core.batches import EncodedBatch, EncoderInputs, PreparedBatch
-from latechunk_dagster.core.engines.base import Engine, NativeChunks
+from latechunk_dagster.core.chunker_state import ChunkerState
+from latechunk_dagster.core.engines.base import NativeChunks
 from latechunk_dagster.core.errors import (
     DocumentError,
-)
-from latechunk_dagster.core.model_card import (
-    ModelCard,
 )
 from latechunk_dagster.core.tokenization import (
     encoder_text,
 )
 
 
-class Encoding:
+class Encoding(ChunkerState):
     """The encode step of :class:`~latechunk_dagster.core.chunker.LateChunker`."""
-
-    # set by LateChunker.__init__ (latechunk_dagster.core.chunker)
-    card: ModelCard
-    head: Any
-    prefix: str
-    query_prefix: str
-    tokenizer: Any
-    document_prompt_tokens: int
-    query_prompt_tokens: int
-    max_model_len: int
-    window_length: int
-    window_overlap: int | None
-    allow_windows: bool
-    strategy_timeout_s: float | None
-    opt_ins: tuple[str, ...]
-    engine: Engine | None
-    path: str
 
     def encode(self, prepared: PreparedBatch) -> EncodedBatch:
         """The one engine call of a prepared batch: token states of every window (and native chunk means).

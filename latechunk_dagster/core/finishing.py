@@ -8,14 +8,14 @@ embedding (:meth:`Finishing.embed_queries`). A part of :class:`~latechunk_dagste
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, Literal
+from typing import Literal
 
 import numpy as np
 
 from latechunk_dagster.core.batches import EncodedBatch
 from latechunk_dagster.core.chunk_ranges import chunks_from_spans
+from latechunk_dagster.core.chunker_state import ChunkerState
 from latechunk_dagster.core.chunking.base import Span
-from latechunk_dagster.core.engines.base import Engine
 from latechunk_dagster.core.errors import (
     DocumentBatchError,
     DocumentError,
@@ -28,9 +28,6 @@ from latechunk_dagster.core.granularities import (
     parent_indices,
 )
 from latechunk_dagster.core.head import apply_head_after_projection
-from latechunk_dagster.core.model_card import (
-    ModelCard,
-)
 from latechunk_dagster.core.pooling import mean_pool_spans, sums_from_pair_sums, window_span_sums
 from latechunk_dagster.core.results import ChunkedDocument
 from latechunk_dagster.core.tokenization import (
@@ -40,25 +37,8 @@ from latechunk_dagster.core.tokenization import (
 )
 
 
-class Finishing:
+class Finishing(ChunkerState):
     """The finish step of :class:`~latechunk_dagster.core.chunker.LateChunker`."""
-
-    # set by LateChunker.__init__ (latechunk_dagster.core.chunker)
-    card: ModelCard
-    head: Any
-    prefix: str
-    query_prefix: str
-    tokenizer: Any
-    document_prompt_tokens: int
-    query_prompt_tokens: int
-    max_model_len: int
-    window_length: int
-    window_overlap: int | None
-    allow_windows: bool
-    strategy_timeout_s: float | None
-    opt_ins: tuple[str, ...]
-    engine: Engine | None
-    path: str
 
     def finish(
         self, encoded: EncodedBatch, *, errors: Literal["raise", "return"] = "return"

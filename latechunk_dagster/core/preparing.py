@@ -10,9 +10,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 from latechunk_dagster.core.batches import PreparedBatch, _Job, _native_strategy
+from latechunk_dagster.core.chunker_state import ChunkerState
 from latechunk_dagster.core.chunking.base import ChunkingStrategy, Span, check_tiling
 from latechunk_dagster.core.chunking.given import GivenChunkList, GivenChunks
-from latechunk_dagster.core.engines.base import Engine
 from latechunk_dagster.core.errors import (
     DocumentError,
     DocumentTooLongError,
@@ -24,9 +24,6 @@ from latechunk_dagster.core.granularities import (
     DocumentSpans,
     check_granularities,
     document_spans,
-)
-from latechunk_dagster.core.model_card import (
-    ModelCard,
 )
 from latechunk_dagster.core.pooling import window_pieces
 from latechunk_dagster.core.timebound import TimeLimitExceeded, WorkerCallError, call_with_time_limit
@@ -41,25 +38,8 @@ from latechunk_dagster.core.windows import WindowPlan, plan_windows
 log = logging.getLogger("latechunk_dagster.core.chunker")
 
 
-class Preparing:
+class Preparing(ChunkerState):
     """The prepare step of :class:`~latechunk_dagster.core.chunker.LateChunker`."""
-
-    # set by LateChunker.__init__ (latechunk_dagster.core.chunker)
-    card: ModelCard
-    head: Any
-    prefix: str
-    query_prefix: str
-    tokenizer: Any
-    document_prompt_tokens: int
-    query_prompt_tokens: int
-    max_model_len: int
-    window_length: int
-    window_overlap: int | None
-    allow_windows: bool
-    strategy_timeout_s: float | None
-    opt_ins: tuple[str, ...]
-    engine: Engine | None
-    path: str
 
     def tokenize(self, text: str, *, index: int = 0, doc_id: str | None = None) -> Tokenization:
         """The one tokenization pass of a document (with this chunker's prefix)."""
