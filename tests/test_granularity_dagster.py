@@ -18,7 +18,7 @@ import pytest
 
 from latechunk_dagster import FixedTokens, GivenChunks, LateChunker, Paragraphs, Sentences, late_chunk_assets, sink
 from latechunk_dagster.core.chunking import CharSpans
-from latechunk_dagster.integration.resources import LanceDBResource
+from latechunk_dagster.integration.resources import DocumentStoreResource, LanceDBResource, VLLMEngineResource
 from latechunk_dagster.integration.run_config import ChunkingConfig, StrategyConfig
 from latechunk_dagster.integration.sensors import sync_partitions
 from latechunk_dagster.sources.files import DocumentStore
@@ -63,6 +63,14 @@ GRANULARITIES = {
     "paragraph": Paragraphs(max_tokens=20),  # one chunk per paragraph here: 15 to 20 tokens each
 }
 TABLES = {"window": "chunks_window", "sentence": "chunks_sentence", "paragraph": "chunks_paragraph"}
+
+
+#: Resources that start nothing (the engine loads on first use): enough to build and check definitions.
+_UNSTARTED = {
+    "engine": VLLMEngineResource(model="unused"),
+    "lancedb": LanceDBResource(uri="unused"),
+    "store": DocumentStoreResource(path="unused"),
+}
 
 
 def write_store(path: Path, shards: list[str] | None = None) -> Path:
@@ -121,6 +129,12 @@ def test_one_asset_per_granularity_table_with_its_checks_and_index() -> None:
     job = table.jobs[0]
     assert job.name == "kb_chunk_vectors_job"
     assert set(table.sensors[0].asset_selection.resolve(table.assets)) == set(keys)
+    # the guide's run config reaches the step's config; a misspelt field is refused by Dagster
+    job = table.to_definitions(resources=_UNSTARTED).resolve_job_def("kb_chunk_vectors_job")
+    op = "kb__chunk_vectors_chunks"
+    assert dg.validate_run_config(job, {"ops": {op: {"config": {"strategies": {"window": {"chunk_size": 16}}}}}})
+    with pytest.raises(dg.DagsterInvalidConfigError, match="chunk_sise"):
+        dg.validate_run_config(job, {"ops": {op: {"config": {"strategies": {"window": {"chunk_sise": 16}}}}}})
     # one strategy: the asset, table and names of before
     single = late_chunk_assets(key_prefix="kb")
     assert single.chunk_keys == [dg.AssetKey(["kb", "chunk_vectors"])] and single.wiring.table_names == [
