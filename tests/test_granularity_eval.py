@@ -268,4 +268,6 @@ def test_retrieval_eval_asset_reports_the_granularities_and_its_check_reads_the_
     assert md["late_ndcg_at_3"] == md["late_sent_ndcg_at_3"]  # what the check reads: the finest granularity
     assert Path(md["plot_path"]).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     verdict = late_vs_naive_result(event.step_materialization_data.materialization.metadata)
-    assert verdict.passed and verdict.description.startswith(f"late nDCG@3 {md['late_sent_ndcg_at_3']:.1f} vs naive")
+    assert md["checked_granularity"] == "sent"
+    assert verdict.passed
+    assert verdict.description.startswith(f"late nDCG@3 (sent) {md['late_sent_ndcg_at_3']:.1f} vs naive")

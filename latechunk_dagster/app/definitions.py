@@ -2,7 +2,9 @@
 
 Built with the same factory a user calls (:func:`~latechunk_dagster.late_chunk_assets`): the
 shipped model, a local LanceDB under ``$LATECHUNK_HOME`` and the demo store (or
-``LATECHUNK_DOCUMENT_STORE``), see :mod:`latechunk_dagster.app.settings`.
+``LATECHUNK_DOCUMENT_STORE``), see :mod:`latechunk_dagster.app.settings`. Two granularities from
+one encode (:func:`~latechunk_dagster.app.demo_queries.demo_granularities`: tables
+``chunks_sentences32`` and ``chunks_sentences128``), which ``retrieval_eval`` compares.
 """
 
 import dagster as dg
@@ -10,6 +12,7 @@ from pydantic import Field
 
 from latechunk_dagster import LateChunkTranslator, late_chunk_assets
 from latechunk_dagster.app import settings
+from latechunk_dagster.app.demo_queries import demo_granularities
 from latechunk_dagster.app.settings import shipped_model_path
 from latechunk_dagster.integration.resources import DocumentStoreResource, LanceDBResource, VLLMEngineResource
 from latechunk_dagster.integration.translator import LateChunkTableProps
@@ -45,17 +48,21 @@ RESOURCES = default_resources()
 
 
 class DefaultAppTranslator(LateChunkTranslator):
-    """The embedded default's names: the index asset is ``chunk_index`` (not ``chunk_vectors_index``)."""
+    """The embedded default's names: the index assets are ``chunk_index_<granularity>`` (not
+    ``chunk_vectors_<granularity>_index``; ``chunk_index`` for a table of one strategy)."""
 
     def get_index_spec(self, props: LateChunkTableProps) -> dg.AssetSpec:
-        return super().get_index_spec(props).replace_attributes(key=dg.AssetKey("chunk_index"))
+        key = f"chunk_index_{props.granularity}" if props.granularity else "chunk_index"
+        return super().get_index_spec(props).replace_attributes(key=dg.AssetKey(key))
 
 
-#: The one table of the embedded default: asset ``chunk_vectors``, partitions ``document_shards``.
+#: The table definition of the embedded default: one chunk asset per granularity
+#: (``chunk_vectors_sentences32``, ``chunk_vectors_sentences128``), partitions ``document_shards``.
 TABLE = late_chunk_assets(
     name="chunk_vectors",
     model=RESOURCES["engine"].model_path(),
     translator=DefaultAppTranslator(),
+    strategies=demo_granularities(),
     job_name="chunk_documents",
     index_job_name="index_chunks",
     sensor_name="document_store_sensor",
@@ -64,7 +71,8 @@ TABLE = late_chunk_assets(
 nightly_index = dg.ScheduleDefinition(
     job=TABLE.jobs[1], cron_schedule="0 3 * * *", default_status=dg.DefaultScheduleStatus.STOPPED
 )
-#: ``retrieval_eval`` and its check ``late_not_below_naive`` (none without a query file).
+#: ``retrieval_eval`` (every granularity side by side, small-to-big, the winner) and its check
+#: ``late_not_below_naive`` (none without a query file).
 EVAL_JOBS = (
     [dg.define_asset_job("evaluate_retrieval", selection=dg.AssetSelection.assets(*TABLE.extra_assets))]
     if TABLE.extra_assets

@@ -1,10 +1,12 @@
-"""``make demo``: the main job on the embedded default, then a search and late-vs-naive scores.
+"""``make demo``: the main job on the embedded default, then searches and the granularities' scores.
 
 Builds the demo store (unless ``LATECHUNK_DOCUMENT_STORE`` is set), syncs partitions,
-materializes every shard in **one** run (a single-run backfill: one engine load) with the
-asset checks, refreshes the indexes, prints the numbers and search results, scores the
-generated context-dependent query set, and materializes the ``retrieval_eval`` asset (the
-standard-library queries on the demo table) with its check. Runs land in the persistent
+materializes every shard in **one** run (a single-run backfill: one engine load) into both
+granularities of the demo table (one encode) with the asset checks, refreshes the indexes,
+prints the numbers and small-to-big search results (matched on the 32-token chunks, their
+128-token parents shown), scores the generated context-dependent query set, and materializes
+the ``retrieval_eval`` asset (the standard-library queries on the demo table) with its check;
+for each query set it prints which granularity (or small-to-big) wins. Runs land in the persistent
 ``DAGSTER_HOME`` (``$LATECHUNK_HOME/dagster``), so ``make dev`` shows them: the partitions, the
 checks, and ``retrieval_eval``'s table, plot and check.
 """
@@ -67,13 +69,19 @@ def main() -> int:
     if not result.success:
         print("the chunk_documents run failed; see `make dev` for its logs", file=sys.stderr)
         return 1
-    mats = [e for e in result.get_asset_materialization_events()]
-    md = [m.event_specific_data.materialization.metadata for m in mats]  # type: ignore[union-attr]
+    # one materialization per granularity asset and partition: the shared counts (documents, tokens,
+    # engine) from the finest granularity's, the chunks written from each granularity's
+    by_key: dict[dg.AssetKey, list] = {k: [] for k in TABLE.chunk_keys}
+    for e in result.get_asset_materialization_events():
+        if e.asset_key in by_key:
+            by_key[e.asset_key].append(e.event_specific_data.materialization.metadata)  # type: ignore[union-attr]
+    md = by_key[TABLE.chunk_keys[0]]
     docs = sum(m["documents_in"].value for m in md)
-    chunks = sum(m["chunks_written"].value for m in md)
+    written = {k.to_user_string(): sum(m["chunks_written"].value for m in ms) for k, ms in by_key.items()}
+    chunks = sum(written.values())
     rejected = sum(m["documents_rejected"].value for m in md)
     tokens = sum(m["tokens_encoded"].value for m in md)
-    encoded = sum(m["window_tokens"].value for m in md)
+    in_windows = sum(m["window_tokens"].value for m in md)
     windows = sum(m["encoder_windows"].value for m in md)
     long_docs = sum(m["documents_over_model_length"].value for m in md)
     seconds = sum(m["engine_seconds"].value for m in md)
@@ -83,10 +91,11 @@ def main() -> int:
     failed = [c.check_name for c in checks if not c.passed]
     print(
         f"materialized {len(md)} partitions in one run: {docs} documents ({skipped} unchanged, "
-        f"{reencoded} encoded) -> {chunks} chunks written, "
+        f"{reencoded} encoded once) -> {chunks} chunks written "
+        f"({', '.join(f'{n} {c}' for n, c in written.items())}), "
         f"{rejected} rejected; {long_docs} documents longer than the model; "
-        f"{tokens} tokens ({encoded} encoded in {windows} windows, "
-        f"+{100 * (encoded - tokens) / max(tokens, 1):.1f}% overlap); engine {seconds:.1f} s "
+        f"{tokens} tokens encoded ({in_windows} tokens in {windows} encoder windows, "
+        f"+{100 * (in_windows - tokens) / max(tokens, 1):.1f}% overlap); engine {seconds:.1f} s "
         f"({tokens / max(seconds, 1e-9):.0f} tokens/s); run wall {wall:.1f} s"
     )
     print(f"asset checks: {len(checks) - len(failed)} passed, {len(failed)} failed" + (f" {failed}" if failed else ""))
@@ -96,14 +105,24 @@ def main() -> int:
 
     engine = resources["engine"]
     queries_dir = settings.home() / "queries"
+    fine, coarse = TABLE.wiring.granularities[0].name, TABLE.wiring.granularities[1].name
     with LateChunker(engine.model_path()) as chunker:
         for q in QUERIES:
-            print(f"\nsearch: {q!r}   (cosine distance, doc_id, char range, text)")
+            print(
+                f"\nsearch: {q!r}   small-to-big: matched on {fine}, its {coarse} parents "
+                "(cosine distance of the best match, doc_id, char range, chunks matched, text)"
+            )
             for hit in search(
-                q, chunker=chunker, uri=resources["lancedb"].uri, table_name=TABLE.wiring.table_name, k=3
+                q,
+                chunker=chunker,
+                uri=resources["lancedb"].uri,
+                table_name=TABLE.wiring.table_name,
+                granularity=fine,
+                return_parent=True,
+                k=3,
             ):
-                snippet = " ".join((hit.text or "").split())[:110]
-                print(f"  {hit.distance:.3f}  {hit.doc_id} {hit.char_range}: {snippet}")
+                snippet = " ".join((hit.text or "").split())[:100]
+                print(f"  {hit.distance:.3f}  {hit.doc_id} {hit.char_range} {len(hit.matched)}: {snippet}")
         print("\n" + _context_set(chunker, queries_dir))
         model = chunker.card.fingerprint
     if TABLE.extra_assets:  # the retrieval_eval asset runs its own engine: after this one is closed
@@ -130,10 +149,11 @@ def _context_set(chunker: LateChunker, queries_dir: Path) -> str:
 def _retrieval_eval(
     defs: dg.Definitions, instance: dg.DagsterInstance, resources: dict, store: DocumentStore, model: str
 ) -> str:
-    """Materialize ``retrieval_eval`` (the demo table's labeled queries, late vs naive) and its check,
-    and return its table; its run is skipped while the chunk rows, the model and the query file are
-    those of its latest materialization (the naive side re-embeds every chunk, about as costly as
-    encoding the corpus again)."""
+    """Materialize ``retrieval_eval`` (the demo table's labeled queries: each granularity's late, naive
+    and hybrid rankings and small-to-big) and its check, and return its table and the winner; its
+    run is skipped while the chunk rows, the model and the query file are those of its latest
+    materialization (the naive side re-embeds every chunk of each granularity, about as costly as
+    encoding the corpus again per granularity)."""
     from latechunk_dagster.app import settings
     from latechunk_dagster.app.definitions import TABLE
     from latechunk_dagster.app.demo_queries import write_stdlib_queries
@@ -157,7 +177,7 @@ def _retrieval_eval(
     md = latest.asset_materialization.metadata  # type: ignore[union-attr]
     verdict = late_vs_naive_result(md)
     lines = [
-        f"retrieval, late vs naive: {queries.name} on the demo table (asset {asset.key.to_user_string()})",
+        f"retrieval by granularity: {queries.name} on the demo table (asset {asset.key.to_user_string()})",
         md["table"].value,
         f"check late_not_below_naive: {'passed' if verdict.passed else 'failed'} ({verdict.description})",
     ]
@@ -168,17 +188,20 @@ def _retrieval_eval(
 
 
 def _evaluated(resources: dict, model: str, queries: Path) -> str:
-    """What a ``retrieval_eval`` materialization evaluated: the chunk rows (chunk ids and the runs that
-    wrote them: the index job's compaction changes the table version, not the rows), the model, the
-    package version and the query file."""
+    """What a ``retrieval_eval`` materialization evaluated: the chunk rows of every granularity (chunk
+    ids and the runs that wrote them: the index job's compaction changes the table version, not the
+    rows), the model, the package version and the query file."""
     import hashlib
 
     from latechunk_dagster import __version__, sink
     from latechunk_dagster.app.definitions import TABLE
+    from latechunk_dagster.evaluation import granularity_tables
 
-    table = sink.connect(resources["lancedb"].uri).open_table(TABLE.wiring.table_name)
-    ids = table.search().select(["chunk_id", "run_id"]).limit(None).to_arrow()
-    pairs = sorted(zip(ids.column("chunk_id").to_pylist(), ids.column("run_id").to_pylist()))
+    pairs = []
+    for table in granularity_tables(sink.connect(resources["lancedb"].uri), TABLE.wiring.table_name).values():
+        ids = table.search().select(["chunk_id", "run_id"]).limit(None).to_arrow()
+        pairs += zip(ids.column("chunk_id").to_pylist(), ids.column("run_id").to_pylist())
+    pairs.sort()
     parts = [repr(pairs), model, __version__, queries.read_text() if queries.exists() else ""]
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:32]
 

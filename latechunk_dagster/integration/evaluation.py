@@ -167,6 +167,7 @@ def retrieval_eval_asset(
             "queries_skipped": dg.MetadataValue.int(len(report.skipped)),
             "chunks": dg.MetadataValue.int(sum(report.chunks.values()) if several_tables else report.chunks),
             "k": dg.MetadataValue.int(report.k),
+            **({"checked_granularity": dg.MetadataValue.text(report.granularities[0])} if several_tables else {}),
             "margin": dg.MetadataValue.float(k_margin),
             "queries_path": dg.MetadataValue.path(str(queries_path)),
             "plot_path": dg.MetadataValue.path(str(png)),
@@ -195,12 +196,14 @@ def late_vs_naive_result(metadata: dict[str, Any]) -> dg.AssetCheckResult:
     late = float(metadata[metadata_key("late", f"ndcg@{k}")].value)
     naive = float(metadata[metadata_key("naive", f"ndcg@{k}")].value)
     margin = float(metadata["margin"].value)
+    checked = metadata.get("checked_granularity")  # the finest granularity, of a table of several
+    of = f" ({checked.value})" if checked is not None else ""
     passed = late >= naive - margin
     return dg.AssetCheckResult(
         passed=passed,
         severity=dg.AssetCheckSeverity.WARN,
         description=(
-            f"late nDCG@{k} {late:.1f} vs naive {naive:.1f} (margin {margin:.1f} points): "
+            f"late nDCG@{k}{of} {late:.1f} vs naive {naive:.1f} (margin {margin:.1f} points): "
             + ("ok" if passed else "late chunking retrieves worse than chunking alone on these queries")
         ),
         metadata={"late": late, "naive": naive, "difference": late - naive, "margin": margin},
