@@ -282,6 +282,14 @@ def test_a_store_of_given_chunks_through_a_dag(tmp_path: Path, chunker: LateChun
     assert list(checks["own"]) == [*CHECKS, "parents_exist"]
     assert all(c["passed"] for g in ("own", "large") for c in checks[g].values()), checks
 
+    # the one-strategy form names it too; without a chunks column it fails before any engine starts
+    from latechunk_dagster import GivenChunks
+    from latechunk_dagster.airflow.tasks import resolve_strategies
+
+    assert resolve_strategies("given_chunks") == GivenChunks()
+    lacking = LateChunkShardOperator(task_id="t", store_path=str(store), shard="docs", strategy="given_chunks")
+    with pytest.raises(ValueError, match=r"the strategy is given_chunks.*set chunks_column"):
+        lacking.execute({})  # before the connection, the store or the engine is touched
     both = {"task_id": "bad", "store_path": "s", "strategy": "sentences", "strategies": {"a": {"name": "paragraphs"}}}
     with pytest.raises(ValueError, match=r"'bad': give either strategy .* or strategies .*, not both"):
         LateChunkShardOperator(shard="a", **both)
