@@ -496,6 +496,7 @@ def test_bad_run_config_fails_before_the_engine_loads(env, tmp_path, minilm_dir)
 def test_code_version_names_the_model_and_default_strategy(tmp_path, minilm_dir) -> None:
     from latechunk_dagster import FixedTokens, Sentences
     from latechunk_dagster.app.definitions import defs
+    from latechunk_dagster.app.demo_queries import demo_granularities
     from tests.tiny_models import build_tiny_bert
 
     def version(**kwargs: Any) -> str:
@@ -503,9 +504,13 @@ def test_code_version_names_the_model_and_default_strategy(tmp_path, minilm_dir)
         return table.chunk_asset.code_versions_by_key[table.chunk_asset.key]
 
     shipped = version(model=str(minilm_dir))
-    app = defs.resolve_assets_def("chunk_vectors")
-    assert shipped == app.code_versions_by_key[app.key]
     assert "sentences(language='en', max_tokens=128, segmenter='sentencex')" in shipped and "model." in shipped
+    # the embedded default: the shipped model in the demo's granularities, each asset versioned by its own
+    demo = late_chunk_assets(model=str(minilm_dir), strategies=demo_granularities())
+    for key in demo.chunk_keys:
+        app = defs.resolve_assets_def(key)
+        assert app.code_versions_by_key[key] == demo.chunk_asset.code_versions_by_key[key]
+    assert "max_tokens=32," in demo.chunk_asset.code_versions_by_key[demo.chunk_keys[0]]
     tiny = build_tiny_bert(tmp_path / "tiny", minilm_dir)
     assert version(model=str(tiny)) != shipped
     assert version(model=str(minilm_dir), strategy=FixedTokens(chunk_size=64)) != shipped
