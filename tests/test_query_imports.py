@@ -17,8 +17,10 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from latechunk_dagster import LateChunker, Sentences, sink
+from latechunk_dagster.app import cli
 from latechunk_dagster.app.demo_corpus import build_demo_store
 from latechunk_dagster.pipeline import materialize_partition
 from latechunk_dagster.sink.database import LanceDBSettings
@@ -72,7 +74,9 @@ def test_nothing_is_deferred_where_the_module_is_already_imported() -> None:
     assert sys.modules["json"] is json_module and dumps is json_module.dumps
 
 
-def test_cli_search_from_a_fresh_process_imports_none_of_the_heavy_packages(minilm_dir: Path, tmp_path: Path) -> None:
+def test_cli_search_from_a_fresh_process_imports_none_of_the_heavy_packages(
+    minilm_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     with LateChunker(minilm_dir, engine="transformers") as light:
         store = DocumentStore.from_path(build_demo_store(tmp_path / "documents", modules=["bz2", "gzip", "zlib"]))
         settings = LanceDBSettings(uri=str(tmp_path / "lancedb"))
@@ -95,3 +99,12 @@ print("LOADED", [m for m in ("sklearn", "scipy", "dagster", "vllm", "httpx") if 
     rows = [line.split("\t") for line in out[1:-1]]
     assert [r[1:3] for r in rows] == [[h.doc_id, str(h.char_range)] for h in want]
     assert [float(r[0]) for r in rows] == pytest.approx([h.distance for h in want], abs=5e-5)  # printed to 4 places
+    # in this process: the same lines, on one torch thread during the search, the caller's count after
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        assert cli.main(["search", QUERY, "--uri", settings.uri, "-k", "3", "--exact"]) == 0
+        assert capsys.readouterr().out.splitlines() == out[:-1]
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(threads)

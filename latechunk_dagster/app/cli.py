@@ -16,6 +16,8 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from latechunk_dagster.core.chunker import ENGINES
@@ -189,7 +191,7 @@ def _run(args: argparse.Namespace) -> int:
         from latechunk_dagster.sink.small_to_big import check_parent_links
 
         check_parent_links(table, name)  # a table without parents: one line, before the model loads
-    with _chunker(args) as chunker:
+    with _one_torch_thread(args.engine), _chunker(args) as chunker:
         hits = search(
             args.query,
             chunker=chunker,
@@ -209,6 +211,24 @@ def _run(args: argparse.Namespace) -> int:
         text = " ".join((h.text or "").split())[:160]
         print("\t".join([*score, f"{h.distance:.4f}", h.doc_id, str(h.char_range), *matched, text]))
     return 0
+
+
+@contextmanager
+def _one_torch_thread(engine: str) -> Iterator[None]:
+    """One intra-op torch thread while the light engine loads and embeds ``search``'s one query, the
+    caller's count restored after: on 2 shared cores a second thread only waits (the forward measured
+    0.4-0.9 s with two threads against 0.06-0.12 s with one, under load; the same vector to the bit)."""
+    if engine != "transformers":
+        yield
+        return
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
 
 
 def _check_chunk_table(table: object, name: str, dimensions: int | None) -> None:
