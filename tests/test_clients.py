@@ -38,6 +38,8 @@ warnings.filterwarnings("ignore", message=".*validate_default.*")  # pydantic, o
 MODULES = ["bz2", "csv", "getopt", "glob", "gzip", "zlib"]
 QUERIES = ["compress data with zlib", "parse command-line options", "read and write CSV files"]
 FRESH, OLD = "chunks", "chunks_old"
+#: The table the README's search example reads: the demo's 128-token granularity (a copy of FRESH's rows).
+README_TABLE = "chunks_sentences128"
 
 
 @pytest.fixture(scope="module")
@@ -59,6 +61,7 @@ def project(tmp_path_factory: pytest.TempPathFactory, chunker: LateChunker) -> P
         OLD, chunks.to_arrow().drop_columns(["id", "metadata", "granularity", "parent_chunk_id"])
     )
     refresh_indexes(old)
+    settings.connect().create_table(README_TABLE, chunks.to_arrow())
     return root
 
 
@@ -419,7 +422,7 @@ def test_readme_search_example(in_project: None, project: Path, chunker: LateChu
     stored vectors (not by ``search``), and it prints each one's distance, document and range."""
     scope: dict = {}
     exec(example("search.py"), scope)
-    rows = sink.connect(uri(project)).open_table(FRESH).to_arrow()
+    rows = sink.connect(uri(project)).open_table(README_TABLE).to_arrow()
     vectors = np.asarray(rows.column("vector").to_pylist(), dtype=np.float64)
     query = chunker.embed_queries([scope["QUERY"]])[0].astype(np.float64)
     cosine = vectors @ query / (np.linalg.norm(vectors, axis=1) * np.linalg.norm(query))
