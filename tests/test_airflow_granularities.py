@@ -269,7 +269,7 @@ def test_a_store_of_given_chunks_through_a_dag(tmp_path: Path, chunker: LateChun
     [rejected] = sink.connect(str(db)).open_table("rejected_documents").to_arrow().to_pylist()
     assert (
         rejected["doc_id"] == "bad"
-        and rejected["detail"] == "granularity 'own': span 1 (5, 22) overlaps span 0 (0, 11)"
+        and rejected["detail"] == "granularity 'own': chunk 1 (5, 22) overlaps chunk 0 (0, 11)"
     )
     own, large = rows_of(db, "chunks_own"), rows_of(db, "chunks_large")
     for doc_id, (text, ranges) in GIVEN.items():

@@ -120,7 +120,7 @@ def test_a_store_of_given_chunks_equals_per_document_char_spans(chunker: LateChu
     assert 2 <= report.batches < len(rows)  # batched: several documents per engine call, several calls
     assert report.rejected_reasons == {"bad_spans": 1}
     [rej] = rejected.to_arrow().to_pylist()
-    assert rej["doc_id"] == "bad" and rej["detail"].startswith("span 1 (5, 22) overlaps")  # the first misfit
+    assert rej["doc_id"] == "bad" and rej["detail"].startswith("chunk 1 (5, 22) overlaps")  # the first misfit
     got = rows_of(tables[""], "docs")
     assert {r["doc_id"] for r in got} == set(GIVEN)
     for doc_id, (text, ranges) in GIVEN.items():

@@ -69,6 +69,8 @@ class CharSpans(ChunkingStrategy):
     """
 
     name: ClassVar[str] = "char_spans"
+    #: what the errors call one range (``"chunk"`` for a document's own chunks, :class:`GivenChunks`)
+    unit: ClassVar[str] = "span"
     ranges: tuple[tuple[int, int], ...]
 
     def __post_init__(self) -> None:
@@ -82,13 +84,14 @@ class CharSpans(ChunkingStrategy):
         prev: tuple[int, int] | None = None
         for k, (a, b) in enumerate(pairs):
             if b <= a:
-                raise _fail(f"span {k} ({a}, {b}) is empty: end must be greater than start")
+                raise _fail(f"{self.unit} {k} ({a}, {b}) is empty: end must be greater than start")
             if a < 0 or b > len(text):
-                raise _fail(f"span {k} ({a}, {b}) is out of range: the text has {len(text)} characters")
+                raise _fail(f"{self.unit} {k} ({a}, {b}) is out of range: the text has {len(text)} characters")
             if prev is not None and a < prev[0]:
-                raise _fail(f"spans are not sorted: span {k} ({a}, {b}) starts before span {k - 1} {prev}")
+                unit = self.unit
+                raise _fail(f"{unit}s are not sorted: {unit} {k} ({a}, {b}) starts before {unit} {k - 1} {prev}")
             if prev is not None and a < prev[1]:
-                raise _fail(f"span {k} ({a}, {b}) overlaps span {k - 1} {prev}")
+                raise _fail(f"{self.unit} {k} ({a}, {b}) overlaps {self.unit} {k - 1} {prev}")
             prev = (a, b)
         bounds = sorted({x for p in pairs for x in p})
         starts = [a for a, _ in pairs]
@@ -102,7 +105,7 @@ class CharSpans(ChunkingStrategy):
                 b = bounds[i]
                 k, side = next((k, side) for k, p in enumerate(pairs) for side, x in zip(("start", "end"), p) if x == b)
                 raise _fail(
-                    f"span {k} {pairs[k]}: its {side} {b} falls inside token {t} {text[s:e]!r} at characters "
+                    f"{self.unit} {k} {pairs[k]}: its {side} {b} falls inside token {t} {text[s:e]!r} at characters "
                     f"({s}, {e}); a span boundary must not split a token (use {s} or {e})"
                 )
             k = bisect.bisect_right(starts, s) - 1
@@ -111,7 +114,7 @@ class CharSpans(ChunkingStrategy):
         if not all(has_token):
             k = has_token.index(False)
             raise _fail(
-                f"span {k} {pairs[k]} holds no token (only {text[pairs[k][0] : pairs[k][1]]!r}); "
+                f"{self.unit} {k} {pairs[k]} holds no token (only {text[pairs[k][0] : pairs[k][1]]!r}); "
                 "every span must contain the first character of a token"
             )
 

@@ -104,7 +104,14 @@ class GivenChunks(ChunkingStrategy):
         """
         if chunks is None:
             raise _fail("no chunks were given for this document (given_chunks needs a list per document)")
-        return CharSpans(ranges=locate_chunks(text, chunks))
+        return _GivenRanges(ranges=locate_chunks(text, chunks))
+
+
+@dataclass(frozen=True)
+class _GivenRanges(CharSpans):
+    """``CharSpans`` of one document's given chunks: the same rules, errors that say "chunk k"."""
+
+    unit: ClassVar[str] = "chunk"
 
 
 def _show(chunk: str) -> str:
