@@ -23,7 +23,14 @@ REJECTED_TABLE = "rejected_documents"
 #: Fields of the ``metadata`` struct, in order: scalars only (a list inside it, such as
 #: ``headings``, breaks LlamaIndex's ``node.to_json()``), each a copy of the column of that name.
 METADATA_FIELDS = (
-    "chunk_id", "doc_id", "partition", "chunk_index", "char_start", "char_end", "token_start", "token_end"
+    "chunk_id",
+    "doc_id",
+    "partition",
+    "chunk_index",
+    "char_start",
+    "char_end",
+    "token_start",
+    "token_end",
 )
 
 #: Columns that are functions of other columns: name -> the LanceDB (DataFusion) SQL expression
