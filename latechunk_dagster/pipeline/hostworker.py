@@ -1,0 +1,151 @@
+"""The host worker process of :mod:`latechunk_dagster.pipeline.hostpool`: its loop, prepare and finish.
+
+What runs in a worker: it unpickles the host-only chunker once, then answers ``prepare`` (check,
+tokenize, spans, windows: the engine inputs go back) and ``finish`` (the engine's rows read in place
+from the parent's shared-memory block, then :func:`~latechunk_dagster.pipeline.finish.finish_rows`:
+means, head, Arrow rows) requests in order. The parent side (the pool, the shared-memory blocks)
+is :mod:`latechunk_dagster.pipeline.hostpool`.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import signal
+import time
+from collections.abc import Mapping
+from multiprocessing import shared_memory
+from typing import Any
+
+import numpy as np
+
+from latechunk_dagster.core.chunker import EncodedBatch, LateChunker, PreparedBatch
+from latechunk_dagster.core.chunking import ChunkingStrategy
+from latechunk_dagster.core.engines.base import NativeChunks
+from latechunk_dagster.core.errors import DocumentError, LateChunkError
+from latechunk_dagster.core.results import ChunkedDocument
+from latechunk_dagster.pipeline.accounting import DocumentSummary
+from latechunk_dagster.pipeline.finish import finish_rows, given_chunks
+from latechunk_dagster.sources.documents import Document
+
+#: Test hook read by each worker: when it names a point (``prepare``, ``finish``), the worker
+#: SIGKILLs itself on its second request of that kind. For crash-safety tests only.
+TEST_WORKER_KILL_ENV = "LATECHUNK_TEST_KILL_HOST_WORKER_AT"
+
+
+class HostWorkerError(LateChunkError):
+    """A host worker process died or failed outside any one document; the partition is not written."""
+
+
+def _worker_main(conn: Any, payload: bytes, tokenizer_threads: str) -> None:
+    """A worker's loop: prepare / finish requests, answered in order on ``conn``."""
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", tokenizer_threads)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when to stop
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # an ignored SIGTERM is inherited (see core.timebound)
+    chunker: LateChunker = pickle.loads(payload)
+    held: dict[int, tuple[list[Document], PreparedBatch, list[tuple[str, ...]]]] = {}
+    maps: dict[str, shared_memory.SharedMemory] = {}  # the parent's kept blocks, mapped once
+    seen = {"prepare": 0, "finish": 0}
+    kill_at = os.environ.get(TEST_WORKER_KILL_ENV)
+    while True:
+        try:
+            kind, seq, body = conn.recv()
+        except (EOFError, OSError):
+            return
+        if kind == "stop":
+            return
+        seen[kind] += 1
+        if kill_at == kind and seen[kind] == 2:
+            os.kill(os.getpid(), signal.SIGKILL)
+        try:
+            if kind == "prepare":
+                reply = _prepare(chunker, held, seq, *body)
+            else:
+                reply = _finish(chunker, held, maps, *body)
+            conn.send(("prepared" if kind == "prepare" else "finished", seq, reply))
+        except BaseException as exc:  # one request's failure fails its partition, not the worker
+            held.pop(body[0] if kind == "finish" else seq, None)
+            conn.send(("error", seq, _picklable(exc)))
+
+
+def _document_fields(doc: Document) -> tuple[str, str, str, Any]:
+    """What a worker gets of a document: ``(doc_id, text, sha256, chunks)`` (:func:`_document`)."""
+    return doc.doc_id, doc.text, doc.sha256, doc.chunks
+
+
+def _document(fields: tuple[str, str, str, Any]) -> Document:
+    """The document of :func:`_document_fields` again, its own chunks included."""
+    doc_id, text, sha, chunks = fields
+    return Document(doc_id, text, sha, chunks)
+
+
+def _prepare(
+    chunker: LateChunker,
+    held: dict,
+    seq: int,
+    docs: list[tuple[str, str, str, Any]],
+    strategy: ChunkingStrategy | Mapping[str, ChunkingStrategy],
+    needs: list[tuple[str, ...]] | None,
+) -> tuple:
+    t0 = time.perf_counter()
+    batch = [_document(d) for d in docs]
+    prepared = chunker.prepare(
+        [d.text for d in batch], strategy, doc_ids=[d.doc_id for d in batch], chunks=given_chunks(batch, strategy)
+    )
+    every = tuple(prepared.strategies)
+    held[seq] = (batch, prepared, needs if needs is not None else [every] * len(batch))
+    return chunker.encoder_inputs(prepared), time.perf_counter() - t0
+
+
+def _finish(
+    chunker: LateChunker,
+    held: dict,
+    maps: dict[str, shared_memory.SharedMemory],
+    seq: int,
+    shm_name: str | None,
+    kept: bool,
+    forget: list[str],
+    layout: tuple[int, list[tuple[int, int]]] | None,
+    native: list[NativeChunks],
+    refused: dict[int, DocumentError],
+    context: tuple,
+) -> tuple:
+    t0 = time.perf_counter()
+    for name in forget:  # blocks the parent no longer keeps
+        old = maps.pop(name, None)
+        if old is not None:
+            old.close()
+    batch, prepared, needs = held.pop(seq)
+    prepared.refuse(refused)
+    shm = None
+    if shm_name is not None:
+        shm = maps.get(shm_name) or shared_memory.SharedMemory(name=shm_name)
+        if kept:
+            maps[shm_name] = shm
+    try:
+        if shm is not None and layout is not None:
+            width, spans = layout
+            total = spans[-1][0] + spans[-1][1]
+            # shape: [total rows of the batch, width], float32: the parent's block, read in place
+            block = np.ndarray((total, width), dtype=np.float32, buffer=shm.buf)
+            rows = [block[a : a + n] for a, n in spans]
+        else:
+            block, rows = None, []
+        results, record = finish_rows(chunker, EncodedBatch(prepared, rows, native), batch, context, needs)
+        del rows, block
+    finally:
+        if shm is not None and not kept:
+            shm.close()
+    summaries: list[DocumentSummary | DocumentError] = [
+        DocumentSummary(len(r.token_ids), r.windows, r.path) if isinstance(r, ChunkedDocument) else r for r in results
+    ]
+    return record, summaries, time.perf_counter() - t0
+
+
+def _picklable(exc: BaseException) -> BaseException:
+    """``exc`` if it survives pickling, else a :class:`HostWorkerError` carrying its text."""
+    try:
+        pickle.loads(pickle.dumps(exc))
+        return exc
+    except Exception:
+        return HostWorkerError(f"{type(exc).__name__}: {exc}")
