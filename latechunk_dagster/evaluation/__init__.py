@@ -18,7 +18,7 @@ Example (a table the pipeline wrote)::
     print(report.markdown())
 """
 
-from latechunk_dagster.evaluation.granularity import evaluate_granularity_rows, granularity_tables
+from latechunk_dagster.evaluation.granularity import evaluate_granularity_rows
 from latechunk_dagster.evaluation.metrics import bootstrap_mean_ci, judge, matches, metric_names, query_metrics
 from latechunk_dagster.evaluation.queries import LabeledQuery, Passage, QueryFileError, read_queries, write_queries
 from latechunk_dagster.evaluation.report import EvalReport, GranularityReport
@@ -30,6 +30,7 @@ from latechunk_dagster.evaluation.sweep import (
     materialize_setting,
     sweep_strategies,
 )
+from latechunk_dagster.sink.granularity_tables import granularity_tables
 
 __all__ = [
     "EvalReport",

@@ -1,6 +1,7 @@
 """Granularities side by side (issue 29): each granularity's late, naive and hybrid rankings, and small-to-big.
 
-The tables of one table definition's granularities (:func:`granularity_tables`, finest first) are
+The tables of one table definition's granularities
+(:func:`~latechunk_dagster.sink.granularity_tables.granularity_tables`, finest first) are
 evaluated on the same queries:
 
 * **late**, **naive**, **hybrid** of each granularity: as
@@ -38,7 +39,6 @@ from latechunk_dagster.evaluation.retrieval import (
     top_k,
     usable_rows,
 )
-from latechunk_dagster.sink.schema import granularity_table, sql_string
 
 
 def evaluate_granularity_rows(
@@ -156,57 +156,3 @@ def small_to_big(
                 break
         out.append(list(seen.values()))
     return out
-
-
-def granularity_tables(db: Any, name: str) -> dict[str, Any]:
-    """The tables of the table definition ``name`` in the LanceDB connection ``db``, finest first.
-
-    ``name`` itself when it is a table (a single strategy: ``{"": table}``); else every table
-    ``granularity_table(name, g)`` whose rows say they are granularity ``g``, ordered by their
-    parent links (a granularity's parents are chunks of the next one; the coarsest has none).
-
-    Returns:
-        ``{granularity: open table}``; ``{}`` when there is neither ``name`` nor a granularity table of it.
-
-    Raises:
-        ValueError: granularity tables whose parent links do not make one chain (names them).
-    """
-    listed = set(db.list_tables().tables)
-    if name in listed:
-        return {"": db.open_table(name)}
-    prefix = granularity_table(name, "_")[:-1]
-    found: dict[str, Any] = {}
-    for table_name in sorted(t for t in listed if t.startswith(prefix)):
-        g = table_name[len(prefix) :]
-        table = db.open_table(table_name)
-        if "granularity" not in table.schema.names:
-            continue
-        row = table.search().select(["granularity"]).limit(1).to_arrow().column("granularity").to_pylist()
-        if row == [g] and granularity_table(name, g) == table_name:
-            found[g] = table
-    return {g: found[g] for g in _chain(found)} if found else {}
-
-
-def _chain(tables: Mapping[str, Any]) -> list[str]:
-    """The granularity names finest first: each one's parent chunk ids lie in the next one's table."""
-    parent_of: dict[str, str | None] = {}
-    for g, table in tables.items():
-        probe = table.search().where("parent_chunk_id IS NOT NULL").select(["parent_chunk_id"]).limit(1).to_arrow()
-        ids = probe.column("parent_chunk_id").to_pylist()
-        if not ids:
-            parent_of[g] = None
-            continue
-        holders = [h for h, other in tables.items() if h != g and other.count_rows(f"chunk_id = {sql_string(ids[0])}")]
-        if len(holders) != 1:
-            raise ValueError(f"the parents of granularity {g!r} are in no granularity table of its definition")
-        parent_of[g] = holders[0]
-    children = {p for p in parent_of.values() if p is not None}
-    first = [g for g in tables if g not in children]
-    if len(first) != 1:
-        raise ValueError(f"granularity tables {sorted(tables)} do not link as one chain (finest: {first})")
-    order = [first[0]]
-    while (nxt := parent_of[order[-1]]) is not None and nxt not in order:
-        order.append(nxt)
-    if len(order) != len(tables):
-        raise ValueError(f"granularity tables {sorted(tables)} do not link as one chain ({' -> '.join(order)})")
-    return order

@@ -266,7 +266,7 @@ def evaluate_table(
 
     Args:
         table: a LanceDB table; or granularity name -> its table, finest first
-            (:func:`~latechunk_dagster.evaluation.granularity.granularity_tables`); a mapping of one
+            (:func:`~latechunk_dagster.sink.granularity_tables.granularity_tables`); a mapping of one
             table is that table.
         where: applied to every table alike.
         hybrid: score LanceDB's hybrid search too (a ``hybrid`` row per table); ``None`` (default):

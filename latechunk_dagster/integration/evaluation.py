@@ -99,7 +99,7 @@ def retrieval_eval_asset(
         store_resource_key: the document store, used only by sweeps (``None``: sweeps are refused).
         table_name: chunk table (default ``chunks``), or the table definition whose granularity
             tables (``f"{table_name}_{g}"``) are evaluated side by side with small-to-big
-            (:func:`~latechunk_dagster.evaluation.granularity.granularity_tables`; the check then
+            (:func:`~latechunk_dagster.sink.granularity_tables.granularity_tables`; the check then
             reads the finest granularity's late and naive scores).
         plot_dir: where PNGs go (default: ``<LanceDB directory>/../evaluation``; needed for an
             object-store URI).

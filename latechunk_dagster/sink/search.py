@@ -10,6 +10,7 @@ from typing import Any
 from latechunk_dagster import sink
 from latechunk_dagster.core.chunker import LateChunker
 from latechunk_dagster.core.tokenization import check_query
+from latechunk_dagster.sink.granularity_tables import granularity_names
 from latechunk_dagster.sink.hits import SEARCH_MODES, Hit, cosine_distances, ranked_hits
 from latechunk_dagster.sink.indexing import has_fts_index
 from latechunk_dagster.sink.schema import granularity_table
@@ -211,6 +212,7 @@ def _search(
 
 
 def _granularities(tables: list[str], table_name: str) -> str:
-    """``" (granularities of 'chunks': a, b)"`` where tables ``{table_name}_*`` exist, else ``""``."""
-    names = sorted(t[len(table_name) + 1 :] for t in tables if t.startswith(f"{table_name}_"))
+    """``" (tables of granularities of 'chunks': a, b)"`` where granularity tables of ``table_name`` exist
+    (:func:`~latechunk_dagster.sink.granularity_tables.granularity_names`), else ``""``."""
+    names = granularity_names(tables, table_name)
     return f" (tables of granularities of {table_name!r}: {', '.join(names)})" if names else ""

@@ -17,9 +17,9 @@ from typing import Any
 
 import numpy as np
 
-from latechunk_dagster.core.granularities import GRANULARITY_NAME
+from latechunk_dagster.sink.granularity_tables import granularity_tables, parent_holders
 from latechunk_dagster.sink.hits import Hit, ranked_hits
-from latechunk_dagster.sink.schema import sql_in
+from latechunk_dagster.sink.schema import granularity_table, sql_in
 
 #: Fine hits read per parent wanted at first; while fewer than ``k`` distinct parents are found
 #: and the table holds more rows, the read grows by :data:`FETCH_GROWTH` (a parent of many
@@ -136,10 +136,9 @@ def read_parents(db: Any, table_name: str, granularity: str | None, ids: Sequenc
     """The parent rows ``ids`` that chunks of ``table_name`` (granularity ``granularity``) link to.
 
     The parents live in the next granularity's table, a sibling ``{table}_{name}`` of ``table_name``
-    (whose own name is ``{table}_{granularity}``). The rows record their parent's id, not its
-    granularity, so the siblings are asked in turn, most likely first (the tables with fewer rows
-    than ``table_name``, the most rows first: the next coarser granularity), each with ONE query
-    (``chunk_id IN (...)``); the first that holds any of the ids must hold all of them.
+    (whose own name is ``{table}_{granularity}``): the one granularity table of the definition that
+    holds the ids (:func:`~latechunk_dagster.sink.granularity_tables.parent_holders`: one count per
+    sibling), read with ONE query (``chunk_id IN (...)``); it must hold all of them.
 
     Returns:
         ``{chunk_id: row}`` (:data:`PARENT_COLUMNS`) and the name of the table they were read from.
@@ -150,36 +149,24 @@ def read_parents(db: Any, table_name: str, granularity: str | None, ids: Sequenc
     if not granularity or not table_name.endswith(f"_{granularity}"):
         raise ValueError(f"table {table_name!r} (granularity {granularity!r}) is not a granularity's table")
     base = table_name[: -len(granularity) - 1]
-    siblings = [
-        t for t in db.list_tables().tables
-        if t != table_name and t.startswith(f"{base}_") and GRANULARITY_NAME.fullmatch(t[len(base) + 1 :])
-    ]  # fmt: skip
-    fine_rows = db.open_table(table_name).count_rows()
-    sizes = {t: db.open_table(t).count_rows() for t in siblings}
-    # the next coarser granularity has fewer rows than this one: the largest of those first
-    for name in sorted(siblings, key=lambda t: (sizes[t] >= fine_rows, -sizes[t])):
-        found = (
-            db.open_table(name)
-            .search()
-            .where(sql_in("chunk_id", ids))
-            .select(list(PARENT_COLUMNS))
-            .limit(len(ids))
-            .to_list()
+    tables = granularity_tables(db, base, ordered=False)
+    holders = parent_holders(tables, granularity, ids)
+    if not holders:
+        siblings = [granularity_table(base, g) for g in tables if g != granularity]
+        raise ValueError(
+            f"the parent chunks that table {table_name!r} links to are in none of the tables of its table definition "
+            f"{base!r} ({', '.join(siblings) or 'none besides it'}): materialize all its granularities"
         )
-        if not found:
-            continue
-        rows = {r["chunk_id"]: r for r in found}
-        missing = [i for i in ids if i not in rows]
-        if missing:
-            raise ValueError(
-                f"table {name!r} lacks {len(missing)} of the {len(ids)} parent chunks that table {table_name!r} "
-                f"links to (e.g. {missing[0]}): the two were written by different runs; materialize the partition again"
-            )
-        return rows, name
-    raise ValueError(
-        f"the parent chunks that table {table_name!r} links to are in none of the tables of its table definition "
-        f"{base!r} ({', '.join(siblings) or 'none besides it'}): materialize all its granularities"
-    )
+    name = granularity_table(base, holders[0])
+    found = tables[holders[0]].search().where(sql_in("chunk_id", ids)).select(list(PARENT_COLUMNS)).limit(len(ids))
+    rows = {r["chunk_id"]: r for r in found.to_list()}
+    missing = [i for i in ids if i not in rows]
+    if missing:
+        raise ValueError(
+            f"table {name!r} lacks {len(missing)} of the {len(ids)} parent chunks that table {table_name!r} "
+            f"links to (e.g. {missing[0]}): the two were written by different runs; materialize the partition again"
+        )
+    return rows, name
 
 
 def _parent_hit(row: dict, table: str, matched: list[Hit]) -> ParentHit:
