@@ -39,12 +39,18 @@ from tests.servers import ServerProcess, s3_bucket, start_dagster_webserver, sta
 from tests.tiny_models import build_tiny_bert
 
 ROOT = Path(__file__).resolve().parents[1]
-BIN = Path(sys.executable).parent
 PARTITIONS = [f"shard{i}" for i in range(6)]
 KILLED = "shard3"  #: its first run is SIGKILLed inside the LanceDB commit
 TOPICS = ["pumps", "owls", "tea", "harbours", "glaciers", "violins"]
 MAX_CONCURRENT_RUNS = 3
 DEADLINE_S = 1200
+#: ``dagster-daemon run`` with the backfill daemon's loop every 2 s instead of Dagster's fixed 30 s
+#: (``DEFAULT_DAEMON_INTERVAL_SECONDS``, which no setting changes): the backfill's runs are queued,
+#: and the backfill marked complete, within 2 s instead of up to 30 s each; nothing else differs.
+DAEMON = (
+    "import sys; import dagster._daemon.controller as c; c.DEFAULT_DAEMON_INTERVAL_SECONDS = 2; "
+    "from dagster._daemon.cli import main; sys.argv[0] = 'dagster-daemon'; sys.exit(main())"
+)
 
 INSTANCE_YAML = f"""
 run_coordinator:
@@ -171,7 +177,7 @@ def test_a_daemon_backfill_over_two_servers_onto_s3_survives_a_dead_server_and_a
             instance = dg.DagsterInstance.from_config(str(home))
             with open(log, "wb") as fh:
                 daemon = subprocess.Popen(
-                    [str(BIN / "dagster-daemon"), "run", "-w", str(workspace)],
+                    [sys.executable, "-c", DAEMON, "run", "-w", str(workspace)],
                     env=env,
                     stdout=fh,
                     stderr=subprocess.STDOUT,

@@ -6,10 +6,10 @@ row counts and chunk-id sets we wrote, and the object listing seen through boto3
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
 from multiprocessing import get_context
+from typing import Any
 
 import pyarrow as pa
 import pytest
@@ -111,11 +111,11 @@ def test_emulator_enforces_conditional_put(s3) -> None:
     assert c.get_object(Bucket=BUCKET, Key="cond/1.manifest")["Body"].read() == b"first"
 
 
-def _write_partition(uri: str, options: dict, partition: str, rows: pa.Table, start_at: float) -> tuple[int, int]:
+def _write_partition(uri: str, options: dict, partition: str, rows: pa.Table, ready: Any) -> tuple[int, int]:
     from latechunk_dagster import sink as s
 
     table = s.connect(uri, storage_options=options).open_table("race")
-    time.sleep(max(0.0, start_at - time.time()))
+    ready.wait(120)  # every process has its table open: all commit at about the same moment
     r = s.replace_partition(table, "chunk_id", partition, rows)
     return r.inserted, r.version
 
@@ -127,9 +127,10 @@ def test_four_processes_write_different_partitions_on_s3(s3, chunker: LateChunke
     parts = {
         f"p{k}": chunk_partition(chunker, _docs(f"p{k}", B), f"p{k}", FixedTokens(4 + k), "r").chunks for k in range(4)
     }
-    start_at = time.time() + 8  # all four commit at about the same moment
-    with ProcessPoolExecutor(4, mp_context=get_context("spawn")) as pool:
-        futs = [pool.submit(_write_partition, URI, options, p, rows, start_at) for p, rows in parts.items()]
+    spawn = get_context("spawn")
+    with spawn.Manager() as manager, ProcessPoolExecutor(4, mp_context=spawn) as pool:
+        ready = manager.Barrier(4)
+        futs = [pool.submit(_write_partition, URI, options, p, rows, ready) for p, rows in parts.items()]
         results = [f.result(timeout=180) for f in futs]
     assert [r[0] for r in results] == [rows.num_rows for rows in parts.values()]
     assert len({r[1] for r in results}) == 4, "each write is its own table version"
