@@ -38,7 +38,8 @@ warnings.filterwarnings("ignore", message=".*validate_default.*")  # pydantic, o
 MODULES = ["bz2", "csv", "getopt", "glob", "gzip", "zlib"]
 QUERIES = ["compress data with zlib", "parse command-line options", "read and write CSV files"]
 FRESH, OLD = "chunks", "chunks_old"
-#: The table the README's search example reads: the demo's 128-token granularity (a copy of FRESH's rows).
+#: The table the README's search example and docs/querying.md's LangChain, LlamaIndex and hybrid examples
+#: read: the demo's 128-token granularity (a copy of FRESH's rows, with its own indexes).
 README_TABLE = "chunks_sentences128"
 
 
@@ -61,7 +62,7 @@ def project(tmp_path_factory: pytest.TempPathFactory, chunker: LateChunker) -> P
         OLD, chunks.to_arrow().drop_columns(["id", "metadata", "granularity", "parent_chunk_id"])
     )
     refresh_indexes(old)
-    settings.connect().create_table(README_TABLE, chunks.to_arrow())
+    refresh_indexes(settings.connect().create_table(README_TABLE, chunks.to_arrow()))
     return root
 
 

@@ -61,14 +61,16 @@ HALF_EMOJI = "harbour pumps \ud83d"  # the high half of U+1F642, as a UTF-16 cli
 @pytest.fixture(scope="module")
 def project(tmp_path_factory: pytest.TempPathFactory, chunker: LateChunker) -> Path:
     """``data/lancedb`` with a ``chunks`` table written by the pipeline from :data:`DOCS`, in the
-    partition the guide's examples filter on (``f-g``)."""
+    partition the guide's examples filter on (``f-g``), and a copy of it named as the table those
+    examples read (``make demo``'s ``chunks_sentences128``)."""
     root = tmp_path_factory.mktemp("faults")
     settings = LanceDBSettings(uri=str(root / "data" / "lancedb"))
+    chunks = settings.chunk_table(sink.CHUNK_TABLE, chunker.embedding_dim)
     materialize_partition(
         chunker, [Document.from_text(k, v) for k, v in DOCS.items()], "f-g", FixedTokens(chunk_size=12),
-        chunk_table=settings.chunk_table(sink.CHUNK_TABLE, chunker.embedding_dim),
-        rejected_table=settings.rejected_table(sink.REJECTED_TABLE), run_id="r1",
+        chunk_table=chunks, rejected_table=settings.rejected_table(sink.REJECTED_TABLE), run_id="r1",
     )  # fmt: skip
+    settings.connect().create_table("chunks_sentences128", chunks.to_arrow())
     return root
 
 

@@ -14,12 +14,13 @@ from __future__ import annotations
 import contextlib
 import math
 import shutil
+from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from latechunk_dagster import FixedTokens, GivenChunks, LateChunker, Sentences, sink
+from latechunk_dagster import ChunkingStrategy, FixedTokens, GivenChunks, LateChunker, Sentences, sink
 from latechunk_dagster.app import cli
 from latechunk_dagster.pipeline import materialize_partition
 from latechunk_dagster.sink import small_to_big
@@ -52,16 +53,24 @@ TEXTS = {doc_id: "\n\n".join(ps) for doc_id, ps in PARAGRAPHS.items()}
 #: finest first: each sentence's parent is its paragraph, each paragraph's the whole document
 GRANULARITIES = {"sentence": Sentences(max_tokens=12), "paragraph": GivenChunks(), "document": FixedTokens(512)}
 PARTITION = "p"
+#: The granularity names ``make demo`` writes (docs/querying.md's example reads their tables by name),
+#: on strategies sized for these short texts: sentences, and each document's paragraphs as their parents.
+GUIDE_GRANULARITIES = {"sentences32": Sentences(max_tokens=12), "sentences128": GivenChunks()}
 
 
-def write_granularities(chunker: LateChunker, uri: str, table: str = sink.CHUNK_TABLE) -> dict[str, int]:
-    """The three granularity tables of ``table`` at ``uri`` written by the pipeline (one encoder pass,
-    one commit per table); returns rows per table."""
+def write_granularities(
+    chunker: LateChunker,
+    uri: str,
+    table: str = sink.CHUNK_TABLE,
+    granularities: Mapping[str, ChunkingStrategy] = GRANULARITIES,
+) -> dict[str, int]:
+    """The granularity tables of ``table`` at ``uri`` (the three of :data:`GRANULARITIES` by default)
+    written by the pipeline (one encoder pass, one commit per table); returns rows per table."""
     settings = LanceDBSettings(uri=uri)
-    tables = {g: settings.chunk_table(granularity_table(table, g), chunker.embedding_dim) for g in GRANULARITIES}
+    tables = {g: settings.chunk_table(granularity_table(table, g), chunker.embedding_dim) for g in granularities}
     docs = [Document.from_text(d, TEXTS[d], tuple(PARAGRAPHS[d])) for d in TEXTS]  # the paragraphs: own chunks
     report = materialize_partition(
-        chunker, docs, PARTITION, GRANULARITIES, chunk_table=tables,
+        chunker, docs, PARTITION, granularities, chunk_table=tables,
         rejected_table=settings.rejected_table(sink.REJECTED_TABLE), run_id="r1", host_workers=0,
     )  # fmt: skip
     assert report.rejected == 0
@@ -314,11 +323,11 @@ def test_llamaindex_retriever_small_to_big(chunker: LateChunker, db_uri: str) ->
 
 
 @pytest.fixture
-def in_project(db_uri: str, chunker: LateChunker, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
-    """A project directory whose ``data/lancedb`` holds the three granularity tables; ``LateChunker(model)``
-    hands back the module's engine (``tests.doc_examples.lend_engine``)."""
-    (tmp_path / "data").mkdir()
-    shutil.copytree(db_uri, tmp_path / "data" / "lancedb")
+def in_project(chunker: LateChunker, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    """A project directory whose ``data/lancedb`` holds the tables ``make demo`` writes
+    (:data:`GUIDE_GRANULARITIES`); ``LateChunker(model)`` hands back the module's engine
+    (``tests.doc_examples.lend_engine``)."""
+    write_granularities(chunker, str(tmp_path / "data" / "lancedb"), granularities=GUIDE_GRANULARITIES)
     lend_engine(monkeypatch, chunker)
     monkeypatch.chdir(tmp_path)
     return tmp_path
@@ -331,14 +340,14 @@ def test_querying_guide_granularity_example(in_project: Path, chunker: LateChunk
     exec(example("granularities.py"), scope)
     uri = str(in_project / "data" / "lancedb")
     query = scope["QUERY"]
-    fine = search(query, chunker=chunker, uri=uri, granularity="sentence", k=3, exact=True)
+    fine = search(query, chunker=chunker, uri=uri, granularity="sentences32", k=3, exact=True)
     assert [d.metadata["chunk_id"] for d, _ in scope["lc_hits"]] == [h.chunk_id for h in fine]
     assert np.allclose([s for _, s in scope["lc_hits"]], [1 - h.distance for h in fine], atol=1e-6)
     assert [n.node.node_id for n in scope["li_nodes"]] == [h.chunk_id for h in fine]
     assert np.allclose(
         [1 + math.log(n.score) / 2 for n in scope["li_nodes"]], [1 - h.distance for h in fine], atol=1e-5
     )
-    parents = search(query, chunker=chunker, uri=uri, granularity="sentence", return_parent=True, k=2, exact=True)
+    parents = search(query, chunker=chunker, uri=uri, granularity="sentences32", return_parent=True, k=2, exact=True)
     assert [h.chunk_id for h in scope["parents"]] == [h.chunk_id for h in parents]
     assert scope["parents"][0].text == PARAGRAPHS["garden"][1]
     assert (

@@ -7,13 +7,13 @@
 * :mod:`~latechunk_dagster.evaluation.sweep`: settings chunked into temporary tables and evaluated.
 * :mod:`~latechunk_dagster.evaluation.plot`: PNG plots (matplotlib, Agg).
 
-Example (a table the pipeline wrote)::
+Example (the tables ``make demo`` wrote: the granularities of the table definition ``chunks``)::
 
     from latechunk_dagster import LateChunker, sink
-    from latechunk_dagster.evaluation import evaluate_table, read_queries
+    from latechunk_dagster.evaluation import evaluate_table, granularity_tables, read_queries
 
     with LateChunker(model_dir) as chunker:
-        report = evaluate_table(chunker, sink.connect("data/lancedb").open_table("chunks"),
+        report = evaluate_table(chunker, granularity_tables(sink.connect("data/lancedb"), "chunks"),
                                 read_queries("queries.jsonl"), k=10)
     print(report.markdown())
 """
