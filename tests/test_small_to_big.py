@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 import pytest
 
 from latechunk_dagster import ChunkingStrategy, FixedTokens, GivenChunks, LateChunker, Sentences, sink
@@ -25,6 +26,7 @@ from latechunk_dagster.app import cli
 from latechunk_dagster.pipeline import materialize_partition
 from latechunk_dagster.sink import small_to_big
 from latechunk_dagster.sink.database import LanceDBSettings
+from latechunk_dagster.sink.granularity_tables import granularity_names, granularity_tables, parent_granularity
 from latechunk_dagster.sink.schema import granularity_table
 from latechunk_dagster.sink.search import ParentHit, search
 from latechunk_dagster.sources.documents import Document
@@ -120,6 +122,29 @@ def test_every_sentence_lies_in_one_paragraph_and_links_to_it(db_uri: str) -> No
         assert (parent["doc_id"], parent["text"], (parent["char_start"], parent["char_end"])) == (
             r["doc_id"], text, char_range,
         )  # fmt: skip
+
+
+def test_the_granularity_tables_chain_finest_first_by_the_tables_that_hold_their_parents(
+    db_uri: str, tmp_path: Path
+) -> None:
+    """sink.granularity_tables: the three tables ordered by where their parent ids are (not by name:
+    sorted they would be document, paragraph, sentence), the coarsest without a parent granularity;
+    a table named like a granularity whose rows say otherwise, or without the column, is not one."""
+    db = sink.connect(db_uri)
+    tables = granularity_tables(db, sink.CHUNK_TABLE)
+    assert list(tables) == ["sentence", "paragraph", "document"]
+    assert [parent_granularity(tables, g) for g in tables] == ["paragraph", "document", None]
+    assert granularity_names(db.list_tables().tables, sink.CHUNK_TABLE) == ["document", "paragraph", "sentence"]
+    for name in ("chunks_sentence", "chunks_paragraph", "chunks_document"):
+        shutil.copytree(Path(db_uri) / f"{name}.lance", tmp_path / f"{name}.lance")
+    copy = sink.connect(str(tmp_path))
+    copy.create_table("chunks_old", copy.open_table("chunks_sentence").to_arrow())  # rows say "sentence"
+    copy.create_table("chunks_x", pa.table({"x": [1]}))
+    assert list(granularity_tables(copy, "chunks", ordered=False)) == ["document", "paragraph", "sentence"]
+    assert list(granularity_tables(copy, "chunks")) == ["sentence", "paragraph", "document"]
+    copy.drop_table("chunks_document")  # the paragraphs' parents are in no table left
+    with pytest.raises(ValueError, match="the parents of granularity 'paragraph' are in no granularity table"):
+        granularity_tables(copy, "chunks")
 
 
 @pytest.mark.parametrize(
