@@ -125,7 +125,7 @@ from latechunk_dagster.pipeline.killpoints import kill_point
 from latechunk_dagster.pipeline.progress import Progress, ProgressMeter
 from latechunk_dagster.pipeline.run import PartitionRun, TokenEstimate, special_tokens
 from latechunk_dagster.pipeline.stream import LocalHost, PoolHost, Stream
-from latechunk_dagster.pipeline.tables import commit_tables, granularity_tables, stored_documents
+from latechunk_dagster.pipeline.tables import commit_tables, stored_documents, tables_of_run
 from latechunk_dagster.sink.rows import lineage, rejected_row, rejection_row
 from latechunk_dagster.sink.schema import REJECTED_SCHEMA, sql_string
 from latechunk_dagster.sink.writes import replace_partition
@@ -240,7 +240,7 @@ def materialize_partition(
             "partition %r: host work stays in this process (default host_workers=%d): %s", partition, workers, why_not
         )
         workers = 0
-    tables = granularity_tables(strategy, chunk_table)
+    tables = tables_of_run(strategy, chunk_table)
     meter = ProgressMeter(partition, expected_documents, progress, progress_interval)
     run = _begin(chunker, partition, strategy, tables, run_id, batch_tokens, force, meter)
     remove_stale_staging(staging_dir)

@@ -26,7 +26,7 @@ from latechunk_dagster.sink.schema import sql_string
 from latechunk_dagster.sink.writes import commit_documents
 
 
-def granularity_tables(strategy: ChunkingStrategy | Mapping[str, ChunkingStrategy], chunk_table: Any) -> dict[str, Any]:
+def tables_of_run(strategy: ChunkingStrategy | Mapping[str, ChunkingStrategy], chunk_table: Any) -> dict[str, Any]:
     """``{granularity: open table}``, finest first (``{"": chunk_table}`` for one strategy).
 
     Raises:
