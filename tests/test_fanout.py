@@ -39,8 +39,10 @@ from tests.servers import ServerProcess, s3_bucket, start_dagster_webserver, sta
 from tests.tiny_models import build_tiny_bert
 
 ROOT = Path(__file__).resolve().parents[1]
-PARTITIONS = [f"shard{i}" for i in range(6)]
-KILLED = "shard3"  #: its first run is SIGKILLed inside the LanceDB commit
+#: one more partition than runs at once, so the queued run coordinator holds one back (six took
+#: 7 process-heavy runs to prove the same on two cores)
+PARTITIONS = [f"shard{i}" for i in range(4)]
+KILLED = "shard1"  #: its first run is SIGKILLed inside the LanceDB commit (its retry overlaps the others)
 TOPICS = ["pumps", "owls", "tea", "harbours", "glaciers", "violins"]
 MAX_CONCURRENT_RUNS = 3
 DEADLINE_S = 1200
@@ -256,7 +258,7 @@ def test_a_daemon_backfill_over_two_servers_onto_s3_survives_a_dead_server_and_a
         one_s = time.monotonic() - t1
         want = _by_chunk(lancedb.connect(str(tmp_path / "ref")).open_table(sink.CHUNK_TABLE).to_arrow())
         got = _by_chunk(rows)
-        assert set(got) == set(want) and len(got) > 6 * 4
+        assert set(got) == set(want) and len(got) > len(PARTITIONS) * 4  # more chunks than documents
         for cid, (p, ts, te, v) in want.items():
             gp, gts, gte, gv = got[cid]
             assert (gp, gts, gte) == (p, ts, te)
