@@ -80,7 +80,7 @@ def result(out: str) -> str:
 
 def cli(*args: str) -> tuple[float, float, str]:
     """``latechunk ARGS`` in a fresh process (the console script's entry point)."""
-    return child("import sys; from latechunk_dagster.app.cli import main; sys.exit(main(sys.argv[1:]))", *args)
+    return child("import sys; from latechunk_dagster.app.cli import main; sys.exit(main())", *args)
 
 
 PREPARE = """
