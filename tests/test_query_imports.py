@@ -99,6 +99,11 @@ print("LOADED", [m for m in ("sklearn", "scipy", "dagster", "vllm", "httpx") if 
     rows = [line.split("\t") for line in out[1:-1]]
     assert [r[1:3] for r in rows] == [[h.doc_id, str(h.char_range)] for h in want]
     assert [float(r[0]) for r in rows] == pytest.approx([h.distance for h in want], abs=5e-5)  # printed to 4 places
+    # the command line itself (it ends without the interpreter's teardown): the same lines, flushed, exit 0
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    command = [sys.executable, "-m", "latechunk_dagster.app.cli", "search", QUERY, "--uri", settings.uri, "-k", "3"]
+    done = subprocess.run([*command, "--exact"], capture_output=True, text=True, env=env, timeout=300)
+    assert (done.returncode, done.stdout.splitlines()) == (0, out[:-1]), done.stderr[-2000:]
     # in this process: the same lines, on one torch thread during the search, the caller's count after
     threads = torch.get_num_threads()
     torch.set_num_threads(2)
