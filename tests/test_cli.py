@@ -68,8 +68,41 @@ def test_search_arguments_are_checked_before_the_model_loads(tmp_path: Path) -> 
         ),
         (["search", "pumps", "--uri", str(db), "--table", "mine", "-k", "0"], "-k must be >= 1"),
         (["search", "  ", "--uri", str(db), "--table", "mine"], "the query is empty"),
+        (["search", "\x01\x02", "--uri", str(db), "--table", "mine"], "the query is empty"),
+        (["search", "pumps", "--uri", str(tmp_path / "gone")], "no table 'chunks' at " + str(tmp_path / "gone")),
         (["search", "pumps", "--uri", str(db), "--table", "mine", "--where", "nope = 'a'"], "bad --where filter"),
     ):
         out = run_cli(args, tmp_path / "home")
         assert out.returncode == 2, out.stderr
         assert "Traceback" not in out.stderr and message in out.stderr.strip().splitlines()[-1], out.stderr
+
+
+def test_search_on_a_definition_of_granularities_names_them(tmp_path: Path) -> None:
+    """From a user trial: after the demo (tables chunks_sentences32, chunks_sentences128) a plain
+    search, or a misspelt --granularity, said only "materialize the chunk asset first"."""
+    import lancedb
+
+    from latechunk_dagster.sink import chunk_schema
+
+    db = tmp_path / "db"
+    for name in ("chunks_small", "chunks_large"):
+        lancedb.connect(str(db)).create_table(name, schema=chunk_schema(384))
+    for args in (["search", "pumps", "--uri", str(db)], ["search", "pumps", "--uri", str(db), "--granularity", "tiny"]):
+        out = run_cli(args, tmp_path / "home")
+        assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
+        assert (
+            out.stderr.strip()
+            .splitlines()[-1]
+            .endswith("'chunks' is a table definition of granularities large, small: pass --granularity NAME")
+        ), out.stderr
+
+
+def test_an_empty_or_control_character_query_is_refused_by_the_api(chunker: object) -> None:
+    """search("") embedded the special tokens alone and returned hits (user trial); now refused by name."""
+    import pytest
+
+    from latechunk_dagster.core.errors import InvalidQueryError
+
+    for query in ("", "   ", "\x00", "\x01\x02"):
+        with pytest.raises(InvalidQueryError, match="the query is empty"):
+            chunker.embed_queries([query])  # type: ignore[attr-defined]

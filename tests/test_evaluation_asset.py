@@ -176,7 +176,7 @@ def test_demo_evaluation_prints_the_generated_set_table(chunker: LateChunker, tm
     text = run_demo_evaluation(chunker, write_to=tmp_path)
     assert "generated context-dependent set (40 documents" in text
     assert "| late sentences32 |" in text and "| naive sentences32 |" in text and "120 queries" in text
-    assert "| small-to-big sentences32 -> sentences128 |" in text and "\nbest on nDCG@10: " in text
+    assert "| small-to-big sentences32 -> sentences128 |" in text and "\nbest late chunking on nDCG@10: " in text
     assert (tmp_path / "context.jsonl").read_text().count("\n") == 120
 
 

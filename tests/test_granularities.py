@@ -115,7 +115,7 @@ def test_given_chunks_that_do_not_fit_reject_their_document_alone(chunker: LateC
     with pytest.raises(DocumentBatchError) as info:
         chunker.chunk(texts, GivenChunks(), chunks=chunks, doc_ids=["b", "p", "r"])
     first, second, third = info.value.results
-    assert isinstance(first, SpanError) and "chunk 1 'It has buses.' is not found after character" in str(first)
+    assert isinstance(first, SpanError) and "chunk 1 'It has buses.' is not found after chunk 0 (0, 14)" in str(first)
     assert "document 'b'" in str(first)
     assert isinstance(second, SpanError) and "chunk 1 (10, 32) overlaps chunk 0 (0, 13)" in str(second)
     assert third.chunks[0].char_range == (0, 5)

@@ -161,8 +161,9 @@ def test_small_to_big_wins_by_construction_and_matches_a_float64_reference(chunk
     assert report.contenders() == ["late_sent", "late_doc", "small_to_big_sent"]
     assert report.winner("recall@1") == ("late_doc", "small_to_big_sent")
     assert report.verdict("recall@1") == (
-        "best on R@1: late doc (100.0), +0.0 [+0.0, +0.0] points over small-to-big sent -> doc (100.0); "
-        "the interval holds 0: not a clear win on these queries"
+        "best late chunking on R@1: late doc (100.0), +0.0 [+0.0, +0.0] points over small-to-big sent -> doc "
+        "(100.0); the interval holds 0: not a clear win on these queries (naive and hybrid rows: references, "
+        "not contenders)"
     )
 
 
@@ -236,7 +237,7 @@ def test_cli_eval_prints_every_granularity_and_the_winner(store: Path) -> None:
     assert "late sent" in rows and "late doc" in rows and "small-to-big sent -> doc" in rows
     assert "hybrid doc" in rows
     assert lines[-2].startswith("3 queries; chunks per granularity (sent ")
-    assert lines[-1].startswith("best on nDCG@3: ")
+    assert lines[-1].startswith("best late chunking on nDCG@3: ")
     assert (store / "cli.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
@@ -263,7 +264,7 @@ def test_retrieval_eval_asset_reports_the_granularities_and_its_check_reads_the_
     assert result.success
     [event] = result.get_asset_materialization_events()
     md = {k: v.value for k, v in event.step_materialization_data.materialization.metadata.items()}
-    assert "| small-to-big sent -> doc |" in md["table"] and "best on nDCG@3: " in md["table"]
+    assert "| small-to-big sent -> doc |" in md["table"] and "best late chunking on nDCG@3: " in md["table"]
     assert md["small_to_big_sent_recall_at_1"] == 100.0 and md["late_sent_recall_at_1"] == 0.0
     assert md["late_ndcg_at_3"] == md["late_sent_ndcg_at_3"]  # what the check reads: the finest granularity
     assert Path(md["plot_path"]).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -191,8 +191,9 @@ def _run(args: argparse.Namespace) -> int:
     where = "--uri" if args.uri else "LATECHUNK_HOME"
     if args.command == "eval":
         return _eval(args, uri, name, where)
-    if "://" not in uri and not Path(uri).is_dir() or name not in sink.connect(uri).list_tables().tables:
-        raise ValueError(f"no table {name!r} at {uri} ({where}): materialize the chunk asset first")
+    tables = _table_names(uri, where, name)
+    if name not in tables:
+        raise _no_table(name, args.table or sink.CHUNK_TABLE, uri, where, tables)
     if args.command == "migrate":
         return _migrate(sink.connect(uri), name)
     table = sink.connect(uri).open_table(name)
@@ -201,8 +202,6 @@ def _run(args: argparse.Namespace) -> int:
     from latechunk_dagster.core.tokenization import check_query
 
     check_query(args.query)  # a byte that is not UTF-8 (surrogateescape): one line, before the model loads
-    if not args.query.strip():
-        raise ValueError("the query is empty")
     if args.k < 1:
         raise ValueError(f"-k must be >= 1, got {args.k}")
     if args.parent:
@@ -283,6 +282,32 @@ def _check_where(table: object, where: str | None) -> None:
         raise ValueError(f"bad --where filter {where!r}: {str(exc).splitlines()[0]}") from None
 
 
+def _table_names(uri: str, where: str, name: str) -> list[str]:
+    """The tables at ``uri``; one line (not a traceback) for a directory that is not there or a
+    store that cannot be listed (an unknown bucket, no credentials)."""
+    from latechunk_dagster import sink
+
+    if "://" not in uri and not Path(uri).is_dir():
+        raise ValueError(f"no table {name!r} at {uri} ({where}): no such directory (run the chunk job first)")
+    try:
+        return list(sink.connect(uri).list_tables().tables)
+    except Exception as exc:  # the store's own error, first line: the user's to fix
+        raise ValueError(f"cannot list the tables at {uri} ({where}): {str(exc).splitlines()[0]}") from None
+
+
+def _no_table(name: str, definition: str, uri: str, where: str, tables: list[str]) -> ValueError:
+    """The error for a chunk table ``name`` that is not at ``uri``: names the granularities of the
+    table definition ``definition`` where it has some (tables ``definition_<g>``)."""
+    from latechunk_dagster.sink.granularity_tables import granularity_names
+
+    known = granularity_names(tables, definition)
+    if known:
+        hint = f"; {definition!r} is a table definition of granularities {', '.join(known)}: pass --granularity NAME"
+    else:
+        hint = ": materialize the chunk asset first"
+    return ValueError(f"no table {name!r} at {uri} ({where}){hint}")
+
+
 def _eval(args: argparse.Namespace, uri: str, name: str, where: str) -> int:
     """``latechunk eval``: the late vs naive (and hybrid) table on the chunk table ``name``; or, where
     ``name`` is a table definition of several granularities (tables ``name_<g>``), every granularity
@@ -291,9 +316,10 @@ def _eval(args: argparse.Namespace, uri: str, name: str, where: str) -> int:
     from latechunk_dagster.evaluation import GranularityReport, evaluate_table, granularity_tables, read_queries
     from latechunk_dagster.sink.schema import granularity_table
 
-    tables = granularity_tables(sink.connect(uri), name) if "://" in uri or Path(uri).is_dir() else {}
+    names = _table_names(uri, where, name)
+    tables = granularity_tables(sink.connect(uri), name)
     if not tables:
-        raise ValueError(f"no table {name!r} at {uri} ({where}): materialize the chunk asset first")
+        raise _no_table(name, name, uri, where, names)
     for g, table in tables.items():  # before the model loads, in one line
         _check_chunk_table(table, granularity_table(name, g), args.dimensions)
         _check_where(table, args.where)

@@ -19,6 +19,7 @@ from latechunk_dagster.core.chunking.base import Span
 from latechunk_dagster.core.errors import (
     DocumentBatchError,
     DocumentError,
+    InvalidQueryError,
     NonFiniteVectorError,
     TokenizationMismatchError,
 )
@@ -135,11 +136,14 @@ class Finishing(ChunkerState):
         model's Pooling has ``include_prompt=false``: then the first
         :func:`~latechunk_dagster.core.head.prompt_length` tokens (``[CLS]`` and the prompt) are
         left out, as sentence-transformers does. Returns float32 ``[n_queries, embedding_dim]``.
-        Queries longer than ``max_model_len`` raise ``ValueError`` (a query is never windowed).
+        Queries longer than ``max_model_len``, and queries without a token of their own (empty,
+        whitespace or control characters only), raise ``ValueError`` (a query is never windowed).
         """
         prompts = []
         for i, q in enumerate(queries):
             check_query(q, i)  # one line naming the character, not the tokenizer's TypeError
+            if not self.tokenizer(encoder_text("", q), add_special_tokens=False)["input_ids"]:
+                raise InvalidQueryError(q, "the tokenizer makes no token of it", i)
             enc = self.tokenizer(encoder_text(self.query_prefix, q), add_special_tokens=True, truncation=False)
             if len(enc["input_ids"]) > self.max_model_len:
                 raise ValueError(f"query of {len(enc['input_ids'])} tokens exceeds {self.max_model_len}")

@@ -216,21 +216,25 @@ def check_query(query: object, index: int | None = None) -> str:
     """Return ``query`` if it can be embedded as a query, else raise the error naming it.
 
     The same Unicode rule as a document's (:func:`check_text`), checked before the tokenizer sees
-    the query (which raises a bare ``TypeError`` on a lone surrogate). An empty query is left to
-    :meth:`~latechunk_dagster.core.chunker.LateChunker.embed_queries`, which refuses it.
+    the query (which raises a bare ``TypeError`` on a lone surrogate); and a query with no visible
+    character (empty, whitespace or control characters only: it would embed as the special tokens
+    alone) is refused. :meth:`~latechunk_dagster.core.chunker.LateChunker.embed_queries` also refuses
+    a query the tokenizer makes no token of.
 
     Args:
         index: the query's position in a batch call, named in the error (``None``: a single query).
 
     Raises:
-        InvalidQueryError: not a ``str``, or not encodable as UTF-8 (a lone surrogate; the message
-            names the character and its position).
+        InvalidQueryError: not a ``str``, not encodable as UTF-8 (a lone surrogate; the message
+            names the character and its position), or without a visible character.
     """
     if not isinstance(query, str):
         raise InvalidQueryError(query, f"expected str, got {type(query).__name__}", index)
     problem = unicode_problem(query, QUERY_HINT)
     if problem:
         raise InvalidQueryError(query, problem, index)
+    if not any(ch.isprintable() and not ch.isspace() for ch in query):
+        raise InvalidQueryError(query, "the query is empty (only whitespace or control characters)", index)
     return query
 
 

@@ -230,19 +230,21 @@ class GranularityReport:
         return ranked[0], ranked[1]
 
     def verdict(self, metric: str | None = None) -> str:
-        """One line: which granularity (or small-to-big) wins on ``metric`` (default nDCG@k), by how
-        much over the runner-up (:meth:`winner`), with the 95% interval of the difference."""
+        """One line: which granularity's late chunks (or small-to-big) win on ``metric`` (default
+        nDCG@k), by how much over the runner-up (:meth:`winner`), with the 95% interval of the
+        difference. Only the late-chunked rankings compete (:meth:`contenders`); the naive and hybrid
+        rows of the table are references, which the line says."""
         metric = metric or self.metrics[0]
         best, second = self.winner(metric)
         mean, low, high = self.delta(best, second)[metric]
         text = (
-            f"best on {label(metric)}: {self.method_label(best)} ({self.mean(best)[metric]:.1f}), "
+            f"best late chunking on {label(metric)}: {self.method_label(best)} ({self.mean(best)[metric]:.1f}), "
             f"{mean:+.1f} [{low:+.1f}, {high:+.1f}] points over {self.method_label(second)} "
             f"({self.mean(second)[metric]:.1f})"
         )
         if low <= 0.0:
             text += "; the interval holds 0: not a clear win on these queries"
-        return text
+        return text + " (naive and hybrid rows: references, not contenders)"
 
     def floats(self) -> dict[str, float]:
         """Every number of the table as a flat dict (percent / points): each method's means

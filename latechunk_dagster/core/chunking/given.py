@@ -58,7 +58,7 @@ def locate_chunks(text: str, chunks: Any) -> tuple[tuple[int, int], ...]:
                 raise _fail(f"chunk {k} is an empty text")
             start = text.find(c, after)
             if start < 0:
-                where = f"after character {after}" if k else "in the document"
+                where = f"after chunk {k - 1} {ranges[-1]}" if k else "in the document"
                 raise _fail(f"chunk {k} {_show(c)} is not found {where} (given chunks must be in document order)")
             ranges.append((start, start + len(c)))
             after = start + 1
