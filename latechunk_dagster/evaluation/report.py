@@ -143,13 +143,7 @@ class EvalReport:
             f"exact cosine top-{self.k}; percent; CI: {self.bootstrap_samples} bootstrap resamples of the "
             f"queries, seed {self.seed}"
         )
-        if self.hybrid is not None:
-            text += "; hybrid: LanceDB full-text (BM25) + exact vector search over the late vectors, RRF"
-        if self.skipped:
-            text += f"; {len(self.skipped)} queries skipped (their documents are not among the rows)"
-        if self.chunks_without_text:
-            text += f"; {self.chunks_without_text} chunks without text left out"
-        return text
+        return text + _caption_notes(self.hybrid is not None, len(self.skipped), self.chunks_without_text)
 
 
 @dataclass
@@ -290,13 +284,8 @@ class GranularityReport:
             f"small-to-big: matched on a granularity's late vectors, the first {self.k} distinct parents "
             f"judged; percent; CI: {self.bootstrap_samples} bootstrap resamples of the queries, seed {self.seed}"
         )
-        if any(m.startswith("hybrid_") for m in self.scores):
-            text += "; hybrid: LanceDB full-text (BM25) + exact vector search over the late vectors, RRF"
-        if self.skipped:
-            text += f"; {len(self.skipped)} queries skipped (their documents are not among the rows)"
-        if self.chunks_without_text:
-            text += f"; {self.chunks_without_text} chunks without text left out"
-        return text
+        hybrid = any(m.startswith("hybrid_") for m in self.scores)
+        return text + _caption_notes(hybrid, len(self.skipped), self.chunks_without_text)
 
     def _next(self, g: str) -> str:
         return self.granularities[self.granularities.index(g) + 1]
@@ -305,3 +294,13 @@ class GranularityReport:
         if method not in self.scores:
             raise ValueError(f"no method {method!r} in this evaluation (methods: {', '.join(self.methods())})")
         return self.scores[method]
+
+
+def _caption_notes(hybrid: bool, skipped: int, chunks_without_text: int) -> str:
+    """The caption's closing notes, shared by both reports: the hybrid method, and what was left out."""
+    text = "; hybrid: LanceDB full-text (BM25) + exact vector search over the late vectors, RRF" if hybrid else ""
+    if skipped:
+        text += f"; {skipped} queries skipped (their documents are not among the rows)"
+    if chunks_without_text:
+        text += f"; {chunks_without_text} chunks without text left out"
+    return text
