@@ -105,6 +105,8 @@ def chunk_rows(vectors: np.ndarray, *, partitions: int = 12) -> pa.Table:
         "run_id": ["bench"] * n,
         "materialized_at": [now] * n,
         "vector_config": ["bench"] * n,
+        "granularity": [""] * n,
+        "parent_chunk_id": [None] * n,
     }
     cols["id"] = cols["chunk_id"]
     cols["metadata"] = [{name: cols[name][i] for name in METADATA_FIELDS} for i in range(n)]
