@@ -102,6 +102,44 @@ def test_cli_search_embeds_queries_on_the_light_engine(
         cli.main(["search", q, "--uri", db, "--engine", "vllm"])
 
 
+def test_the_query_process_makes_the_in_process_vector_and_says_its_errors(
+    minilm_dir: Path, light: LateChunker, tmp_path: Path
+) -> None:
+    """``latechunk search`` embeds its query in a child process while it opens the table
+    (``app/query_process.py``): the vector is the in-process light chunker's to the bit (one torch
+    thread on both sides), with its lineage; a child's one-line error is the same line; a child still
+    running when the command fails first is ended."""
+    import torch
+
+    from latechunk_dagster.app.query_process import QueryProcess
+
+    q = QUERIES[1]
+    child = QueryProcess(q, str(minilm_dir), {"dimensions": None})
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        [want] = light.embed_queries([q])
+    finally:
+        torch.set_num_threads(threads)
+    got = child.result()
+    child.close()
+    assert got.vector.dtype == np.float32 and got.vector.shape == (light.embedding_dim,)
+    assert np.array_equal(got.vector, want)
+    assert np.array_equal(got.embed_queries([q]), want[None, :])
+    assert (got.card.fingerprint, got.card.name) == (light.card.fingerprint, light.card.name)
+    assert (got.head.describe(), got.embedding_dim) == (light.head.describe(), light.embedding_dim)
+    assert got.engine == light.engine.describe()
+    with pytest.raises(ValueError, match="this embedding is of the query"):
+        got.embed_queries(["another query"])
+    bad = QueryProcess(q, str(tmp_path), {})
+    with pytest.raises(ValueError, match="is not a model directory"):
+        bad.result()
+    bad.close()
+    running = QueryProcess(q, str(minilm_dir), {})
+    running.close()
+    assert running.proc.returncode is not None
+
+
 def test_a_table_the_query_model_cannot_reproduce_is_refused_naming_the_difference(
     db: str, light: LateChunker, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -20,10 +20,13 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 from latechunk_dagster.core.chunker import ENGINES
 from latechunk_dagster.core.errors import LateChunkError
+
+if TYPE_CHECKING:
+    from latechunk_dagster.app.query_process import QueryProcess
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -137,23 +140,62 @@ def _chunker(args: argparse.Namespace):  # noqa: ANN202 - LateChunker, imported 
     from latechunk_dagster.app.settings import shipped_model_path
     from latechunk_dagster.core.chunker import LateChunker
 
-    chunker = LateChunker(
-        args.model or shipped_model_path(),
-        engine=args.engine,
-        dimensions=args.dimensions,
-        trust_remote_code=args.trust_remote_code,
-        allow_non_mean_pooling=args.allow_non_mean_pooling,
-        allow_causal=args.allow_causal,
-    )
+    chunker = LateChunker(args.model or shipped_model_path(), engine=args.engine, **_chunker_options(args))
     engine = chunker.engine.describe() if chunker.engine is not None else args.engine
-    print(
-        f"latechunk {args.command}: queries embedded by {engine} (started in {chunker.startup_seconds:.1f} s)",
-        file=sys.stderr,
-    )
+    _say_engine(args, engine, chunker.startup_seconds)
     return chunker
 
 
+def _chunker_options(args: argparse.Namespace) -> dict[str, object]:
+    """The ``LateChunker`` options of :func:`_model_options`, but the engine."""
+    return {
+        "dimensions": args.dimensions,
+        "trust_remote_code": args.trust_remote_code,
+        "allow_non_mean_pooling": args.allow_non_mean_pooling,
+        "allow_causal": args.allow_causal,
+    }
+
+
+def _say_engine(args: argparse.Namespace, engine: str, startup_seconds: float) -> None:
+    print(
+        f"latechunk {args.command}: queries embedded by {engine} (started in {startup_seconds:.1f} s)", file=sys.stderr
+    )
+
+
+@contextmanager
+def _query_embedder(args: argparse.Namespace, query_process: QueryProcess | None) -> Iterator[object]:
+    """What embeds ``search``'s query: the answer of the query process where one was started (the
+    light engine), else a chunker on ``--engine`` in this process."""
+    if query_process is None:
+        with _chunker(args) as chunker:
+            yield chunker
+        return
+    embedded = query_process.result()
+    _say_engine(args, embedded.engine, embedded.startup_seconds)
+    yield embedded
+
+
 def _run(args: argparse.Namespace) -> int:
+    query_process = _start_query_process(args)
+    try:
+        return _run_command(args, query_process)
+    finally:
+        if query_process is not None:
+            query_process.close()
+
+
+def _start_query_process(args: argparse.Namespace) -> QueryProcess | None:
+    """``search`` on the light engine: its query's embedding, started first in a process of its own
+    (:mod:`latechunk_dagster.app.query_process`) so that it runs while this one opens the table."""
+    if args.command != "search" or args.engine != "transformers":
+        return None
+    from latechunk_dagster.app.query_process import QueryProcess
+    from latechunk_dagster.app.settings import shipped_model_path
+
+    return QueryProcess(args.query, args.model or shipped_model_path(), _chunker_options(args))
+
+
+def _run_command(args: argparse.Namespace, query_process: QueryProcess | None) -> int:
 
     if args.command == "demo":
         from latechunk_dagster.app.demo import main as demo_main
@@ -208,7 +250,7 @@ def _run(args: argparse.Namespace) -> int:
         from latechunk_dagster.sink.small_to_big import check_parent_links
 
         check_parent_links(table, name)  # a table without parents: one line, before the model loads
-    with _one_torch_thread(args.engine), _chunker(args) as chunker:
+    with _query_embedder(args, query_process) as chunker:
         hits = search(
             args.query,
             chunker=chunker,
@@ -228,24 +270,6 @@ def _run(args: argparse.Namespace) -> int:
         text = " ".join((h.text or "").split())[:160]
         print("\t".join([*score, f"{h.distance:.4f}", h.doc_id, str(h.char_range), *matched, text]))
     return 0
-
-
-@contextmanager
-def _one_torch_thread(engine: str) -> Iterator[None]:
-    """One intra-op torch thread while the light engine loads and embeds ``search``'s one query, the
-    caller's count restored after: on 2 shared cores a second thread only waits (the forward measured
-    0.4-0.9 s with two threads against 0.06-0.12 s with one, under load; the same vector to the bit)."""
-    if engine != "transformers":
-        yield
-        return
-    import torch
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
 
 
 def _check_chunk_table(table: object, name: str, dimensions: int | None) -> None:

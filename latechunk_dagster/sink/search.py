@@ -4,8 +4,10 @@ one granularity's table, or small-to-big (the fine chunks matched, their parents
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
+
+import numpy as np
 
 from latechunk_dagster import sink
 from latechunk_dagster.core.chunker import LateChunker
@@ -18,6 +20,7 @@ from latechunk_dagster.sink.small_to_big import ParentHit, parent_hits
 
 __all__ = [
     "SEARCH_MODES",
+    "QueryEmbedder",
     "Hit",
     "ParentHit",
     "check_table_lineage",
@@ -28,10 +31,28 @@ __all__ = [
 ]
 
 
+class QueryEmbedder(Protocol):
+    """What :func:`search` reads of its ``chunker``: the lineage it compares with the table's (``card``'s
+    ``fingerprint`` and ``name``, ``head.describe()``, ``embedding_dim``) and ``embed_queries``. A
+    :class:`~latechunk_dagster.LateChunker` is one; ``latechunk search``'s query embedded in a process
+    of its own (:class:`latechunk_dagster.app.query_process.EmbeddedQuery`) is another."""
+
+    @property
+    def card(self) -> Any: ...
+
+    @property
+    def head(self) -> Any: ...
+
+    @property
+    def embedding_dim(self) -> int: ...
+
+    def embed_queries(self, queries: Sequence[str]) -> np.ndarray: ...
+
+
 def search(
     query: str,
     *,
-    chunker: LateChunker | None = None,
+    chunker: QueryEmbedder | None = None,
     model: str | os.PathLike[str] | None = None,
     model_options: dict[str, Any] | None = None,
     uri: str,
@@ -140,7 +161,7 @@ def query_chunker(model: str | os.PathLike[str], **options: Any) -> LateChunker:
     return LateChunker(model, engine="transformers", **options)
 
 
-def lineage_difference(chunker: LateChunker, row: Mapping[str, Any]) -> str | None:
+def lineage_difference(chunker: QueryEmbedder, row: Mapping[str, Any]) -> str | None:
     """How a chunk row's lineage differs from what ``chunker`` makes, or ``None`` when its queries
     can be compared with the row's vector.
 
@@ -167,7 +188,7 @@ def lineage_difference(chunker: LateChunker, row: Mapping[str, Any]) -> str | No
     return None
 
 
-def check_table_lineage(chunker: LateChunker, table: Any, table_name: str) -> None:
+def check_table_lineage(chunker: QueryEmbedder, table: Any, table_name: str) -> None:
     """Refuse a chunk table whose vectors ``chunker``'s queries cannot reproduce, naming the difference:
     another vector width, or a row of another model fingerprint or head (:func:`lineage_difference`).
     One filtered read of the lineage columns (no vectors).
@@ -194,7 +215,7 @@ def check_table_lineage(chunker: LateChunker, table: Any, table_name: str) -> No
 
 
 def _search(
-    chunker: LateChunker,
+    chunker: QueryEmbedder,
     db: Any,
     table: Any,
     table_name: str,
