@@ -2,20 +2,20 @@
 
 Every writer is its own OS process (``tests.writer_process``: a real engine on a tiny random BERT,
 ``materialize_partition`` or a Dagster run of the factory's job, a real LanceDB table in a temp
-dir). Processes wait for a common wall-clock moment so their commits overlap. Crashes are real
-SIGKILLs at named points (``LATECHUNK_TEST_KILL_AT``).
+dir). Writers that must commit together first say they are ready (engine up, tables open), then
+all are let go at once. The module keeps its writer processes (:class:`Pool`) from test to test.
+Crashes are real SIGKILLs at named points (``LATECHUNK_TEST_KILL_AT``) of a fresh writer process.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import os
-import signal
+import shutil
 import subprocess
 import sys
-import time
 from collections import Counter
+from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -31,9 +31,8 @@ from latechunk_dagster.sink.validation import documents_accounted
 from latechunk_dagster.sources.files import Document
 from tests.servers import s3_bucket
 from tests.tiny_models import build_tiny_bert
-from tests.writer_process import build_defs
+from tests.writer_process import Writer, build_defs, together
 
-ROOT = Path(__file__).resolve().parents[1]
 TOPICS = ["pumps", "owls", "tea", "harbours", "glaciers", "violins"]
 
 
@@ -52,40 +51,67 @@ def docs(partition: str, n: int = 5, tag: str = "") -> dict[str, str]:
     }
 
 
-def start(spec: dict[str, Any], kill_at: str | None = None, staging: Path | None = None) -> subprocess.Popen:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    env.pop(TEST_KILL_ENV, None)
-    if kill_at:
-        env[TEST_KILL_ENV] = kill_at
-    if staging:
-        env["TMPDIR"] = str(staging)
-    return subprocess.Popen(
-        [sys.executable, "-m", "tests.writer_process", json.dumps(spec)],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+class Pool:
+    """Writer processes (``tests.writer_process``) started on first use and kept for the module:
+    each keeps its engine between partition jobs, so a test pays for no start-up it has paid for.
+    A spare writer, for a run that is to be killed, is started ahead of its use."""
+
+    def __init__(self, logs: Path) -> None:
+        self.logs = logs
+        self.writers: list[Writer] = []
+        self.spares: list[Writer] = []
+        self.started = 0
+
+    def __getitem__(self, n: int) -> list[Writer]:
+        """The first ``n`` writers; one that died or was left mid-job (by a failed test) is replaced,
+        so one test's failure is that test's alone."""
+        for k, w in enumerate(self.writers):
+            if not w.usable:
+                w.proc.kill()
+                w.close()
+                self.writers[k] = Writer(self.logs / f"writer-{k}-{self.started}.log")
+                self.started += 1
+        while len(self.writers) < n:
+            self.writers.append(Writer(self.logs / f"writer-{len(self.writers)}.log"))
+        return self.writers[:n]
+
+    def start_spare(self) -> None:
+        """Start a spare writer now, if none is waiting (its imports overlap the test's other work)."""
+        if not self.spares:
+            self.spares.append(Writer(self.logs / f"spare-{self.started}.log"))
+            self.started += 1
+
+    def spare(self) -> Writer:
+        """A writer of its own (started earlier, if it could be); the next one is started now."""
+        self.start_spare()
+        taken = self.spares.pop(0)
+        self.start_spare()
+        return taken
+
+    def close(self) -> None:
+        for w in self.spares:  # never given a job: nothing to wait for
+            w.proc.kill()
+        for w in self.writers + self.spares:  # all wind down at once
+            w.end()
+        for w in self.writers + self.spares:
+            w.close()
 
 
-def finish(proc: subprocess.Popen, timeout: float = 600) -> tuple[int, dict[str, Any] | None]:
-    out, err = proc.communicate(timeout=timeout)
-    lines = [line for line in out.splitlines() if line.startswith("RESULT ")]
-    if proc.returncode == 0 and not lines:
-        raise AssertionError(err[-3000:])
-    if proc.returncode not in (0, -signal.SIGKILL):
-        raise AssertionError(f"writer exited {proc.returncode}: {err[-3000:]}")
-    return proc.returncode, json.loads(lines[-1][7:]) if lines else None
+@pytest.fixture(scope="module")
+def pool(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pool]:
+    p = Pool(tmp_path_factory.mktemp("writer-logs"))
+    yield p
+    p.close()
 
 
-def run_together(specs: list[dict[str, Any]], delay: float = 25.0) -> list[dict[str, Any]]:
-    """Start one process per spec; all commit after the same moment (engine start-up done)."""
-    at = time.time() + delay
-    procs = [start({**s, "start_at": at}) for s in specs]
-    results = [finish(p) for p in procs]
-    assert all(rc == 0 for rc, _ in results)
-    return [r for _, r in results]  # type: ignore[misc]
+def killed_run(pool: Pool, spec: dict[str, Any], point: str, env: dict[str, str] | None = None) -> None:
+    """``spec`` run by a writer process of its own that SIGKILLs itself at ``point``."""
+    w = pool.spare()
+    try:
+        result = w.send({**spec, "env": {TEST_KILL_ENV: point, **(env or {})}}).result()
+        assert result is None, f"the run went through {point} without being killed: {result}"
+    finally:
+        w.close()
 
 
 def chunks_of(db: Path) -> Any:
@@ -128,18 +154,20 @@ def test_retry_commit_retries_a_real_conflict_and_gives_up_when_bounded(tmp_path
     )
 
 
-def test_four_processes_write_four_partitions_then_rewrite_them(tmp_path: Path, tiny: Path) -> None:
+def test_four_processes_write_four_partitions_then_rewrite_them(tmp_path: Path, tiny: Path, pool: Pool) -> None:
     db = tmp_path / "db"
     parts = {f"p{k}": docs(f"p{k}", 4 + k) for k in range(4)}
     base = {"model": str(tiny), "db": str(db), "batch_tokens": 64}
-    first = run_together([{**base, "partition": p, "docs": d, "run_id": f"a-{p}"} for p, d in parts.items()])
+    writers = pool[4]
+    first = together(writers, [{**base, "partition": p, "docs": d, "run_id": f"a-{p}"} for p, d in parts.items()])
+    assert len({r["pid"] for r in first}) == 4, "four processes"
     rows = chunks_of(db)
     assert rows.num_rows == sum(r["chunks_written"] for r in first)
     for p, d in parts.items():
         assert_whole(rows, p, d, {f"a-{p}"})
     # again, forced: every commit now updates rows other commits' fragments hold
-    second = run_together(
-        [{**base, "partition": p, "docs": d, "run_id": f"b-{p}", "force": True} for p, d in parts.items()]
+    second = together(
+        writers, [{**base, "partition": p, "docs": d, "run_id": f"b-{p}", "force": True} for p, d in parts.items()]
     )
     after = chunks_of(db)
     assert after.num_rows == rows.num_rows
@@ -150,13 +178,14 @@ def test_four_processes_write_four_partitions_then_rewrite_them(tmp_path: Path, 
 
 
 @pytest.mark.parametrize("prefilled", [False, True], ids=["new-partition", "existing-partition"])
-def test_two_runs_of_the_same_partition_one_wins_whole(tmp_path: Path, tiny: Path, prefilled: bool) -> None:
+def test_two_runs_of_the_same_partition_one_wins_whole(tmp_path: Path, tiny: Path, prefilled: bool, pool: Pool) -> None:
     db = tmp_path / "db"
     d = docs("p", 6)
     base = {"model": str(tiny), "db": str(db), "partition": "p", "docs": d, "batch_tokens": 64, "force": True}
+    writers = pool[3]
     if prefilled:
-        run_together([{**base, "run_id": "old"}], delay=0)
-    results = run_together([{**base, "run_id": f"r{k}"} for k in range(3)])
+        writers[0].run({**base, "run_id": "old"})
+    results = together(writers, [{**base, "run_id": f"r{k}"} for k in range(3)])
     rows = chunks_of(db)
     runs = Counter(rows.column("run_id").to_pylist())
     assert len(runs) == 1, f"a mix of runs: {runs}"
@@ -190,39 +219,63 @@ def _table_files(db: Path) -> set[str]:
     return {str(p.relative_to(root)) for p in root.rglob("*") if p.is_file()}
 
 
-@pytest.mark.parametrize("point", ["before_engine", "during_encode", "during_commit"])
-def test_sigkill_leaves_old_rows_and_the_next_run_repairs(
-    tmp_path: Path, tiny: Path, point: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    store, db, home, staging = tmp_path / "store", tmp_path / "db", tmp_path / "home", tmp_path / "staging"
-    for p in (home, staging):
-        p.mkdir()
-    old = {"p": docs("p", 5), "q": docs("q", 3)}
-    new = {"p": {**docs("p", 4, tag=" (revised)"), "p-extra": "A new note on owls: they hunt at night."}, "q": old["q"]}
-    base = {
+OLD = {"p": docs("p", 5), "q": docs("q", 3)}
+NEW = {"p": {**docs("p", 4, tag=" (revised)"), "p-extra": "A new note on owls: they hunt at night."}, "q": OLD["q"]}
+
+
+def dagster_job(root: Path, tiny: Path, **spec: Any) -> dict[str, Any]:
+    """A ``dagster``-mode job over ``root``'s store, table and Dagster home."""
+    return {
         "mode": "dagster",
         "model": str(tiny),
-        "db": str(db),
-        "store": str(store),
-        "home": str(home),
+        "db": str(root / "db"),
+        "store": str(root / "store"),
+        "home": str(root / "home"),
         "partitions": ["p", "q"],
+        **spec,
     }
-    # the clean run of the new documents, in a table of its own
-    _write_store(tmp_path / "clean_store", new)
-    clean_db = tmp_path / "clean_db"
-    run_together([{**base, "store": str(tmp_path / "clean_store"), "db": str(clean_db), "partition": "p"}], delay=0)
-    want_new = set(_partition_rows(clean_db, "p"))
-    # the old rows
-    _write_store(store, old)
+
+
+@pytest.fixture(scope="module")
+def old_state(tmp_path_factory: pytest.TempPathFactory, tiny: Path, pool: Pool) -> tuple[Path, set[str]]:
+    """Built once for the kill points, each of which works on a copy: a store, a table and a Dagster
+    home in which Dagster runs materialized the old documents of partitions ``p`` and ``q``; and the
+    chunk ids of a clean run of ``p``'s new documents, in a table of its own."""
+    root = tmp_path_factory.mktemp("old-state")
+    clean = root / "clean"
+    (root / "home").mkdir()
+    (clean / "home").mkdir(parents=True)
+    writer = pool[1][0]
+    pool.start_spare()  # for the first kill point
+    _write_store(clean / "store", NEW)
+    writer.run(dagster_job(clean, tiny, partition="p"))
+    _write_store(root / "store", OLD)
     for part in ("p", "q"):
-        (ok,) = run_together([{**base, "partition": part}], delay=0)
+        ok = writer.run(dagster_job(root, tiny, partition=part))
         assert ok["success"] and all(ok["checks"].values())
+    return root, set(_partition_rows(clean / "db", "p"))
+
+
+@pytest.mark.parametrize("point", ["before_engine", "during_encode", "during_commit"])
+def test_sigkill_leaves_old_rows_and_the_next_run_repairs(
+    tmp_path: Path,
+    tiny: Path,
+    point: str,
+    monkeypatch: pytest.MonkeyPatch,
+    pool: Pool,
+    old_state: tuple[Path, set[str]],
+) -> None:
+    template, want_new = old_state
+    root = tmp_path / "state"
+    shutil.copytree(template, root, ignore=shutil.ignore_patterns("clean"))
+    store, db, home, staging = root / "store", root / "db", root / "home", tmp_path / "staging"
+    staging.mkdir()
+    base = dagster_job(root, tiny)
     before, before_q = _partition_rows(db, "p"), _partition_rows(db, "q")
     files_before = _table_files(db)
     # the documents change; a run is killed at `point`
-    _write_store(store, new)
-    rc, _ = finish(start({**base, "partition": "p", "batch_tokens": 48}, kill_at=point, staging=staging))
-    assert rc == -signal.SIGKILL
+    _write_store(store, NEW)
+    killed_run(pool, {**base, "partition": "p", "batch_tokens": 48}, point, env={"TMPDIR": str(staging)})
     assert _partition_rows(db, "p") == before, "the partition must hold its complete old rows"
     assert _partition_rows(db, "q") == before_q
     assert list(staging.glob(f"{STAGE_PREFIX}*")), "the killed run left its staging directory"
@@ -248,8 +301,8 @@ def test_sigkill_leaves_old_rows_and_the_next_run_repairs(
     assert checks["unique_chunk_ids"] and checks["vectors_valid"], checks
     assert not checks["documents_accounted"], "p-extra has neither chunks nor a rejection yet"
     # the next run repairs it, and removes the killed run's staging directory
-    rc, repaired = finish(start({**base, "partition": "p"}, staging=staging))
-    assert rc == 0 and repaired["success"] and all(repaired["checks"].values()), repaired
+    repaired = pool[1][0].run({**base, "partition": "p", "env": {"TMPDIR": str(staging)}})
+    assert repaired["success"] and all(repaired["checks"].values()), repaired
     after = _partition_rows(db, "p")
     assert set(after) == want_new
     assert len({run for run, _ in after.values()}) == 1
@@ -264,24 +317,26 @@ def test_sigkill_leaves_old_rows_and_the_next_run_repairs(
 
 @pytest.mark.parametrize("where", ["local", "s3"])
 def test_a_kill_between_the_two_commits_is_flagged_and_the_next_run_repairs_it(
-    tmp_path: Path, tiny: Path, where: str
+    tmp_path: Path, tiny: Path, where: str, pool: Pool
 ) -> None:
     """Killed after the chunk-table commit, before the rejected-table commit (locally and on moto's S3):
     the chunk table is the new run's, whole; the rejected table is the old run's; the
     ``documents_accounted`` check names both kinds of mismatch; the next run re-encodes nothing,
     keeps the killed run's chunk rows and replaces the stale rejection records."""
     with contextlib.ExitStack() as stack:
+        env: dict[str, str] = {}
         if where == "s3":
             stack.enter_context(s3_bucket("between"))
             db = "s3://between/db"
+            env = {k: v for k, v in os.environ.items() if k.startswith("AWS_")}  # the emulator's
         else:
             db = str(tmp_path / "db")
+        writer = pool[1][0]
         old = {**docs("p", 3), "p-late": ""}  # p-late is rejected (empty text)
         new = {**docs("p", 3), "p-late": "A late note on glaciers: they move slowly.", "p-d1": ""}
         base = {"mode": "partition", "model": str(tiny), "db": db, "partition": "p"}
-        run_together([{**base, "docs": old, "run_id": "r1"}], delay=0)
-        rc, _ = finish(start({**base, "docs": new, "run_id": "r2"}, kill_at="between_commits"))
-        assert rc == -signal.SIGKILL
+        writer.run({**base, "docs": old, "run_id": "r1", "env": env})
+        killed_run(pool, {**base, "docs": new, "run_id": "r2"}, "between_commits", env=env)
         conn = lancedb.connect(db)
         rows = conn.open_table(sink.CHUNK_TABLE).to_arrow()
         rejected = conn.open_table(sink.REJECTED_TABLE).to_arrow()
@@ -293,7 +348,7 @@ def test_a_kill_between_the_two_commits_is_flagged_and_the_next_run_repairs_it(
         ok, details = documents_accounted(rows, rejected, current)
         assert not ok and details["missing"] == ["p-d1"] and details["chunked_and_rejected"] == ["p-late"]
         # the next run repairs it: nothing committed is encoded again, the rejections are replaced
-        (again,) = run_together([{**base, "docs": new, "run_id": "r3"}], delay=0)
+        again = writer.run({**base, "docs": new, "run_id": "r3", "env": env})
         assert again["chunks_written"] == 0
         rows_after = conn.open_table(sink.CHUNK_TABLE).to_arrow()
         rejected_after = conn.open_table(sink.REJECTED_TABLE).to_arrow()
