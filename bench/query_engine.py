@@ -5,12 +5,15 @@ Measured, each in fresh processes on the shipped all-MiniLM-L6-v2 (float32, CPU)
   search    ``latechunk search QUERY --uri DB -k 3`` wall time from a fresh process (interpreter
             start to exit; the median of ``--repeat`` runs, the fastest also printed) and its peak RSS,
             ``--engine transformers`` (the default) vs ``--engine vllm``; the top hits printed must be
-            the same
-  imports   the import share of that search: a fresh process imports, in the CLI's order and each
-            timed, the package with the CLI, the sink (LanceDB), torch, and transformers' auto
-            classes (``latechunk_dagster.core.hf_imports``), then runs the same search; the seconds of
-            each import, their sum as a share of the process's time to the printed hits, and which
-            heavy packages the process ended up importing (scikit-learn, pandas, Dagster, vLLM, httpx)
+            the same. On the light engine the command embeds its query in a child process while it
+            opens the table (``app/query_process.py``); the same command with the query embedded in
+            its own process, one after the other as before that change, is timed beside it
+  imports   where the time of that one-process search goes: a fresh process imports, in the CLI's
+            order and each timed, the package with the CLI, the sink (LanceDB), torch, and
+            transformers' auto classes (``latechunk_dagster.core.hf_imports``), then runs the same
+            search in one process; the seconds of each import, their sum as a share of the process's
+            time to the printed hits, and which heavy packages the process ended up importing
+            (scikit-learn, pandas, Dagster, vLLM, httpx)
   first     start-up to the first query vector: a fresh process imports the package, builds
             ``LateChunker(model, engine=...)`` and embeds one query; wall time from process start
             to that vector, and peak RSS; the query vectors of both engines are compared (max abs)
@@ -78,9 +81,14 @@ def result(out: str) -> str:
     return next(line for line in reversed(out.splitlines()) if line.startswith("RESULT ")).removeprefix("RESULT ")
 
 
-def cli(*args: str) -> tuple[float, float, str]:
-    """``latechunk ARGS`` in a fresh process (the console script's entry point)."""
-    return child("import sys; from latechunk_dagster.app.cli import main; sys.exit(main())", *args)
+def cli(*args: str, one_process: bool = False) -> tuple[float, float, str]:
+    """``latechunk ARGS`` in a fresh process (the console script's entry point); ``one_process``: with
+    the query embedded in that process (:data:`ONE_PROCESS`)."""
+    return child(
+        (ONE_PROCESS if one_process else "")
+        + "import sys; from latechunk_dagster.app.cli import main; sys.exit(main())",
+        *args,
+    )
 
 
 PREPARE = """
@@ -121,6 +129,17 @@ print("RESULT", json.dumps({"first": first, "startup": started, "vector": vec.to
                             "hits": [[h.chunk_id, h.distance] for h in hits]}))
 """
 
+#: The command with its query embedded in its own process (no query process), on one torch thread
+#: (``app/query_process.py`` says why): the path before the query process, for the side-by-side.
+ONE_PROCESS = """
+import sys
+import latechunk_dagster.app.cli as cli
+cli._start_query_process = lambda args: None
+if "vllm" not in sys.argv:
+    import torch
+    torch.set_num_threads(1)
+"""
+
 IMPORTS = """
 import time
 t0 = time.perf_counter()
@@ -133,12 +152,13 @@ for label, module in [("package and CLI", "latechunk_dagster.app.cli"),
     importlib.import_module(module)
     seconds[label] = time.perf_counter() - t
 from latechunk_dagster.app.cli import main
+{one_process}
 rc = main(sys.argv[1:])
 total = time.perf_counter() - t0
 heavy = ["sklearn", "pandas", "dagster", "vllm", "httpx"]
 loaded = [m for m in heavy if m in sys.modules]
 print("RESULT", json.dumps({"imports": seconds, "total": total, "rc": rc, "loaded": loaded}))
-"""
+""".replace("{one_process}", ONE_PROCESS)
 
 THROUGHPUT = """
 import json, sys, time
@@ -183,7 +203,12 @@ def main() -> None:
     loaded: dict[str, list[str]] = {}
     printed: dict[str, list[str]] = {}
     for engine in ENGINES:
-        runs = [cli("search", QUERY, "--uri", uri, "-k", "3", "--engine", engine) for _ in range(args.repeat)]
+        search = ("search", QUERY, "--uri", uri, "-k", "3", "--engine", engine)
+        runs, one = [], []
+        for _ in range(args.repeat):  # on the light engine, alternating with the one-process command
+            runs.append(cli(*search))
+            if engine == "transformers":
+                one.append(cli(*search, one_process=True)[0])
         walls = sorted(r[0] for r in runs)
         wall, rss, out = runs[0]
         fig[engine] |= {
@@ -191,6 +216,8 @@ def main() -> None:
             "search_wall_min_s": walls[0],
             "search_peak_rss_mb": rss,
         }
+        if one:
+            fig[engine] |= {"one_process_wall_s": statistics.median(one), "one_process_wall_min_s": min(one)}
         imports = json.loads(result(child(IMPORTS, "search", QUERY, "--uri", uri, "-k", "3", "--engine", engine)[2]))
         fig[engine] |= {"import_s": sum(imports["imports"].values()), "to_hits_s": imports["total"]}
         fig[engine] |= {f"import_{k}_s": v for k, v in imports["imports"].items()}
@@ -218,8 +245,8 @@ def main() -> None:
     rows_out = [
         ("`latechunk search` wall, fresh process (s)", "search_wall_s", "{:.1f}"),
         ("`latechunk search` peak RSS (MB)", "search_peak_rss_mb", "{:.0f}"),
-        ("search's imports (s)", "import_s", "{:.1f}"),
-        ("search, process start to the printed hits (s)", "to_hits_s", "{:.1f}"),
+        ("one-process search's imports (s)", "import_s", "{:.1f}"),
+        ("one-process search, process start to the printed hits (s)", "to_hits_s", "{:.1f}"),
         ("start-up to first query vector (s)", "first_vector_s", "{:.1f}"),
         ("of which the engine's start (s)", "engine_startup_s", "{:.1f}"),
         ("peak RSS, first vector (MB)", "first_vector_peak_rss_mb", "{:.0f}"),
@@ -230,6 +257,12 @@ def main() -> None:
     for label, key, fmt in rows_out:
         a, b = fig["transformers"][key], fig["vllm"][key]
         print(f"| {label} | {fmt.format(a)} | {fmt.format(b)} | {a / b:.2f} |")
+    f = fig["transformers"]
+    print(
+        f"transformers: search with the query process median {f['search_wall_s']:.2f} s (fastest "
+        f"{f['search_wall_min_s']:.2f}), the query in the same process {f['one_process_wall_s']:.2f} s (fastest "
+        f"{f['one_process_wall_min_s']:.2f}): {f['search_wall_s'] / f['one_process_wall_s']:.2f}x"
+    )
     for engine in ENGINES:
         f = fig[engine]
         parts = ", ".join(

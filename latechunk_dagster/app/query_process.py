@@ -5,7 +5,7 @@ the table, torch and transformers (~4 s) for the query's model (``bench/query_en
 the split). The two do not depend on each other until the vector is searched, so the command starts
 this module as a child process first (:class:`QueryProcess`): the child imports torch and
 transformers, loads the model on the light transformers engine
-(:func:`~latechunk_dagster.sink.search.query_chunker`, one torch thread) and embeds the query,
+(:func:`~latechunk_dagster.core.chunker.query_chunker`, one torch thread) and embeds the query,
 while the command's own process imports LanceDB, opens and checks the table. The child answers with
 :class:`EmbeddedQuery`: the vector (float32, bit for bit the one an in-process chunker makes) and
 the lineage :func:`~latechunk_dagster.sink.search.check_table_lineage` compares (model fingerprint
@@ -19,6 +19,14 @@ one line). The child's stderr is the command's (the "queries embedded by ..." li
 """
 
 from __future__ import annotations
+
+import gc
+
+if __name__ == "__main__":
+    # The child: no cyclic garbage collection. Its imports (torch, transformers) make hundreds of
+    # thousands of objects, over which each collection walks again: 0.8 s of a 4.5 s child here
+    # (bench/README.md); it lives seconds, holds one model and ends with os._exit.
+    gc.disable()
 
 import base64
 import json
@@ -96,7 +104,7 @@ class QueryProcess:
         query: the query text.
         model: the model directory.
         options: ``LateChunker`` options (``dimensions``, the opt-ins), as for
-            :func:`~latechunk_dagster.sink.search.query_chunker`.
+            :func:`~latechunk_dagster.core.chunker.query_chunker`.
     """
 
     def __init__(self, query: str, model: str, options: dict[str, Any]) -> None:
@@ -152,7 +160,7 @@ def _answer(job: dict[str, Any]) -> dict[str, Any]:
     the same vector to the bit), the query embedded."""
     import torch
 
-    from latechunk_dagster.sink.search import query_chunker
+    from latechunk_dagster.core.chunker import query_chunker
 
     torch.set_num_threads(1)
     with query_chunker(job["model"], **job["options"]) as chunker:

@@ -6,7 +6,7 @@ what they need from this package is the query vector, embedded exactly as the ch
 model expects (its query prompt, pooling, head and Matryoshka cut): :meth:`LateChunker.embed_queries
 <latechunk_dagster.core.chunker.LateChunker.embed_queries>`. Given a model directory, an embedder
 loads it on the light transformers engine (no vLLM: a second to start, the same vectors within 1e-6,
-:func:`~latechunk_dagster.sink.search.query_chunker`); given a chunker (in process, or a vLLM server's
+:func:`~latechunk_dagster.core.chunker.query_chunker`); given a chunker (in process, or a vLLM server's
 :class:`~latechunk_dagster.core.remote.RemoteLateChunker`) it uses that one. Given the table too, it
 refuses one whose vectors its model cannot reproduce, naming the difference.
 

@@ -21,7 +21,7 @@ def embedder_chunker(
 
     Args:
         chunker: the model directory that wrote the table: loaded on the light transformers engine
-            (:func:`~latechunk_dagster.sink.search.query_chunker`: no vLLM, the same vectors within
+            (:func:`~latechunk_dagster.core.chunker.query_chunker`: no vLLM, the same vectors within
             1e-6) with ``model_options``, and closed by the embedder's ``close()`` (or its ``with``
             block, :class:`OwnedChunker`); or an open ``LateChunker`` or ``RemoteLateChunker`` (a
             vLLM server) of that model, used as it is, whose lifetime is the caller's.

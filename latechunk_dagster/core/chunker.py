@@ -381,4 +381,19 @@ class LateChunker(OptionChecks, Preparing, Encoding, Finishing):
             return list(spans)
         return [Span(max(spans[0].start, k), spans[0].end, spans[0].headings), *spans[1:]]
 
-    # -- internals ------------------------------------------------------------------
+
+def query_chunker(model: str | os.PathLike[str], **options: Any) -> LateChunker:
+    """The chunker that embeds queries where the documents' engine is not needed: ``model`` on the
+    light transformers engine (:class:`~latechunk_dagster.core.engines.transformers_engine.TransformersEngine`;
+    the same vectors as vLLM's within 1e-6, started in about a second). ``latechunk search``/``eval``,
+    :func:`~latechunk_dagster.sink.search.search` with ``model=`` and the client embedders given a model
+    directory use it. Here, not in the sink, so that a process embedding queries imports no LanceDB.
+
+    Args:
+        model: the model directory that wrote the table.
+        **options: ``LateChunker`` options (``dimensions``, ``trust_remote_code``, ``query_prefix``...).
+
+    Raises:
+        as :class:`~latechunk_dagster.LateChunker` (a model refused without its opt-in, ...).
+    """
+    return LateChunker(model, engine="transformers", **options)

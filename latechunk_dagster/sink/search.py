@@ -10,7 +10,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from latechunk_dagster import sink
-from latechunk_dagster.core.chunker import LateChunker
+from latechunk_dagster.core.chunker import query_chunker
 from latechunk_dagster.core.tokenization import check_query
 from latechunk_dagster.sink.granularity_tables import granularity_names
 from latechunk_dagster.sink.hits import SEARCH_MODES, Hit, cosine_distances, ranked_hits
@@ -143,22 +143,6 @@ def search(
         with query_chunker(model, **(model_options or {})) as own:  # type: ignore[arg-type]
             return _search(own, db, table, name, query, k, return_parent, check)
     return _search(chunker, db, table, name, query, k, return_parent, check)
-
-
-def query_chunker(model: str | os.PathLike[str], **options: Any) -> LateChunker:
-    """The chunker that embeds queries where the documents' engine is not needed: ``model`` on the
-    light transformers engine (:class:`~latechunk_dagster.core.engines.transformers_engine.TransformersEngine`;
-    the same vectors as vLLM's within 1e-6, started in about a second). ``latechunk search``/``eval``,
-    :func:`search` with ``model=`` and the client embedders given a model directory use it.
-
-    Args:
-        model: the model directory that wrote the table.
-        **options: ``LateChunker`` options (``dimensions``, ``trust_remote_code``, ``query_prefix``...).
-
-    Raises:
-        as :class:`~latechunk_dagster.LateChunker` (a model refused without its opt-in, ...).
-    """
-    return LateChunker(model, engine="transformers", **options)
 
 
 def lineage_difference(chunker: QueryEmbedder, row: Mapping[str, Any]) -> str | None:
