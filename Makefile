@@ -34,18 +34,24 @@ demo: $(VENV)/.installed
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check latechunk_dagster tests bench
 
+# Test modules run on $(WORKERS) worker processes (pytest-xdist); --dist loadfile keeps a module's tests,
+# its fixtures and its in-process engine in one worker. 2 matches the 2-core machines this is measured
+# on (docs/testing.md); each worker holds its own engine (1-3 GB), so raise it with the memory too.
+WORKERS ?= 2
+XDIST := -n $(WORKERS) --dist loadfile
+
 test-main: $(VENV)/.installed
-	$(VENV)/bin/python -m pytest -m "not native" tests --ignore-glob='tests/test_airflow*' --doctest-modules latechunk_dagster/core/chunking --durations=20
+	$(VENV)/bin/python -m pytest $(XDIST) -m "not native" tests --ignore-glob='tests/test_airflow*' --doctest-modules latechunk_dagster/core/chunking --durations=20
 
 # The fast tier: ruff, then the unit and contract tests on the module's shared engine (no servers,
 # daemon, scheduler or subprocess fleets: tests/conftest.py SLOW_MODULES), with the 20 slowest tests.
 check: lint
-	$(VENV)/bin/python -m pytest -m "not native and not slow" tests --ignore-glob='tests/test_airflow*' --doctest-modules latechunk_dagster/core/chunking --durations=20
+	$(VENV)/bin/python -m pytest $(XDIST) -m "not native and not slow" tests --ignore-glob='tests/test_airflow*' --doctest-modules latechunk_dagster/core/chunking --durations=20
 
 # Airflow's tests in a pytest process of their own: importing Airflow configures process-wide
 # state (AIRFLOW_HOME, its logging, its ORM) that the other tests should not run under.
 test-airflow: $(VENV)/.installed
-	$(VENV)/bin/python -m pytest -m "not native" tests/test_airflow.py tests/test_airflow_granularities.py tests/test_airflow_provider.py tests/test_airflow_scheduler.py
+	$(VENV)/bin/python -m pytest $(XDIST) -m "not native" tests/test_airflow.py tests/test_airflow_granularities.py tests/test_airflow_provider.py tests/test_airflow_scheduler.py
 
 # Skips (one "SKIPPED native-path tests: <reason>" line) where the vLLM 0.33 build cannot run:
 # no ../shared/wheels, or its install script exits 3 (the CPU lacks what the build needs).

@@ -58,9 +58,10 @@ def session_engine_resource(chunker: LateChunker, **fields: object):  # noqa: AN
 
 
 #: Test modules of the full tier only (``make test``): they start vLLM servers, a Dagster daemon,
-#: an Airflow scheduler, subprocess fleets or object-store servers, or engines of many model
-#: families. ``make check`` runs the rest (``-m "not slow"``): unit and contract tests on the
-#: module's shared engine. One list, so a new slow module is marked in one place.
+#: an Airflow scheduler, subprocess fleets (host worker pools, fresh command-line processes) or
+#: object-store servers, or engines of many model families. ``make check`` runs the rest
+#: (``-m "not slow"``): unit and contract tests on the module's shared engine. One list, so a new
+#: slow module is marked in one place.
 SLOW_MODULES = frozenset(
     {
         "test_airflow_scheduler",
@@ -69,8 +70,10 @@ SLOW_MODULES = frozenset(
         "test_deploy",
         "test_evaluation_cli",
         "test_fanout",
+        "test_hostpool",
         "test_model_families",
         "test_object_store",
+        "test_query_imports",
         "test_remote_engine",
     }
 )
