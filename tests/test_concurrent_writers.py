@@ -154,6 +154,30 @@ def test_retry_commit_retries_a_real_conflict_and_gives_up_when_bounded(tmp_path
     )
 
 
+def test_a_commit_refused_after_a_concurrent_create_is_retried_on_the_latest_version(tmp_path: Path) -> None:
+    """Two writers creating a missing table at once: the second create is an Overwrite at version 2
+    (lance), and a writer whose handle read version 1 was refused outright ("Incompatible
+    transaction"), which failed a CI run; now retried on the latest version, its rows committed whole."""
+    import pyarrow as pa
+
+    schema = pa.schema([pa.field("chunk_id", pa.string(), nullable=False), ("partition", pa.string())])
+    stale = lancedb.connect(str(tmp_path)).create_table("t", schema=schema)
+    lancedb.connect(str(tmp_path)).create_table("t", schema=schema, mode="overwrite")  # the racing create
+    rows = pa.table({"chunk_id": ["c0"], "partition": ["p"]}, schema=schema)
+
+    def merge() -> object:
+        return stale.merge_insert("chunk_id").when_matched_update_all().when_not_matched_insert_all().execute(rows)
+
+    with pytest.raises(RuntimeError, match="incompatible with concurrent transaction Overwrite") as refused:
+        merge()
+    assert is_commit_conflict(refused.value)
+    stale = lancedb.connect(str(tmp_path)).open_table("t")  # handle at version 1 again
+    stale.checkout(1)
+    _, attempts = retry_commit(merge, what="merge", refresh=stale.checkout_latest, sleep=lambda s: None)
+    assert attempts == 2
+    assert lancedb.connect(str(tmp_path)).open_table("t").to_arrow().column("chunk_id").to_pylist() == ["c0"]
+
+
 def test_four_processes_write_four_partitions_then_rewrite_them(tmp_path: Path, tiny: Path, pool: Pool) -> None:
     db = tmp_path / "db"
     parts = {f"p{k}": docs(f"p{k}", 4 + k) for k in range(4)}

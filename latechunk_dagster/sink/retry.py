@@ -9,6 +9,13 @@ What LanceDB 0.40 (lance 13) does by itself, measured with 2-8 writer processes 
   rebases on its own.
 * ``optimize`` (compaction) loses against a concurrent delete or update of the fragments it
   rewrote: ``RuntimeError("lance error: Retryable commit conflict for version N: ... Please retry.")``.
+* A commit whose read version is older than a concurrent **Overwrite** is refused outright:
+  ``RuntimeError("lance error: Incompatible transaction: This Update transaction is incompatible
+  with concurrent transaction Overwrite at version N.")``. Creating a table is an Overwrite in
+  lance: when several writers create a missing table at once (``create_table(exist_ok=True)``), the
+  second create lands as version 2, and a writer whose handle read version 1 is refused so (seen
+  in a CI run of ``tests/test_concurrent_writers.py``). Our commits replace one partition's rows
+  against the latest version, so they are retried too.
 * Two ``merge_insert`` inserting the **same new keys** both commit (duplicate rows) unless the key
   column carries the ``lance-schema:unenforced-primary-key`` field metadata; with it the second
   one conflicts, retries and becomes an update (lance-format/lance#4585, #8949).
@@ -40,7 +47,8 @@ BACKOFF_CAP = 8.0
 
 #: Messages of LanceDB errors that mean "another writer committed first; the same commit may succeed now".
 _CONFLICT = re.compile(
-    r"commit conflict|too many concurrent writers|write contention|please retry|merge insert timed out",
+    r"commit conflict|too many concurrent writers|write contention|please retry|merge insert timed out"
+    r"|incompatible with concurrent transaction",
     re.IGNORECASE,
 )
 
