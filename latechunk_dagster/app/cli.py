@@ -20,13 +20,10 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, NoReturn
+from typing import NoReturn
 
+from latechunk_dagster.app.query_process import ONE_LINE_ERRORS, QueryProcess
 from latechunk_dagster.core.chunker import ENGINES
-from latechunk_dagster.core.errors import LateChunkError
-
-if TYPE_CHECKING:
-    from latechunk_dagster.app.query_process import QueryProcess
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -92,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     quiet_dagster_warnings()
     try:
         code = _run(args)
-    except (LateChunkError, OSError, ValueError, KeyError) as exc:
+    except ONE_LINE_ERRORS as exc:
         print(f"latechunk {args.command}: error: {exc}", file=sys.stderr)
         code = 2
     if argv is None and args.command in ("search", "eval"):  # the process's own command line, read only
@@ -189,7 +186,6 @@ def _start_query_process(args: argparse.Namespace) -> QueryProcess | None:
     (:mod:`latechunk_dagster.app.query_process`) so that it runs while this one opens the table."""
     if args.command != "search" or args.engine != "transformers":
         return None
-    from latechunk_dagster.app.query_process import QueryProcess
     from latechunk_dagster.app.settings import shipped_model_path
 
     return QueryProcess(args.query, args.model or shipped_model_path(), _chunker_options(args))

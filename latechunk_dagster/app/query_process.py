@@ -41,7 +41,8 @@ import numpy as np
 
 from latechunk_dagster.core.errors import LateChunkError
 
-#: The errors the command prints as one line (``latechunk_dagster.app.cli.main``), sent back by the child.
+#: The errors ``latechunk`` prints as one line (``latechunk_dagster.app.cli.main`` catches these), the
+#: child's sent back as such.
 ONE_LINE_ERRORS = (LateChunkError, OSError, ValueError, KeyError)
 
 
