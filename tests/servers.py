@@ -1,4 +1,5 @@
-"""Real servers on loopback for tests and benchmarks: a vLLM server and moto's S3 emulator.
+"""Real servers on loopback for tests and benchmarks: a vLLM server, moto's S3 emulator, and a
+loopback HTTP proxy (:class:`Proxy`) that puts faults between a client and a real server.
 
 Each runs as a child process in its own session (so the whole process group can be stopped),
 waits for readiness with a bound, and shows the tail of its log when it fails to start.
@@ -6,17 +7,23 @@ waits for readiness with a bound, and shows the tail of its log when it fails to
 
 from __future__ import annotations
 
+import base64
 import contextlib
+import http.client
+import json
 import os
 import signal
 import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import httpx
 
@@ -165,3 +172,118 @@ def s3_bucket(bucket: str) -> Iterator[tuple[ServerProcess, dict[str, str]]]:
             else:
                 os.environ[k] = v
         srv.stop(10)
+
+
+class Proxy:
+    """A loopback HTTP proxy in front of the server: drops or rewrites requests on demand.
+
+    ``drop``: how many of the next requests to answer by closing the connection without a
+    response. ``rewrite``: applied to each request body before forwarding (same length).
+    ``rewrite_path``: applied to each request's path before forwarding. ``rewrite_answer``:
+    applied to (path, request body, response body) before the response is sent back. ``refuse``:
+    ``(path, request body) -> status or None``: answer that status (with a JSON error, as a server
+    or an authenticating proxy does) instead of forwarding. ``basic_auth``: ``(user, password)``
+    every request must carry (else 401), as a proxy with basic auth in front of a server.
+    """
+
+    def __init__(self, upstream: str, port: int | None = None) -> None:
+        self.upstream = urlsplit(upstream)
+        self.drop = 0
+        self.dropped = 0
+        self.forwarded = 0
+        self.rewrite: Callable[[bytes], bytes] | None = None
+        #: applied to (path, response body) before it is sent back
+        self.rewrite_response: Callable[[str, bytes], bytes] | None = None
+        self.rewrite_path: Callable[[str], str] | None = None
+        self.rewrite_answer: Callable[[str, bytes, bytes], bytes] | None = None
+        self.refuse: Callable[[str, bytes], int | None] | None = None
+        self.basic_auth: tuple[str, str] | None = None
+        self.refused = 0
+        self.lock = threading.Lock()
+        proxy = self
+
+        self.connections: set = set()  # open client sockets, closed by close() as a dead process's are
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: object) -> None:
+                pass
+
+            def setup(self) -> None:
+                super().setup()
+                with proxy.lock:
+                    proxy.connections.add(self.connection)
+
+            def finish(self) -> None:
+                with proxy.lock:
+                    proxy.connections.discard(self.connection)
+                super().finish()
+
+            def _forward(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                with proxy.lock:
+                    drop = proxy.drop > 0
+                    if drop:
+                        proxy.drop -= 1
+                        proxy.dropped += 1
+                if drop:  # a real dropped connection: no status line, socket closed
+                    self.close_connection = True
+                    return
+                status = proxy.refuse(self.path, body) if proxy.refuse is not None else None
+                if proxy.basic_auth is not None and status is None:
+                    token = base64.b64encode(":".join(proxy.basic_auth).encode()).decode()
+                    status = None if self.headers.get("Authorization") == f"Basic {token}" else 401
+                if status is not None:
+                    with proxy.lock:
+                        proxy.refused += 1
+                    err = json.dumps({"error": {"message": f"refused with {status}", "code": status}}).encode()
+                    self.send_response(status)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(err)))
+                    self.end_headers()
+                    self.wfile.write(err)
+                    return
+                if proxy.rewrite is not None:
+                    body = proxy.rewrite(body)
+                conn = http.client.HTTPConnection(proxy.upstream.hostname, proxy.upstream.port, timeout=120)
+                headers = {k: v for k, v in self.headers.items() if k.lower() not in ("host", "connection")}
+                path = self.path if proxy.rewrite_path is None else proxy.rewrite_path(self.path)
+                conn.request(self.command, path, body=body or None, headers=headers)
+                resp = conn.getresponse()
+                data = resp.read()
+                if proxy.rewrite_response is not None:
+                    data = proxy.rewrite_response(self.path, data)
+                if proxy.rewrite_answer is not None:
+                    data = proxy.rewrite_answer(self.path, body, data)
+                with proxy.lock:
+                    proxy.forwarded += 1
+                self.send_response(resp.status)
+                for k, v in resp.getheaders():
+                    if k.lower() not in ("content-length", "connection", "transfer-encoding", "date", "server"):
+                        self.send_header(k, v)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+                conn.close()
+
+            do_GET = _forward
+            do_POST = _forward
+
+        Handler.protocol_version = "HTTP/1.1"  # keep-alive, as the client expects
+        ThreadingHTTPServer.allow_reuse_address = True
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", port or free_port()), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        """Stop listening and close every open connection, as the OS does when a server process dies
+        (an idle keep-alive connection left open would otherwise keep answering, or dropping, for it)."""
+        self.httpd.shutdown()
+        self.httpd.server_close()
+        with self.lock:
+            open_now = list(self.connections)
+        for sock in open_now:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass

@@ -15,19 +15,14 @@ whose tokenizer does not lowercase stands for a server running another tokenizer
 
 from __future__ import annotations
 
-import http.client
 import json
 import os
 import re
 import shutil
-import socket
-import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from urllib.parse import urlsplit
 
 import numpy as np
 import pytest
@@ -54,7 +49,7 @@ from latechunk_dagster.core.errors import EngineAnswerError
 from latechunk_dagster.core.tokenization import Tokenization
 from latechunk_dagster.vllm_plugin.protocol import ROUTE
 from tests.reference import reference_chunk_vectors
-from tests.servers import ServerProcess, free_port, start_vllm_server
+from tests.servers import Proxy, ServerProcess, free_port, start_vllm_server
 
 DOCS = [
     "Berlin is the capital of Germany. It has 3.8M people. The Spree flows through it.",
@@ -82,101 +77,6 @@ def server(minilm_dir: Path) -> Iterator[ServerProcess]:
 def remote(server: ServerProcess, minilm_dir: Path) -> Iterator[RemoteLateChunker]:
     with RemoteLateChunker(server.url, minilm_dir, max_in_flight=4, max_inputs_per_request=2) as c:
         yield c
-
-
-class Proxy:
-    """A loopback HTTP proxy in front of the server: drops or rewrites requests on demand.
-
-    ``drop``: how many of the next requests to answer by closing the connection without a
-    response. ``rewrite``: applied to each request body before forwarding (same length).
-    ``rewrite_path``: applied to each request's path before forwarding. ``rewrite_answer``:
-    applied to (path, request body, response body) before the response is sent back.
-    """
-
-    def __init__(self, upstream: str, port: int | None = None) -> None:
-        self.upstream = urlsplit(upstream)
-        self.drop = 0
-        self.dropped = 0
-        self.forwarded = 0
-        self.rewrite: Callable[[bytes], bytes] | None = None
-        #: applied to (path, response body) before it is sent back
-        self.rewrite_response: Callable[[str, bytes], bytes] | None = None
-        self.rewrite_path: Callable[[str], str] | None = None
-        self.rewrite_answer: Callable[[str, bytes, bytes], bytes] | None = None
-        self.lock = threading.Lock()
-        proxy = self
-
-        self.connections: set = set()  # open client sockets, closed by close() as a dead process's are
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args: object) -> None:
-                pass
-
-            def setup(self) -> None:
-                super().setup()
-                with proxy.lock:
-                    proxy.connections.add(self.connection)
-
-            def finish(self) -> None:
-                with proxy.lock:
-                    proxy.connections.discard(self.connection)
-                super().finish()
-
-            def _forward(self) -> None:
-                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                with proxy.lock:
-                    drop = proxy.drop > 0
-                    if drop:
-                        proxy.drop -= 1
-                        proxy.dropped += 1
-                if drop:  # a real dropped connection: no status line, socket closed
-                    self.close_connection = True
-                    return
-                if proxy.rewrite is not None:
-                    body = proxy.rewrite(body)
-                conn = http.client.HTTPConnection(proxy.upstream.hostname, proxy.upstream.port, timeout=120)
-                headers = {k: v for k, v in self.headers.items() if k.lower() not in ("host", "connection")}
-                path = self.path if proxy.rewrite_path is None else proxy.rewrite_path(self.path)
-                conn.request(self.command, path, body=body or None, headers=headers)
-                resp = conn.getresponse()
-                data = resp.read()
-                if proxy.rewrite_response is not None:
-                    data = proxy.rewrite_response(self.path, data)
-                if proxy.rewrite_answer is not None:
-                    data = proxy.rewrite_answer(self.path, body, data)
-                with proxy.lock:
-                    proxy.forwarded += 1
-                self.send_response(resp.status)
-                for k, v in resp.getheaders():
-                    if k.lower() not in ("content-length", "connection", "transfer-encoding", "date", "server"):
-                        self.send_header(k, v)
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-                conn.close()
-
-            do_GET = _forward
-            do_POST = _forward
-
-        Handler.protocol_version = "HTTP/1.1"  # keep-alive, as the client expects
-        ThreadingHTTPServer.allow_reuse_address = True
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", port or free_port()), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-        self.thread.start()
-
-    def close(self) -> None:
-        """Stop listening and close every open connection, as the OS does when a server process dies
-        (an idle keep-alive connection left open would otherwise keep answering, or dropping, for it)."""
-        self.httpd.shutdown()
-        self.httpd.server_close()
-        with self.lock:
-            open_now = list(self.connections)
-        for sock in open_now:
-            try:
-                sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
 
 
 @pytest.fixture()

@@ -96,7 +96,10 @@ class RemoteLateChunker(LateChunker):
             )  # type: ignore[arg-type]
             if engine.max_model_len and self.max_model_len > engine.max_model_len:
                 log.warning(
-                    "%s: max_model_len %d capped at the server's %d", base_url, self.max_model_len, engine.max_model_len
+                    "%s: max_model_len %d capped at the server's %d",
+                    ", ".join(engine.base_urls),  # credentials masked (core.redact)
+                    self.max_model_len,
+                    engine.max_model_len,
                 )
                 self.max_model_len = engine.max_model_len
                 self.window_length = min(self.window_length, engine.max_model_len)

@@ -20,16 +20,24 @@ host after the mean, :mod:`latechunk_dagster.core.head`).
 
 Sums are accumulated in float64: on an accelerator with one ``index_add_`` into a float64 buffer on
 the device; rows in host memory (the CPU engine) with numpy's float64 reduce per range, on one thread.
-Ranges that are not sorted, overlap, are empty or pass the end of the prompt get a ``[0, 2*dim+1]``
-answer instead of an error (an error in the worker would fail every request of the batch); the
-host refuses that document alone (:class:`~latechunk_dagster.core.errors.SpanError`).
+Nothing a request carries may raise here: an exception in the worker fails every request of the
+batch and kills the engine core, and with it a shared server (a span end of ``2**63`` once made
+``torch.tensor`` raise "Overflow"). So the ranges are checked in plain Python before torch sees
+them (:func:`span_ranges`: a list of integers, ``true`` excluded, even, at most two per row, each
+inside the prompt, sorted, non-overlapping, non-empty), and whatever breaks a rule, or anything
+else that raises while summing, gets a ``[0, 2*dim+1]`` answer instead of an error; the host
+refuses that document alone (:class:`~latechunk_dagster.core.errors.SpanError`). The server route
+refuses such requests before they reach the engine (:func:`~.protocol.read_request`).
 
 The server route that carries these requests over HTTP is :mod:`latechunk_dagster.vllm_plugin.endpoint`.
 """
 
 from __future__ import annotations
 
+import logging
 from typing import Any
+
+log = logging.getLogger(__name__)
 
 #: The ``PoolingParams.extra_kwargs`` key of a span-sum request.
 SPANS_KEY = "latechunk_spans"
@@ -49,21 +57,50 @@ def register() -> None:
     def forward(self: Any, hidden_states: Any, pooling_metadata: Any) -> Any:
         out = plain_forward(self, hidden_states, pooling_metadata)
         for i, params in enumerate(pooling_metadata.pooling_params):
-            spans = (params.extra_kwargs or {}).get(SPANS_KEY)
-            if spans is not None and out[i] is not None:
-                out[i] = span_sum_pairs(out[i], spans)
+            extra = getattr(params, "extra_kwargs", None)
+            if isinstance(extra, dict) and SPANS_KEY in extra and out[i] is not None:
+                out[i] = _answer(out[i], extra[SPANS_KEY])
         return out
 
     TokenPooler.forward = forward
     setattr(TokenPooler, _PATCHED, True)
 
 
-def span_sum_pairs(rows: Any, spans: list[int]) -> Any:
+def _answer(rows: Any, spans: Any) -> Any:
+    """:func:`span_sum_pairs`, or the empty answer when anything raises (module docstring): never an error."""
+    try:
+        return span_sum_pairs(rows, spans)
+    except Exception:  # the engine must live: this request alone gets no rows
+        log.exception("latechunk span sums failed for one request; it gets an empty answer")
+        import torch
+
+        return torch.zeros((0, 2 * int(rows.shape[-1]) + 1), dtype=torch.float32)
+
+
+def span_ranges(spans: Any, n: int) -> list[tuple[int, int]] | None:
+    """The ``(start, end)`` ranges of a flat ``[start_0, end_0, ...]`` list, or ``None`` where it
+    breaks a rule: a list (or tuple) of 2 to ``2 * n`` Python integers (``bool`` is not one), an
+    even number, each range inside ``[0, n]``, non-empty, sorted and not overlapping. Plain Python,
+    the length checked first: no value can make it raise or run long."""
+    if not isinstance(spans, list | tuple) or not 2 <= len(spans) <= 2 * n or len(spans) % 2:
+        return None
+    ranges = []
+    end = 0
+    for start, stop in zip(spans[::2], spans[1::2]):
+        if type(start) is not int or type(stop) is not int or not end <= start < stop <= n:
+            return None
+        ranges.append((start, stop))
+        end = stop
+    return ranges
+
+
+def span_sum_pairs(rows: Any, spans: Any) -> Any:
     """Float64 sums of ``rows[start:end]`` per range, as float32 ``(hi, lo, count)`` rows.
 
     Args:
         rows: ``torch.Tensor`` ``[n_rows, dim]`` (any float dtype, any device).
-        spans: flat ``[start_0, end_0, ...]``: sorted, non-overlapping, non-empty, within ``n_rows``.
+        spans: flat ``[start_0, end_0, ...]``: sorted, non-overlapping, non-empty, within ``n_rows``
+            (:func:`span_ranges`); any other value is answered with no rows.
 
     Returns:
         float32 ``[n_spans, 2 * dim + 1]`` on ``rows``' device (module docstring); ``[0, 2 * dim + 1]``
@@ -72,9 +109,10 @@ def span_sum_pairs(rows: Any, spans: list[int]) -> Any:
     import torch
 
     n, dim = rows.shape
-    bounds = torch.tensor(spans, dtype=torch.long).reshape(-1, 2) if len(spans) % 2 == 0 else None
-    if bounds is None or not _valid(bounds, n):
+    ranges = span_ranges(spans, int(n))
+    if ranges is None:
         return rows.new_zeros((0, 2 * dim + 1), dtype=torch.float32)
+    bounds = torch.tensor(ranges, dtype=torch.long)  # shape: [n_spans, 2]
     if rows.device.type == "cpu":
         return _cpu_sum_pairs(rows, bounds)
     return _device_sum_pairs(rows, bounds)
@@ -116,11 +154,3 @@ def _device_sum_pairs(rows: Any, bounds: Any) -> Any:
     hi = sums.to(torch.float32)
     lo = (sums - hi.to(torch.float64)).to(torch.float32)
     return torch.cat([hi, lo, (ends - starts).to(device=rows.device, dtype=torch.float32)[:, None]], dim=1)
-
-
-def _valid(bounds: Any, n: int) -> bool:
-    """Ranges sorted, non-overlapping, non-empty, inside ``[0, n)``."""
-    if bounds.numel() == 0:
-        return False
-    starts, ends = bounds[:, 0], bounds[:, 1]
-    return bool((starts >= 0).all() and (ends <= n).all() and (ends > starts).all() and (starts[1:] >= ends[:-1]).all())

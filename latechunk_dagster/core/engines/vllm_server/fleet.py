@@ -16,6 +16,7 @@ from latechunk_dagster.core.engines.vllm_server.states import BASE64
 from latechunk_dagster.core.engines.vllm_server.transport import (
     ServerError,
     ServerUnavailableError,
+    _hint,
     _Rejected,
     _Server,
 )
@@ -137,8 +138,11 @@ class ServerFleet(SpanRoute):
             return {srv.url: srv.info for srv in self._servers}
 
     def _probe(self, srv: _Server, served_model: str | None, native: bool | None) -> ServerInfo:
-        version = str(self._call("GET", "/version", server=srv).get("version", "unknown"))
-        models = self._call("GET", "/v1/models", server=srv).get("data") or []
+        try:
+            version = str(self._call("GET", "/version", server=srv).get("version", "unknown"))
+            models = self._call("GET", "/v1/models", server=srv).get("data") or []
+        except _Rejected as exc:  # 401/403/407 (credentials), 404 (not a vLLM server)...
+            raise ServerError(f"{srv.url} answers its probe with {exc}{_hint(str(exc))}") from None
         if not models:
             raise ServerError(f"{srv.url}/v1/models lists no model")
         card = next((m for m in models if m.get("id") == served_model), None) if served_model else models[0]

@@ -39,25 +39,28 @@ class SpanRoute(TokenStateRoute):
         (a prompt without pieces is not sent).
 
         Raises:
-            EngineAnswerError: an answer of another size, width or count than asked for (:func:`pair_rows`).
+            EngineAnswerError: an answer of another size, width or count than asked for (:func:`pair_rows`),
+                or one that is not bound to its window (its digest,
+                :func:`~latechunk_dagster.vllm_plugin.protocol.answer_digest`).
         """
         sent = [k for k, p in enumerate(pieces) if len(p)]
-        windows = [{"ids": prompts[k], "spans": pieces[k][:, :2].ravel().tolist()} for k in sent]
+        windows = [(prompts[k], pieces[k][:, :2].ravel().tolist()) for k in sent]
 
         def decode(resp: httpx.Response) -> list[np.ndarray]:
             got = resp.headers.get(DIM_HEADER)
             if got != str(dim):
                 raise EngineAnswerError(f"{DIM_HEADER} {got!r}, not the probed width {dim}")
             try:
-                answers = decode_answer(resp.content, len(sent), dim)
+                answers = decode_answer(resp.content, windows, dim)  # each checked against its digest
             except ValueError as exc:
                 raise EngineAnswerError(str(exc)) from None
             return [pair_rows(a, pieces[k], "the server") for k, a in zip(sent, answers)]
 
         out = [np.zeros((0, 2 * dim), dtype=np.float32) for _ in prompts]
         if sent:
+            payload = {"windows": [{"ids": ids, "spans": spans} for ids, spans in windows]}
             answers = self._call(
-                "POST", ROUTE, {"windows": windows}, server=server, decode=decode, wrong_status=frozenset({404, 405})
+                "POST", ROUTE, payload, server=server, decode=decode, wrong_status=frozenset({404, 405})
             )
             for k, a in zip(sent, answers):
                 out[k] = a

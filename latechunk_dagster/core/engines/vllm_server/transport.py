@@ -19,6 +19,7 @@ import httpx
 
 from latechunk_dagster.core.engines.vllm_server.settings import ServerSettings
 from latechunk_dagster.core.errors import DocumentError, EngineAnswerError, LateChunkError
+from latechunk_dagster.core.redact import redact_url, split_userinfo
 
 if TYPE_CHECKING:
     from latechunk_dagster.core.engines.vllm_server.fleet import ServerInfo
@@ -27,6 +28,13 @@ log = logging.getLogger(__package__)  # the engine's one logger, named as before
 
 #: Answers retried with backoff like a dropped connection: overload and transient server faults.
 RETRY_STATUS = frozenset({429, 500, 502, 503, 504})
+#: The only answers that describe the input (bad request, payload too large, unprocessable): they
+#: isolate the documents whose inputs the server refuses (bisection, :class:`ServerRejectedError`).
+#: Every other 4xx/5xx (401/403/407: credentials; 404: a server no longer serving the model or the
+#: route; 405, 501...) is a fault of the server or of the way to it: the server leaves the rotation
+#: like one that does not answer, the request is retried on another, and with none left the call
+#: fails (:class:`ServerUnavailableError`); no document is blamed, so none loses its stored rows.
+INPUT_STATUS = frozenset({400, 413, 422})
 
 
 class ServerError(LateChunkError):
@@ -34,11 +42,13 @@ class ServerError(LateChunkError):
 
 
 class ServerUnavailableError(ServerError):
-    """Connection errors, timeouts or 5xx answers persisted through every retry."""
+    """Connection errors, timeouts, 5xx answers or answers that are not about the input (401, 403,
+    404, 407...: :data:`INPUT_STATUS`) persisted through every retry on every server."""
 
 
 class ServerRejectedError(ServerError):
-    """The server answered 4xx for some inputs: they are bad for the server, retrying will not help.
+    """The server answered 400/413/422 (:data:`INPUT_STATUS`) for some inputs: they are bad for the
+    server, retrying will not help.
 
     Attributes:
         status: the HTTP status of the (first) rejection.
@@ -67,7 +77,7 @@ class ServerRejectedDocumentError(DocumentError):
 class _Server:
     """One server of the engine's rotation: its client, requests in flight, when it may be tried again."""
 
-    url: str
+    url: str  #: the server's URL as described (credentials masked: :func:`redact_url`)
     client: httpx.Client
     in_flight: int = 0
     down_until: float = 0.0  #: time.monotonic() before which it is out of the rotation
@@ -79,22 +89,39 @@ class _Server:
 
 
 class _Rejected(Exception):
+    """A 4xx (or 501) answer: in the rotation only an :data:`INPUT_STATUS`; to a probe any of them."""
+
     def __init__(self, status: int, message: str) -> None:
+        super().__init__(f"HTTP {status}: {message}")
         self.status = status
         self.message = message
 
 
 def _message(resp: httpx.Response) -> str:
+    """The error message of an answer (vLLM's ``{"error": {"message": ...}}``), at most 300
+    characters, URLs in it redacted (:func:`redact_url`)."""
     try:
         body = resp.json()
     except ValueError:
-        return resp.text[:300]
+        return redact_url(resp.text[:300])
     if isinstance(body, dict):
         err = body.get("error", body)
         if isinstance(err, dict):
-            return str(err.get("message", err))[:300]
-        return str(err)[:300]
-    return str(body)[:300]
+            return redact_url(str(err.get("message", err))[:300])
+        return redact_url(str(err)[:300])
+    return redact_url(str(body)[:300])
+
+
+def _hint(last: str) -> str:
+    """What a last failure that is not about the input means (the rule of :data:`INPUT_STATUS`)."""
+    if any(f"HTTP {code}:" in last for code in (401, 403, 407)):
+        return (
+            " (the server or a proxy in front of it refuses our credentials: check api_key and the URL's; "
+            "no document is blamed, stored rows are kept)"
+        )
+    if "HTTP 404:" in last:
+        return " (the server no longer serves this model or route; no document is blamed, stored rows are kept)"
+    return ""
 
 
 class ServerTransport:
@@ -111,14 +138,23 @@ class ServerTransport:
         """A client per URL of ``base_url`` (a root URL or a list of them), the rotation and the
         request pool, with ``cfg``'s settings (``max_in_flight`` per server).
 
+        A URL's userinfo (``http://user:pass@host``) is sent as basic auth and never appears where
+        the URL is described: :attr:`base_urls`, the keys of :meth:`server_states`, log lines and
+        errors name each server by :func:`~latechunk_dagster.core.redact.redact_url` of its URL.
+
         Raises:
-            ValueError: no URL, or a repeated one.
+            ValueError: no URL, a repeated one, or one with a query string (the message redacted).
         """
         urls = [u.rstrip("/") for u in ([base_url] if isinstance(base_url, str) else base_url)]
         if not urls or len(set(urls)) != len(urls):
-            raise ValueError(f"base_url must be one URL or a list of distinct URLs, got {base_url!r}")
-        self.base_urls = urls
-        self.base_url = urls[0]
+            shown = redact_url(repr(base_url))
+            raise ValueError(f"base_url must be one URL or a list of distinct URLs, got {shown}")
+        bare = [split_userinfo(u) for u in urls]
+        shown_urls = [redact_url(u) for u in urls]
+        if len(set(shown_urls)) != len(shown_urls):
+            raise ValueError(f"base_url: servers that differ only in their credentials: {shown_urls}")
+        self.base_urls = shown_urls
+        self.base_url = shown_urls[0]
         self.max_in_flight = max_in_flight = cfg.max_in_flight
         self.timeout_s = cfg.timeout_s
         self.retries = cfg.retries
@@ -130,8 +166,17 @@ class ServerTransport:
         headers = {"Authorization": f"Bearer {cfg.api_key}"} if cfg.api_key else {}
         limits = httpx.Limits(max_connections=max_in_flight, max_keepalive_connections=max_in_flight)
         self._servers: list[_Server] = [
-            _Server(u, httpx.Client(base_url=u, timeout=httpx.Timeout(cfg.timeout_s), headers=headers, limits=limits))
-            for u in urls
+            _Server(
+                shown,
+                httpx.Client(
+                    base_url=url,
+                    auth=httpx.BasicAuth(*auth) if auth else None,
+                    timeout=httpx.Timeout(cfg.timeout_s),
+                    headers=headers,
+                    limits=limits,
+                ),
+            )
+            for shown, (url, auth) in zip(shown_urls, bare)
         ]
         self._lock = threading.Lock()
         self._pool: ThreadPoolExecutor | None = ThreadPoolExecutor(
@@ -218,7 +263,8 @@ class ServerTransport:
         differs, and the request goes to another one.
 
         Raises:
-            _Rejected: a 4xx answer (not retried).
+            _Rejected: a 4xx (or 501) answer, not retried: from the rotation (``server=None``) only an
+                :data:`INPUT_STATUS`; any other status there counts as a failed attempt, as a 5xx does.
             EngineAnswerError: a wrong answer from ``server``, or from the last server of the rotation.
             ServerUnavailableError: still failing after ``retries`` extra attempts.
         """
@@ -239,7 +285,7 @@ class ServerTransport:
             try:
                 resp = srv.client.request(method, path, json=payload)
             except httpx.TransportError as exc:  # connect/read/write errors, dropped connections, timeouts
-                last = f"{srv.url}: {type(exc).__name__}: {exc}"
+                last = f"{srv.url}: {type(exc).__name__}: {redact_url(str(exc))}"
                 self._failed(srv, method, path, last, attempt)
                 continue
             finally:
@@ -247,8 +293,11 @@ class ServerTransport:
                     srv.in_flight -= 1
             with self._lock:
                 srv.requests += 1
-            if resp.status_code in RETRY_STATUS:
-                last = f"{srv.url}: HTTP {resp.status_code}: {_message(resp)}"
+            code = resp.status_code
+            if code in RETRY_STATUS or (
+                server is None and code >= 400 and code not in INPUT_STATUS and code not in wrong_status
+            ):  # not about the input: another server, or the same one after the backoff
+                last = f"{srv.url}: HTTP {code}: {_message(resp)}"
                 self._failed(srv, method, path, last, attempt)
                 continue
             with self._lock:
@@ -268,6 +317,7 @@ class ServerTransport:
         where = ", ".join(dict.fromkeys(tried))
         raise ServerUnavailableError(
             f"{method} {path} failed {self.retries + 1} times on {where} (timeout {self.timeout_s} s); last: {last}"
+            + _hint(last)
         )
 
     def _refuse(self, srv: _Server, why: str) -> None:
