@@ -68,6 +68,7 @@ SLOW_MODULES = frozenset(
         "test_cli",
         "test_concurrent_writers",
         "test_deploy",
+        "test_engine_boundary",
         "test_evaluation_cli",
         "test_fanout",
         "test_hostpool",

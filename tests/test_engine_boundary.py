@@ -163,7 +163,7 @@ def test_the_worker_answers_any_span_value_without_raising() -> None:
         out = span_sum_pairs(rows, spans)
         assert tuple(out.shape) == (0, 7), spans
     out = span_sum_pairs(rows, [0, 1, 1, 4]).numpy()
-    np.testing.assert_array_equal(out[:, :3], [[0, 1, 2], [27, 30, 33]])
+    np.testing.assert_array_equal(out[:, :3], [[0, 1, 2], [3 + 6 + 9, 4 + 7 + 10, 5 + 8 + 11]])
     np.testing.assert_array_equal(out[:, 3:6], 0)
     np.testing.assert_array_equal(out[:, 6], [1, 3])
 
@@ -181,20 +181,26 @@ def _assert_same(a: list, b: list, atol: float = 1e-6) -> None:
         np.testing.assert_allclose(x.vectors, y.vectors, atol=atol, rtol=0)
 
 
+@pytest.mark.parametrize("path", ["spans", "token_states"])
 @pytest.mark.parametrize("status", [401, 403, 404, 407])
 def test_a_credential_or_availability_status_fails_the_call_and_blames_no_document(
-    server: ServerProcess, minilm_dir: Path, status: int
+    server: ServerProcess, minilm_dir: Path, status: int, path: str
 ) -> None:
     """A server (or the proxy in front of it) that starts answering 401/403/404/407 after a right
-    start: the call fails with ``ServerUnavailableError`` naming the status, and no document comes
-    back as ``server_rejected`` (before: bisection pinned it on each document)."""
+    start, on either path: the call fails naming the status, and no document comes back as
+    ``server_rejected`` (before: bisection pinned it on each document). ``ServerUnavailableError``
+    says what the status means; a 404 from the span route the server had at start is a wrong answer
+    (``EngineAnswerError``: a server without the plugins now behind its address)."""
     proxy = Proxy(server.url)
+    route_gone = status == 404 and path == "spans"
     try:
         with RemoteLateChunker(proxy.url, minilm_dir, retries=1, backoff_s=0.01) as c:
             proxy.refuse = lambda path, body: status
-            with pytest.raises(ServerUnavailableError, match=f"HTTP {status}") as err:
-                c.chunk(DOCS, FixedTokens(16), doc_ids=["a", "b"], errors="return")
-            assert "no document is blamed, stored rows are kept" in str(err.value)
+            with pytest.raises(
+                EngineAnswerError if route_gone else ServerUnavailableError, match=f"HTTP {status}"
+            ) as err:
+                c.chunk(DOCS, FixedTokens(16), doc_ids=["a", "b"], errors="return", engine_path=path)
+            assert route_gone or "no document is blamed, stored rows are kept" in str(err.value)
     finally:
         proxy.close()
 
@@ -249,7 +255,8 @@ def test_a_401_mid_run_fails_the_run_and_keeps_the_stored_rows(
     ``server_rejected`` row is written."""
     store = tmp_path / "store" / "p"
     store.mkdir(parents=True)
-    (store / "edited.txt").write_text(" ".join(["Berlin is the capital of Germany."] * 4))
+    (tmp_path / "home").mkdir()
+    (store / "edited.txt").write_text(" ".join(["Berlin is the capital of Germany."] * 25))
     proxy = Proxy(server.url)
     try:
         with dg.instance_for_test(temp_dir=str(tmp_path / "home")) as instance:
@@ -257,7 +264,7 @@ def test_a_401_mid_run_fails_the_run_and_keeps_the_stored_rows(
             assert first.success
             before = _rows(tmp_path / "db", "p/edited.txt")
             assert len(before) == 2
-            (store / "edited.txt").write_text(" ".join(["Paris is the capital of France."] * 4))
+            (store / "edited.txt").write_text(" ".join(["Paris is the capital of France."] * 25))
             proxy.refuse = lambda path, body: 401
             second = _materialize(store.parent, tmp_path / "db", proxy.url, minilm_dir, instance)
             assert not second.success
@@ -276,8 +283,8 @@ def test_a_401_mid_run_fails_the_run_and_keeps_the_stored_rows(
 
 #: Two documents with the same number of tokens, so their windows' answers have the same shape and counts.
 TWINS = [
-    "Berlin is the capital of Germany and lies on the Spree.",
-    "Paris is the capital of France and lies on the Seine.",
+    "Berlin is the capital of Germany and lies on a river.",
+    "Paris is the capital of France and lies on a river.",
 ]
 
 
@@ -347,15 +354,17 @@ def test_a_password_in_the_server_url_appears_in_no_row_log_or_message(
     assert shown == proxy.url.replace("http://", "http://latechunk:[secure]@")
     store = tmp_path / "store" / "p"
     store.mkdir(parents=True)
+    (tmp_path / "home").mkdir()
     (store / "ok.txt").write_text(DOCS[0])
     (store / "zeppelin.txt").write_text("The zeppelin landed in Berlin yesterday. Nobody expected it.")
     texts: list[str] = []
-    caplog.set_level(logging.DEBUG)
+    for name in ("", "httpx", "httpcore"):  # every line httpx and httpcore could write, whatever level is set
+        caplog.set_level(logging.DEBUG, logger=name)
     try:
         with dg.instance_for_test(temp_dir=str(tmp_path / "home")) as instance:
             result = _materialize(store.parent, tmp_path / "db", secret_url, minilm_dir, instance)
             assert result.success
-            texts += [str(r) for r in instance.all_logs(result.run_id)]
+            texts += [f"{r.user_message} {r.dagster_event}" for r in instance.all_logs(result.run_id)]
             texts += [str(e) for e in result.all_events]
         [row] = sink.connect(str(tmp_path / "db")).open_table(sink.REJECTED_TABLE).to_arrow().to_pylist()
         assert row["doc_id"] == "p/zeppelin.txt" and row["reason"] == "server_rejected" and "HTTP 400" in row["detail"]

@@ -73,7 +73,7 @@ class SpanSumsEndpoint:
             except RequestError as exc:
                 return _bad_request(str(exc), exc.field)
             except (ValueError, RecursionError) as exc:  # not JSON (UnicodeDecodeError included), nested too deep
-                return _bad_request(f"the body is not JSON: {type(exc).__name__}: {str(exc)[:200]}", "body")
+                return _bad_request(f"body: not JSON ({type(exc).__name__}: {str(exc)[:200]})", "body")
             if self.engine_client is None:
                 return JSONResponse({"error": "this server has no engine"}, 503)
             try:
