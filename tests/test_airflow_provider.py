@@ -161,3 +161,40 @@ def test_vllm_server_connection(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("AIRFLOW_CONN_NOMODEL", json.dumps({"conn_type": "vllm_server", "host": "https://vllm.example"}))
     with pytest.raises(ValueError, match="no model directory"):
         VLLMServerHook("nomodel").get_chunker()
+
+
+def test_vllm_connection_with_a_password_in_its_url_names_it_nowhere(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A ``vllm_server`` connection whose host is ``http://latechunk:<password>@host:port`` (basic auth
+    in front of a server, here a loopback proxy that demands it): the connection test sends the
+    credentials as basic auth (a wrong password is refused, the right one passes the proxy) and the
+    password is in none of its messages nor in httpx's own request log lines (captured at DEBUG);
+    the URL is named ``http://latechunk:[secure]@...``."""
+    import logging
+
+    from latechunk_dagster.airflow.hooks.vllm import VLLMServerHook
+    from tests.servers import Proxy, free_port
+
+    secret = "s3cr3t-Pa55"
+    proxy = Proxy(f"http://127.0.0.1:{free_port()}")  # nothing behind it: only its basic auth answers
+    proxy.basic_auth = ("latechunk", secret)
+    for name in ("", "httpx", "httpcore"):
+        caplog.set_level(logging.DEBUG, logger=name)
+    httpx_log = logging.getLogger("httpx")  # Airflow's logging setup may keep it from the root's handlers
+    httpx_log.addHandler(caplog.handler)
+    messages = []
+    try:
+        for password, refused in ((secret + "x", 1), (secret, 1)):
+            host = proxy.url.replace("http://", f"http://latechunk:{password}@")
+            monkeypatch.setenv("AIRFLOW_CONN_GUARDED", json.dumps({"conn_type": "vllm_server", "host": host}))
+            ok, message = VLLMServerHook("guarded").test_connection()
+            assert not ok and proxy.refused == refused, message
+            messages.append(message)
+        assert "401" in messages[0] and proxy.url.replace("http://", "http://latechunk:[secure]@") in messages[0]
+    finally:
+        proxy.close()
+        httpx_log.removeHandler(caplog.handler)
+    logged = [r.getMessage() for r in caplog.records]
+    assert any("HTTP Request:" in m for m in logged)
+    assert not [m for m in messages + logged if secret in m]

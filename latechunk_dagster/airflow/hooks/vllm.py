@@ -143,6 +143,7 @@ class VLLMServerHook(BaseHook):
         import httpx
 
         found = []
+        url = ""
         try:
             kwargs = self.get_server_kwargs()
             headers = {"Authorization": f"Bearer {kwargs['api_key']}"} if kwargs["api_key"] else {}
@@ -151,6 +152,7 @@ class VLLMServerHook(BaseHook):
                 resp = httpx.get(f"{bare}/v1/models", headers=headers, auth=auth, timeout=10)
                 resp.raise_for_status()
                 found.append(f"{redact_url(url)}: {[m.get('id') for m in resp.json().get('data', [])]}")
-        except Exception as exc:
-            return False, "; ".join([*found, redact_url(str(exc))])
+        except Exception as exc:  # the URL and the error redacted (core.redact): a password is named nowhere
+            failed = redact_url(f"{url}: {exc}" if url else str(exc))
+            return False, "; ".join([*found, failed])
         return True, "models: " + "; ".join(found)

@@ -35,6 +35,8 @@ RETRY_STATUS = frozenset({429, 500, 502, 503, 504})
 #: like one that does not answer, the request is retried on another, and with none left the call
 #: fails (:class:`ServerUnavailableError`); no document is blamed, so none loses its stored rows.
 INPUT_STATUS = frozenset({400, 413, 422})
+#: Answers that say the server, or a proxy in front of it, refuses our credentials.
+CREDENTIAL_STATUS = frozenset({401, 403, 407})
 
 
 class ServerError(LateChunkError):
@@ -114,7 +116,7 @@ def _message(resp: httpx.Response) -> str:
 
 def _hint(last: str) -> str:
     """What a last failure that is not about the input means (the rule of :data:`INPUT_STATUS`)."""
-    if any(f"HTTP {code}:" in last for code in (401, 403, 407)):
+    if any(f"HTTP {code}:" in last for code in CREDENTIAL_STATUS):
         return (
             " (the server or a proxy in front of it refuses our credentials: check api_key and the URL's; "
             "no document is blamed, stored rows are kept)"
@@ -263,6 +265,7 @@ class ServerTransport:
         differs, and the request goes to another one.
 
         Raises:
+            ServerError: a probe (``server`` given) answered 401, 403 or 407 (:data:`CREDENTIAL_STATUS`).
             _Rejected: a 4xx (or 501) answer, not retried: from the rotation (``server=None``) only an
                 :data:`INPUT_STATUS`; any other status there counts as a failed attempt, as a 5xx does.
             EngineAnswerError: a wrong answer from ``server``, or from the last server of the rotation.
@@ -300,6 +303,9 @@ class ServerTransport:
                 last = f"{srv.url}: HTTP {code}: {_message(resp)}"
                 self._failed(srv, method, path, last, attempt)
                 continue
+            if server is not None and code in CREDENTIAL_STATUS:  # a probe: no route or input is at fault
+                why = f"HTTP {code}: {_message(resp)}"
+                raise ServerError(f"{srv.url} answers {method} {path} with {why}{_hint(why)}")
             with self._lock:
                 srv.down_until = 0.0  # it answered: back in the rotation
             try:
