@@ -28,6 +28,7 @@ from latechunk_dagster import FixedTokens, LateChunker, RemoteLateChunker, late_
 from latechunk_dagster.core.engines.vllm_server import (
     ServerError,
     ServerRejectedDocumentError,
+    ServerSettings,
     ServerUnavailableError,
 )
 from latechunk_dagster.core.errors import EngineAnswerError
@@ -386,6 +387,7 @@ def test_a_password_in_the_server_url_appears_in_no_row_log_or_message(
     finally:
         proxy.close()
     texts += [r.getMessage() for r in caplog.records]
+    texts.append(repr(ServerSettings(api_key=SECRET)))  # the other credential: not in the settings' repr
     assert any("HTTP Request:" in t for t in texts)  # httpx's own lines were captured
     leaks = [t[:300] for t in texts if SECRET in t]
     assert not leaks, leaks

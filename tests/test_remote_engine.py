@@ -99,22 +99,24 @@ DIM = 384
 
 def altered_span_answer(kind: str) -> Callable[[str, bytes, bytes], bytes]:
     """``Proxy.rewrite_answer`` turning the real server's span-sum answers wrong, read with numpy from
-    the route's documented layout (``int32[n_windows]`` rows, then float32 ``[rows, 2 * 384 + 1]``):
-    ``"count"``: every range's count one more than asked (sums over other rows); ``"shape"``: the
-    last range of the last window left out. Other requests pass unchanged."""
+    the route's documented layout (``int32[n_windows]`` rows, a 16-byte digest per window, then
+    float32 ``[rows, 2 * 384 + 1]``): ``"count"``: every range's count one more than asked (sums
+    over other rows); ``"shape"``: the last range of the last window left out. The digests stay as
+    the server sent them. Other requests pass unchanged."""
 
     def alter(path: str, request: bytes, answer: bytes) -> bytes:
         if not (path.startswith(ROUTE) and request):  # the GET probe has no body
             return answer
         n = len(json.loads(request)["windows"])
         rows = np.frombuffer(answer, dtype="<i4", count=n).copy()
-        data = np.frombuffer(answer, dtype="<f4", offset=4 * n).reshape(-1, 2 * DIM + 1).copy()
+        digests = answer[4 * n : 20 * n]
+        data = np.frombuffer(answer, dtype="<f4", offset=20 * n).reshape(-1, 2 * DIM + 1).copy()
         if kind == "count":
             data[:, -1] += 1
         else:
             rows[-1] -= 1
             data = data[:-1]
-        return rows.tobytes() + data.tobytes()
+        return rows.tobytes() + digests + data.tobytes()
 
     return alter
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import math
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 
 #: The numeric settings of :class:`ServerSettings`: ``(type, lowest value, whether the lowest is
 #: allowed, how the rule reads)``.
@@ -76,7 +76,7 @@ class ServerSettings:
     backoff_s: float = 0.5
     max_inputs_per_request: int = 32
     max_tokens_per_request: int = 8192
-    api_key: str | None = None
+    api_key: str | None = field(default=None, repr=False)  # a credential: never in a repr or a log line
 
     def __post_init__(self) -> None:
         for name in _NUMERIC:
