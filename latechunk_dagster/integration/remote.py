@@ -36,7 +36,10 @@ class VLLMServerEngineResource(ChunkerResource):
     """
 
     # The fields of ServerSettings (names and defaults live there; Dagster's config schema needs them spelled out).
-    base_url: str = Field(description="Root URL of the vLLM server (http://host:port).")
+    base_url: str = Field(
+        description="Root URL of the vLLM server (http://host:port; http://user:pass@host:port sends basic "
+        "auth, and logs and errors show the URL with the password masked)."
+    )
     other_base_urls: list[str] = Field(
         default_factory=list,
         description="More servers of the same model: requests are spread over base_url and these, and a "
