@@ -308,6 +308,36 @@ def test_cli_granularity_and_parent(
     assert "table 'chunks_document' has no parent chunks" in capsys.readouterr().err
 
 
+def test_a_plain_cli_search_on_a_definition_matches_the_finest_granularity_and_prints_its_parents(
+    chunker: LateChunker, db_uri: str, tmp_path: Path
+) -> None:
+    """Issue 40.2: after `make demo` (a table definition of granularities, no table 'chunks') a plain
+    `latechunk search "query"` failed with "no table 'chunks'... pass --granularity NAME". It now
+    does what the demo shows: the finest granularity (sentence) matched, its parents (paragraph)
+    printed, the header line saying so. The command run as a user runs it, on the pipeline's tables."""
+    from tests.test_cli import run_cli
+
+    query = "when should roses be pruned"
+    out = run_cli(["search", query, "--uri", db_uri, "--exact", "-k", "3"], tmp_path / "home")
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.strip().splitlines()
+    assert lines[0] == (
+        "# chunks: matched on its finest granularity 'sentence', printed: their parents in 'paragraph' "
+        "(small-to-big; --granularity sentence prints the matches themselves)"
+    )
+    assert lines[1] == "cosine_distance\tdoc_id\tchar_range\tmatched\ttext"
+    cells = [line.split("\t") for line in lines[2:]]
+    start = len(PARAGRAPHS["garden"][0]) + 2  # the second paragraph, after the blank line
+    assert cells[0][1:3] == ["garden", str((start, start + len(PARAGRAPHS["garden"][1])))]
+    assert cells[0][4] == " ".join(PARAGRAPHS["garden"][1].split())  # the hand-picked paragraph on roses
+    want = reference_parents(chunker, db_uri, query, 3)  # float64 cosines over the stored sentences
+    assert [(c[1], c[4]) for c in cells] == [(d, " ".join(p.split())[:160]) for d, p, _ in want]
+    assert [float(c[0]) for c in cells] == pytest.approx([dist for _, _, dist in want], abs=2e-4)
+    # --table names the definition too; --granularity still searches the granularity's own chunks
+    out = run_cli(["search", query, "--uri", db_uri, "--table", "chunks", "--granularity", "sentence"], tmp_path / "h")
+    assert out.returncode == 0 and out.stdout.splitlines()[0] == "cosine_distance\tdoc_id\tchar_range\ttext"
+
+
 # -- the client retrievers and the stock stores ------------------------------------------------------
 
 
