@@ -94,14 +94,19 @@ def check_weights(model: str | os.PathLike[str]) -> None:
     start-up with a long traceback). A server engine needs only the tokenizer and config locally.
 
     Raises:
-        ModelNotSupportedError: naming the directory and the file kinds looked for.
+        ModelNotSupportedError: naming the directory and the file kinds looked for; or a weight file
+            that is a Git LFS pointer or not a safetensors file (:func:`~latechunk_dagster.core.
+            model_files.check_model_files`: naming the directory and the file).
     """
+    from latechunk_dagster.core.model_files import check_model_files
+
     path = Path(model)
     if path.is_dir() and not any(next(path.glob(pattern), None) for pattern in WEIGHT_PATTERNS):
         raise ModelNotSupportedError(
             f"{path}: no model weights in the directory (looked for {', '.join(WEIGHT_PATTERNS)}); "
             "an in-process engine needs them (a vLLM server engine needs only the tokenizer and config here)"
         )
+    check_model_files(path, weights=True)
 
 
 def native_late_chunking_available() -> bool:
