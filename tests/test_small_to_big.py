@@ -258,10 +258,15 @@ def test_parents_missing_from_the_next_table_are_an_error_naming_both(
         search("roses", chunker=chunker, uri=str(tmp_path), granularity="sentence", return_parent=True, k=2)
 
 
-def test_hybrid_small_to_big_ranks_parents_by_their_best_fused_score(chunker: LateChunker, db_uri: str) -> None:
+def test_hybrid_small_to_big_ranks_parents_by_their_best_fused_score(
+    chunker: LateChunker, db_uri: str, capfd: pytest.CaptureFixture[str], recwarn: pytest.WarningsRecorder
+) -> None:
     from latechunk_dagster.sink.indexing import refresh_indexes
 
+    capfd.readouterr()
     refresh_indexes(sink.connect(db_uri).open_table("chunks_sentence"))
+    # issue 40.5: no deprecated LanceDB call (create_scalar_index, create_fts_index: DeprecatedWarning)
+    assert [str(w.message) for w in recwarn if issubclass(w.category, DeprecationWarning)] == []
     query = "adler32 crc32 checksums"
     fine = search(query, chunker=chunker, uri=db_uri, granularity="sentence", k=20, exact=True, mode="hybrid")
     got = search(
@@ -275,6 +280,9 @@ def test_hybrid_small_to_big_ranks_parents_by_their_best_fused_score(chunker: La
             order.append(p)
     assert [h.text for h in got] == order[:3]
     assert all(h.relevance == max(m.relevance for m in h.matched) for h in got)
+    # issue 40.5: lance's "Deprecation warning ... did not include `_distance`" (its Rust log, on stderr)
+    err = capfd.readouterr().err
+    assert "Deprecation" not in err and "_distance" not in err, err
 
 
 # -- latechunk search --granularity --parent --------------------------------------------------------
