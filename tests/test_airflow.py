@@ -310,8 +310,11 @@ def test_systemic_failure_fails_its_task_and_keeps_old_rows(env, tmp_path: Path,
 
 
 def test_readme_airflow_example_runs_as_written(
-    env, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, chunker: LateChunker
+    env, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, chunker: LateChunker, capfd: pytest.CaptureFixture[str]
 ) -> None:
+    """The README's DAG file, run as written; its successful run logs no error line (issue 40.5:
+    every run logged ``[error] XCom not found ... 404`` when the checks task read the mapped
+    task's values one offset at a time, to the one past the end)."""
     from tests.doc_examples import example
     from tests.test_readme import write_store as write_readme_store
 
@@ -325,9 +328,13 @@ def test_readme_airflow_example_runs_as_written(
     dag_file.write_text(example("latechunk_dag.py"))
     try:
         module = load_dag_file(dag_file, "readme_latechunk_dag")
+        capfd.readouterr()
         dr = run(module.dag, chunker)
         assert str(dr.state) == "success", states(dr)
         assert sorted(v["partition"] for v in xcoms(dr, "late_chunk").values()) == ["owls", "pumps"]
+        logged = capfd.readouterr()
+        errors = [line for line in (logged.out + logged.err).splitlines() if re.search(r"\[error|\bERROR\b", line)]
+        assert errors == [] and "Pushing xcom" in logged.out + logged.err  # the run's log was read
     finally:
         dag_file.unlink()
         sys.modules.pop("readme_latechunk_dag", None)

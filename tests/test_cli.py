@@ -106,3 +106,55 @@ def test_an_empty_or_control_character_query_is_refused_by_the_api(chunker: obje
     for query in ("", "   ", "\x00", "\x01\x02"):
         with pytest.raises(InvalidQueryError, match="the query is empty"):
             chunker.embed_queries([query])  # type: ignore[attr-defined]
+
+
+def broken_model(minilm: Path, folder: Path, file: str, content: bytes) -> Path:
+    """The shipped model with one file replaced by ``content`` (the others linked, not copied)."""
+    folder.mkdir(parents=True)
+    for f in minilm.iterdir():
+        (folder / f.name).symlink_to(f)
+    (folder / file).unlink()
+    (folder / file).write_bytes(content)
+    return folder
+
+
+#: What a clone without Git LFS holds in place of the weights (the pointer of the shipped file's size).
+LFS_POINTER = b"version https://git-lfs.github.com/spec/v1\noid sha256:" + b"5" * 64 + b"\nsize 90868376\n"
+
+
+def test_a_model_that_cannot_load_is_one_line_naming_the_directory_and_the_file(
+    tmp_path: Path, minilm_dir: Path
+) -> None:
+    """Issue 39 D9: `latechunk search --model DIR` printed two tracebacks (50 lines) for a Git LFS
+    pointer in place of model.safetensors, and a JSON error naming no file for a config.json that is
+    not JSON. Each is one line naming the directory and the file, exit 2: search (the light engine's
+    query process, and --engine vllm) and eval."""
+    import lancedb
+
+    from latechunk_dagster.sink import chunk_schema
+
+    db = tmp_path / "db"
+    lancedb.connect(str(db)).create_table("mine", schema=chunk_schema(384))
+    queries = tmp_path / "q.jsonl"
+    queries.write_text('{"query": "pumps", "doc_id": "a"}\n')
+    cases = {
+        "model.safetensors": (LFS_POINTER, "model.safetensors is a Git LFS pointer (133 bytes), not the file"),
+        "config.json": (b'{"model_type": "bert",\n', "config.json is not JSON (Expecting property name"),
+        "tokenizer.json": (b'{"version": "1.0", "truncation": nul', "tokenizer.json is not JSON (Expecting value"),
+        "vocab.txt": (LFS_POINTER, "vocab.txt is a Git LFS pointer"),
+    }
+    cases["model.safetensors "] = (  # a truncated download: the header says more bytes than the file has
+        (minilm_dir / "model.safetensors").read_bytes()[:4096],
+        "model.safetensors is not a safetensors file (4096 bytes; its header does not fit it)",
+    )
+    for i, (file, (content, message)) in enumerate(cases.items()):
+        model = broken_model(minilm_dir, tmp_path / f"m{i}", file.strip(), content)
+        runs = [["search", "pumps", "--uri", str(db), "--table", "mine", "--model", str(model)]]
+        runs.append(["eval", str(queries), "--uri", str(db), "--table", "mine", "--model", str(model)])
+        if i == 0:
+            runs.append([*runs[0], "--engine", "vllm"])
+        for args in runs:
+            out = run_cli(args, tmp_path / "home", VLLM_LOGGING_LEVEL="ERROR")
+            assert out.returncode == 2, out.stderr
+            assert len(out.stderr.splitlines()) == 1, out.stderr
+            assert out.stderr.startswith(f"latechunk {args[0]}: error: {model}: {message}"), (args, out.stderr)

@@ -439,7 +439,7 @@ def test_readme_search_example(in_project: None, project: Path, chunker: LateChu
 
 def test_querying_guide_langchain_example(in_project: None, project: Path, chunker: LateChunker, capsys) -> None:
     scope: dict = {}
-    exec(example("langchain.py"), scope)
+    exec(example("search_with_langchain.py"), scope)
     truth = row_metadata(project)
     want = expected(chunker, project, scope["QUERY"])
     assert [d.metadata["chunk_id"] for d, _ in scope["hits"]] == [h.chunk_id for h in want]

@@ -261,3 +261,26 @@ def test_an_unwritable_lancedb_uri_names_the_resource(tmp_path: Path) -> None:
     lancedb = LanceDBResource(uri=str(tmp_path / "afile" / "lancedb"))
     with pytest.raises(ValueError, match=r"LanceDBResource\(uri='.*afile/lancedb'\) cannot open or create table"):
         lancedb.rejected_table("rejected_documents")
+
+
+def test_an_engine_resource_whose_model_cannot_load_fails_in_one_line_naming_the_file(
+    tmp_path: Path, minilm_dir: Path
+) -> None:
+    """Issue 39 D9, the resources' start: a Git LFS pointer in place of the weights (the vLLM and the
+    transformers resource), a config.json that is not JSON: the error names the directory and the
+    file, in one line, before any engine starts."""
+    from latechunk_dagster.integration.resources import TransformersEngineResource
+    from tests.test_cli import LFS_POINTER, broken_model
+
+    lfs = broken_model(minilm_dir, tmp_path / "lfs", "model.safetensors", LFS_POINTER)
+    bad = broken_model(minilm_dir, tmp_path / "bad", "config.json", b"{'model_type': 'bert'}")
+    for resource, message in (
+        (engine(lfs), f"{lfs}: model.safetensors is a Git LFS pointer (133 bytes), not the file"),
+        (TransformersEngineResource(model=str(lfs)), f"{lfs}: model.safetensors is a Git LFS pointer"),
+        (engine(bad), f"{bad}: config.json is not JSON (Expecting property name enclosed in double quotes"),
+    ):
+        with dg.build_resources({"engine": resource}) as built:
+            with pytest.raises(Exception) as caught:
+                built.engine.get_chunker()
+        assert str(caught.value).startswith(message) and "\n" not in str(caught.value)
+        assert type(caught.value).__name__ == "ModelNotSupportedError"

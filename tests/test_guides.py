@@ -33,3 +33,23 @@ def test_chunker_example_prints_what_the_pipeline_guide_shows(
     for m in chunks:
         start, end = ast.literal_eval(m[3])
         assert text[start:end] == ast.literal_eval(m[4])
+
+
+def test_a_python_example_run_as_a_file_prints_no_engine_info_log(tmp_path) -> None:  # noqa: ANN001
+    """Issue 40.5: the Python examples printed 35 lines of vLLM INFO log around their 3 result lines.
+    The chunker example, saved and run as a file with no VLLM_LOGGING_LEVEL set: vLLM logs warnings
+    only (the package's default), and the example's own lines are printed as the guide shows them."""
+    import os
+    import subprocess
+    import sys
+
+    (tmp_path / "example.py").write_text(example("chunker.py"))
+    env = {k: v for k, v in os.environ.items() if k != "VLLM_LOGGING_LEVEL"}
+    out = subprocess.run(
+        [sys.executable, "example.py"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900
+    )
+    assert out.returncode == 0, out.stderr
+    lines = (out.stdout + out.stderr).splitlines()
+    assert [line for line in lines if re.search(r"\bINFO\b", line)] == []
+    printed = [line for line in out.stdout.splitlines() if not line.startswith("(")]  # vLLM's: "(MainProcess pid=..."
+    assert printed == example("chunker.py output").splitlines()

@@ -169,10 +169,10 @@ def test_guide_langchain_filter_matches_exactly_an_id_with_an_apostrophe(
     assert counts[APOSTROPHE] >= 2 and len(counts) == len(DOCS)
     scope: dict = {}
     crafted: dict = {}
-    exec(example_for("langchain.py", APOSTROPHE), scope)
+    exec(example_for("search_with_langchain.py", APOSTROPHE), scope)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # LangChain's "No results found for the query."
-        exec(example_for("langchain.py", CRAFTED), crafted)
+        exec(example_for("search_with_langchain.py", CRAFTED), crafted)
     assert [d.metadata["doc_id"] for d in scope["in_doc"]] == [APOSTROPHE] * min(3, counts[APOSTROPHE])
     assert {d.metadata["doc_id"] for d in scope["in_partition"]} <= set(DOCS)
     assert crafted["in_doc"] == []

@@ -108,6 +108,50 @@ def test_foreign_encoding_leaves_utf8_alone(text: str) -> None:
     assert foreign_encoding(text) is None
 
 
+#: CJK text (Chinese, Japanese, Korean; the last with ASCII words and digits between): in UTF-16 without a
+#: byte order mark it has no NUL pattern; read as UTF-8 it held bytes that are not UTF-8, and the
+#: rejection guessed a Latin-1 file (issue 39 E11).
+CJK = {
+    "zh": "北京是中华人民共和国的首都，也是全国的政治、文化中心。长城位于北京北部。",
+    "ja": "東京は日本の首都です。人口は約千四百万人で、世界で最も大きな都市の一つです。",
+    "ko": "서울은 대한민국의 수도이며 가장 큰 도시입니다. 한강이 도시를 가로질러 흐릅니다.",
+    "mixed": "Python 3.12 的新功能：更好的错误信息，以及 f-string 的改进。版本发布于 2023 年 10 月。",
+}
+
+
+@pytest.mark.parametrize("lang", sorted(CJK))
+@pytest.mark.parametrize(("codec", "name"), [("utf-16-le", "UTF-16LE"), ("utf-16-be", "UTF-16BE")])
+def test_foreign_encoding_names_utf16_cjk_without_a_byte_order_mark(lang: str, codec: str, name: str) -> None:
+    data = CJK[lang].encode(codec)
+    found = foreign_encoding(data)
+    assert found is not None and found.name == name and found.evidence.startswith("no byte order mark; as UTF-16")
+    assert foreign_encoding(data.decode("utf-8", "surrogateescape")) == found  # the text a UTF-8 reader makes
+
+
+@pytest.mark.parametrize("lang", sorted(CJK))
+@pytest.mark.parametrize("codec", ["utf-8", "gb18030", "shift_jis", "euc-kr", "big5"])
+def test_cjk_in_utf8_and_legacy_encodings_is_not_taken_for_utf16(lang: str, codec: str) -> None:
+    try:
+        data = CJK[lang].encode(codec)
+    except UnicodeEncodeError:  # a legacy encoding without this script's characters
+        pytest.skip(f"{codec} cannot encode {lang}")
+    assert foreign_encoding(data) is None
+
+
+@pytest.mark.parametrize(
+    ("text", "codec"),
+    [
+        ("Le café au lait est une boisson française, très appréciée au petit-déjeuner.", "latin-1"),
+        ("Η Αθήνα είναι η πρωτεύουσα της Ελλάδας και η μεγαλύτερη πόλη της χώρας.", "iso-8859-7"),
+        ("ASCII text with a stray NUL\x00 between its words, like many others.", "ascii"),
+    ],
+)
+def test_single_byte_text_is_not_taken_for_utf16_cjk(text: str, codec: str) -> None:
+    """Pairs of ASCII letters read as UTF-16 are CJK code points ("ab" is U+6261): the rule must not
+    take Latin-1, Greek or ASCII text for UTF-16 CJK."""
+    assert foreign_encoding(text.encode(codec)) is None
+
+
 # -- 5. JSON that Python's parser cannot read --------------------------------------------------------
 
 
@@ -335,6 +379,35 @@ def test_the_engine_names_utf16_text_instead_of_guessing_latin1(chunker: LateChu
     assert "not valid UTF-8: byte 0xe9 at character 3 (a file in Latin-1" in results[3].detail
 
 
+#: Numbers Python's ``json`` reads as infinity or NaN, silently (issue 39 E10): rows 2-5 of :func:`number_jsonl`.
+NON_FINITE = ["1e999", "-1e999", "NaN", "Infinity"]
+
+
+def number_jsonl() -> str:
+    """d1 (row 1, with a finite float), then one row per :data:`NON_FINITE` number, then d2 (row 6)."""
+    rows = [line("d1", GOOD["g1"], score=2.5e-3)]
+    rows += [f'{{"id": "n{i}", "text": "t", "score": {number}}}\n' for i, number in enumerate(NON_FINITE)]
+    return "".join([*rows, line("d2", GOOD["g2"])])
+
+
+def test_jsonl_numbers_beyond_a_float_are_invalid_json_naming_the_row(tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    root.mkdir()
+    (root / "d.jsonl").write_text(number_jsonl())
+    docs, rejected = items(DocumentStore.from_path(root), "d")
+    assert docs == {"d1": GOOD["g1"], "d2": GOOD["g2"]}
+    assert [(r.doc_id, r.reason, r.where) for r in rejected] == [
+        (f"row {n}", "invalid_json", f"{root / 'd.jsonl'}: row {n}") for n in (2, 3, 4, 5)
+    ]
+    assert "the number 1e999 is beyond a 64-bit float's range (it would read as inf)" in rejected[0].detail
+    assert "the number -1e999 is beyond a 64-bit float's range (it would read as -inf)" in rejected[1].detail
+    assert "NaN is not a JSON number" in rejected[2].detail and "Infinity is not a JSON number" in rejected[3].detail
+    queries = tmp_path / "q.jsonl"  # the query file reader: the same rule, naming the line
+    queries.write_text('{"query": "pumps", "doc_id": "a", "weight": 1e999}\n')
+    with pytest.raises(QueryFileError, match=r"q.jsonl: line 1: JSON that cannot be read: the number 1e999"):
+        read_queries(queries)
+
+
 # -- a real materialization and the store sensor ------------------------------------------------------------
 
 
@@ -366,23 +439,27 @@ def test_materialization_writes_good_rows_and_names_each_bad_row_and_file(tmp_pa
     (root / "a.jsonl").write_text(mixed_jsonl())
     (root / "b.jsonl").write_text(line("b1", GOOD["g2"]))
     (root / "c.jsonl").write_bytes(line("c1", GOOD["g3"]).encode("utf-16-le"))
+    (root / "d.jsonl").write_text(number_jsonl())  # numbers Python reads as infinity or NaN: rows 2-5
     db = tmp_path / "lancedb"
     with dagster_instance(tmp_path / "home") as instance:
         added, _ = sync_partitions(instance, DocumentStore.from_path(root), TABLE.partitions_def)
-        assert added == ["a", "b", "c"]
-        run_partitions(make_defs(root, db), instance, "a", "c")
+        assert added == ["a", "b", "c", "d"]
+        run_partitions(make_defs(root, db), instance, "a", "d")
     assert_stored_whole(chunk_texts(db, "a"), GOOD)
     assert_stored_whole(chunk_texts(db, "b"), {"b1": GOOD["g2"]})
     assert chunk_texts(db, "c") == {}
+    assert_stored_whole(chunk_texts(db, "d"), {"d1": GOOD["g1"], "d2": GOOD["g2"]})
     rejected = sorted(rows_of(db, "rejected_documents"), key=lambda r: (r["partition"], r["doc_id"]))
     assert [(r["partition"], r["doc_id"], r["reason"]) for r in rejected] == [
         ("a", "row 2", "invalid_json"),
         ("a", "row 4", "invalid_json"),
         ("c", "*", "systemic_failure"),
+        *[("d", f"row {n}", "invalid_json") for n in (2, 3, 4, 5)],
     ]
     assert f"{root / 'a.jsonl'}: row 2: JSON that cannot be read: nested too deeply" in rejected[0]["detail"]
     assert f"{root / 'a.jsonl'}: row 4: JSON that cannot be read" in rejected[1]["detail"]
     assert "unreadable_file" in rejected[2]["detail"] and "UTF-16LE" in rejected[2]["detail"]
+    assert rejected[3]["detail"].startswith(f"{root / 'd.jsonl'}: row 2: JSON that cannot be read: the number 1e999")
 
 
 def test_materialization_of_a_parquet_store_with_a_joined_file(tmp_path: Path, chunker: LateChunker) -> None:
@@ -407,14 +484,18 @@ def test_materialization_of_a_text_tree_with_a_utf16_file(tmp_path: Path, chunke
     (root / "s").mkdir(parents=True)
     (root / "s" / "good.txt").write_text(GOOD["g1"])
     (root / "s" / "wide.txt").write_bytes(UTF16_TEXT.encode("utf-16-le"))
+    (root / "s" / "zh.txt").write_bytes(CJK["zh"].encode("utf-16-le"))  # issue 39 E11: it got the Latin-1 hint
     with dagster_instance(tmp_path / "home") as instance:
         sync_partitions(instance, DocumentStore.from_path(root), TABLE.partitions_def)
         result = run_partitions(make_defs(root, db), instance, "s", "s")
     assert result.success
     assert_stored_whole(chunk_texts(db, "s"), {"s/good.txt": GOOD["g1"]})
-    [rej] = rows_of(db, "rejected_documents")
+    rej, cjk = sorted(rows_of(db, "rejected_documents"), key=lambda r: r["doc_id"])
     assert (rej["doc_id"], rej["reason"]) == ("s/wide.txt", "bad_encoding")
     assert f"{root / 's' / 'wide.txt'}: the file is UTF-16LE" in rej["detail"]
+    assert (cjk["doc_id"], cjk["reason"]) == ("s/zh.txt", "bad_encoding")
+    assert f"{root / 's' / 'zh.txt'}: the file is UTF-16LE (no byte order mark; as UTF-16 100% CJK" in cjk["detail"]
+    assert "Latin-1" not in cjk["detail"] and "iconv -f UTF-16LE -t UTF-8" in cjk["detail"]
     assert all(c.passed for c in result.get_asset_check_evaluations())
 
 

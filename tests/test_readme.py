@@ -196,7 +196,31 @@ def test_example_names_are_unique_and_each_marker_has_its_block() -> None:
         "latechunk_dag.py",
         "search.py",
     }
-    assert {"defs.yaml", "airflow-dag-test", "langchain.py", "llamaindex.py", "hybrid.py", "chunker.py"} <= set(found)
+    assert {
+        "defs.yaml",
+        "airflow-dag-test",
+        "search_with_langchain.py",
+        "llamaindex.py",
+        "hybrid.py",
+        "chunker.py",
+    } <= set(found)
+
+
+def test_no_example_file_shadows_a_package_it_or_another_example_imports() -> None:
+    """Issue 40.6: the LangChain example was named `langchain.py`; saved under that name beside the
+    LlamaIndex example, `import langchain...` found the example, not the package. No example's file
+    name is the top-level name of a module any example imports, of an installed module, or of the
+    query libraries' own packages (``langchain`` is LangChain's, installed or not)."""
+    import importlib.util
+    import re as regex
+
+    found = examples()
+    imported = {
+        m for _, body in found.values() for m in regex.findall(r"^\s*(?:from|import)\s+([A-Za-z_]\w*)", body, regex.M)
+    }
+    names = {name.removesuffix(".py") for name in found if name.endswith(".py")}
+    taken = {n for n in names if n in imported | {"langchain", "llama_index"} or importlib.util.find_spec(n)}
+    assert taken == set(), taken
 
 
 def test_a_marker_without_its_block_or_a_name_twice_is_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -258,10 +258,15 @@ def test_parents_missing_from_the_next_table_are_an_error_naming_both(
         search("roses", chunker=chunker, uri=str(tmp_path), granularity="sentence", return_parent=True, k=2)
 
 
-def test_hybrid_small_to_big_ranks_parents_by_their_best_fused_score(chunker: LateChunker, db_uri: str) -> None:
+def test_hybrid_small_to_big_ranks_parents_by_their_best_fused_score(
+    chunker: LateChunker, db_uri: str, capfd: pytest.CaptureFixture[str], recwarn: pytest.WarningsRecorder
+) -> None:
     from latechunk_dagster.sink.indexing import refresh_indexes
 
+    capfd.readouterr()
     refresh_indexes(sink.connect(db_uri).open_table("chunks_sentence"))
+    # issue 40.5: no deprecated LanceDB call (create_scalar_index, create_fts_index: DeprecatedWarning)
+    assert [str(w.message) for w in recwarn if issubclass(w.category, DeprecationWarning)] == []
     query = "adler32 crc32 checksums"
     fine = search(query, chunker=chunker, uri=db_uri, granularity="sentence", k=20, exact=True, mode="hybrid")
     got = search(
@@ -275,6 +280,9 @@ def test_hybrid_small_to_big_ranks_parents_by_their_best_fused_score(chunker: La
             order.append(p)
     assert [h.text for h in got] == order[:3]
     assert all(h.relevance == max(m.relevance for m in h.matched) for h in got)
+    # issue 40.5: lance's "Deprecation warning ... did not include `_distance`" (its Rust log, on stderr)
+    err = capfd.readouterr().err
+    assert "Deprecation" not in err and "_distance" not in err, err
 
 
 # -- latechunk search --granularity --parent --------------------------------------------------------
@@ -306,6 +314,36 @@ def test_cli_granularity_and_parent(
     assert "no table 'chunks_word'" in capsys.readouterr().err
     assert cli.main(["search", query, "--uri", db_uri, "--granularity", "document", "--parent"]) == 2
     assert "table 'chunks_document' has no parent chunks" in capsys.readouterr().err
+
+
+def test_a_plain_cli_search_on_a_definition_matches_the_finest_granularity_and_prints_its_parents(
+    chunker: LateChunker, db_uri: str, tmp_path: Path
+) -> None:
+    """Issue 40.2: after `make demo` (a table definition of granularities, no table 'chunks') a plain
+    `latechunk search "query"` failed with "no table 'chunks'... pass --granularity NAME". It now
+    does what the demo shows: the finest granularity (sentence) matched, its parents (paragraph)
+    printed, the header line saying so. The command run as a user runs it, on the pipeline's tables."""
+    from tests.test_cli import run_cli
+
+    query = "when should roses be pruned"
+    out = run_cli(["search", query, "--uri", db_uri, "--exact", "-k", "3"], tmp_path / "home")
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.strip().splitlines()
+    assert lines[0] == (
+        "# chunks: matched on its finest granularity 'sentence', printed: their parents in 'paragraph' "
+        "(small-to-big; --granularity sentence prints the matches themselves)"
+    )
+    assert lines[1] == "cosine_distance\tdoc_id\tchar_range\tmatched\ttext"
+    cells = [line.split("\t") for line in lines[2:]]
+    start = len(PARAGRAPHS["garden"][0]) + 2  # the second paragraph, after the blank line
+    assert cells[0][1:3] == ["garden", str((start, start + len(PARAGRAPHS["garden"][1])))]
+    assert cells[0][4] == " ".join(PARAGRAPHS["garden"][1].split())  # the hand-picked paragraph on roses
+    want = reference_parents(chunker, db_uri, query, 3)  # float64 cosines over the stored sentences
+    assert [(c[1], c[4]) for c in cells] == [(d, " ".join(p.split())[:160]) for d, p, _ in want]
+    assert [float(c[0]) for c in cells] == pytest.approx([dist for _, _, dist in want], abs=2e-4)
+    # --table names the definition too; --granularity still searches the granularity's own chunks
+    out = run_cli(["search", query, "--uri", db_uri, "--table", "chunks", "--granularity", "sentence"], tmp_path / "h")
+    assert out.returncode == 0 and out.stdout.splitlines()[0] == "cosine_distance\tdoc_id\tchar_range\ttext"
 
 
 # -- the client retrievers and the stock stores ------------------------------------------------------
@@ -374,7 +412,7 @@ def test_querying_guide_granularity_example(in_project: Path, chunker: LateChunk
     )
     parents = search(query, chunker=chunker, uri=uri, granularity="sentences32", return_parent=True, k=2, exact=True)
     assert [h.chunk_id for h in scope["parents"]] == [h.chunk_id for h in parents]
-    assert scope["parents"][0].text == PARAGRAPHS["garden"][1]
+    assert scope["parents"][0].text == PARAGRAPHS["zlib"][1]
     assert (
         [d.id for d in scope["lc_docs"]]
         == [n.node.node_id for n in scope["li_parents"]]
@@ -382,5 +420,5 @@ def test_querying_guide_granularity_example(in_project: Path, chunker: LateChunk
     )
     assert [d.page_content for d in scope["lc_docs"]] == [h.text for h in parents]
     out = capsys.readouterr().out.splitlines()
-    assert len(out) == 2 and out[0].split()[:2] == [f"{parents[0].distance:.3f}", "garden"]
-    assert f"{parents[0].char_range} {len(parents[0].matched)} matched: Roses are pruned" in out[0]
+    assert len(out) == 2 and out[0].split()[:2] == [f"{parents[0].distance:.3f}", "zlib"]
+    assert f"{parents[0].char_range} {len(parents[0].matched)} matched: Checksums are computed with adl" in out[0]

@@ -354,3 +354,15 @@ def refresh_table_indexes(db: LanceDBSettings, table_name: str) -> dict[str, Any
         raise LookupError(f"no table {table_name!r} at {db.uri}: late-chunk a shard first")
     report = refresh_indexes(table)
     return {k: v if isinstance(v, bool | int | float | str) or v is None else str(v) for k, v in report.items()}
+
+
+def xcom_list(values: Any) -> list[Any]:
+    """A templated list argument as a list (``[]`` for ``None``). A mapped task's XCom values
+    (``chunk.output``: Airflow's ``LazyXComSequence``) are read with one slice request: iterating
+    one fetches offset after offset until the one past the end answers 404, which Airflow's API
+    client logs as ``[error] XCom not found`` in every successful run (issue 40.5)."""
+    if not values:
+        return []
+    if isinstance(values, Sequence) and not isinstance(values, str):
+        return list(values[:])
+    return list(values)

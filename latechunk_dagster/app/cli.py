@@ -1,7 +1,8 @@
 """``latechunk``: command-line entry points of the embedded default.
 
     latechunk sync-partitions          # add/remove dynamic partitions to match the store's shards
-    latechunk search "query" -k 5      # top-k chunks from the LanceDB table (--hybrid: full-text + vector)
+    latechunk search "query" -k 5      # top-k chunks from the LanceDB table (--hybrid: full-text + vector);
+                                       # on make demo's granularity tables: the finest matched, its parents printed
     latechunk search "query" --granularity small --parent   # match small chunks, print their parents
     latechunk migrate                  # add the columns of the current chunk schema to an older table
     latechunk eval QUERIES.jsonl       # retrieval late vs naive (and hybrid) on labeled queries (nDCG@10, R@k, MRR@10);
@@ -42,7 +43,12 @@ def main(argv: list[str] | None = None) -> int:
         help="full-text (BM25) + vector search fused by LanceDB's RRF reranker (needs the full-text index)",
     )
     s.add_argument("--uri", default=None, help="LanceDB directory (default: $LATECHUNK_HOME/lancedb)")
-    s.add_argument("--table", default=None, help="chunk table (default: chunks)")
+    s.add_argument(
+        "--table",
+        default=None,
+        help="chunk table, or the table definition of granularity tables (default: chunks; make demo writes "
+        "the definition chunks: without --granularity its finest granularity is matched and its parents printed)",
+    )
     s.add_argument(
         "--granularity",
         default=None,
@@ -79,13 +85,14 @@ def main(argv: list[str] | None = None) -> int:
     m.add_argument("--table", default=None, help="chunk table (default: chunks)")
     sub.add_parser("demo", help="run the main job on the embedded default and search")
     args = parser.parse_args(argv)
+    args.said = ""  # search's header line where the command chose what to search (_finest_granularity)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from latechunk_dagster.app.settings import quiet_dagster_warnings, quiet_table_logs
 
     quiet_table_logs()
-    from latechunk_dagster.core.engines.vllm_local import quiet_engine_logs
+    from latechunk_dagster.core.engines.vllm_local import QUIET_ENGINE_LOG_LEVEL, quiet_engine_logs
 
-    quiet_engine_logs()  # errors only; VLLM_LOGGING_LEVEL=INFO shows the engine's full log
+    quiet_engine_logs(QUIET_ENGINE_LOG_LEVEL)  # errors only; VLLM_LOGGING_LEVEL=INFO shows the engine's full log
     quiet_dagster_warnings()
     try:
         code = _run(args)
@@ -230,6 +237,8 @@ def _run_command(args: argparse.Namespace, query_process: QueryProcess | None) -
     if args.command == "eval":
         return _eval(args, uri, name, where)
     tables = _table_names(uri, where, name)
+    if args.command == "search" and args.granularity is None and name not in tables:
+        name = _finest_granularity(args, uri, name)  # a table definition of granularities: small-to-big
     if name not in tables:
         raise _no_table(name, args.table or sink.CHUNK_TABLE, uri, where, tables)
     if args.command == "migrate":
@@ -258,6 +267,8 @@ def _run_command(args: argparse.Namespace, query_process: QueryProcess | None) -
             exact=args.exact,
             mode="hybrid" if args.hybrid else "vector",
         )
+    if args.said:
+        print(args.said)
     columns = ["cosine_distance", "doc_id", "char_range", *(["matched"] if args.parent else []), "text"]
     print("\t".join((["rrf_score"] if args.hybrid else []) + columns))
     for h in hits:
@@ -266,6 +277,35 @@ def _run_command(args: argparse.Namespace, query_process: QueryProcess | None) -
         text = " ".join((h.text or "").split())[:160]
         print("\t".join([*score, f"{h.distance:.4f}", h.doc_id, str(h.char_range), *matched, text]))
     return 0
+
+
+def _finest_granularity(args: argparse.Namespace, uri: str, definition: str) -> str:
+    """``search`` without ``--granularity`` on a table definition of granularities (what ``make demo``
+    writes): the table of its finest granularity, searched small-to-big (``args.parent``) when the
+    definition has a coarser one, as the demo shows; ``args.said`` is the header line that says so.
+    The granularities are found by their rows (:func:`~latechunk_dagster.sink.granularity_tables.
+    granularity_tables`, finest first). ``definition`` itself where it has none (the caller's error).
+
+    Raises:
+        ValueError: the definition's tables do not link as one chain (naming them).
+    """
+    from latechunk_dagster import sink
+    from latechunk_dagster.sink.granularity_tables import granularity_tables
+    from latechunk_dagster.sink.schema import granularity_table
+
+    chain = list(granularity_tables(sink.connect(uri), definition))
+    if not chain or chain == [""]:
+        return definition
+    fine = chain[0]
+    if len(chain) > 1 and not args.parent:
+        args.parent = True
+        args.said = (
+            f"# {definition}: matched on its finest granularity {fine!r}, printed: their parents in {chain[1]!r} "
+            f"(small-to-big; --granularity {fine} prints the matches themselves)"
+        )
+    else:
+        args.said = f"# {definition}: granularity {fine!r} (granularities, finest first: {', '.join(chain)})"
+    return granularity_table(definition, fine)
 
 
 def _check_chunk_table(table: object, name: str, dimensions: int | None) -> None:

@@ -35,10 +35,10 @@ QUERIES = ["parse command-line options and arguments", "compress data with gzip"
 def main() -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from latechunk_dagster.app.settings import quiet_dagster_warnings, quiet_table_logs
-    from latechunk_dagster.core.engines.vllm_local import quiet_engine_logs
+    from latechunk_dagster.core.engines.vllm_local import QUIET_ENGINE_LOG_LEVEL, quiet_engine_logs
 
     quiet_table_logs()
-    quiet_engine_logs()  # errors only; VLLM_LOGGING_LEVEL=INFO shows the engine's full log
+    quiet_engine_logs(QUIET_ENGINE_LOG_LEVEL)  # errors only; VLLM_LOGGING_LEVEL=INFO shows the engine's full log
     quiet_dagster_warnings()
     from latechunk_dagster.app import settings
 

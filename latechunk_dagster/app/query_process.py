@@ -46,8 +46,9 @@ from latechunk_dagster.core.errors import LateChunkError
 ONE_LINE_ERRORS = (LateChunkError, OSError, ValueError, KeyError)
 
 
-class QueryProcessError(RuntimeError):
-    """The query process ended without an answer (a crash): its stderr, the command's, says why."""
+class QueryProcessError(LateChunkError, RuntimeError):
+    """The query process ended without an answer (a crash): its stderr, the command's, says why (the
+    command adds one line, no second traceback)."""
 
 
 @dataclass(frozen=True)
@@ -131,7 +132,9 @@ class QueryProcess:
         line = self.proc.stdout.readline()
         self.proc.wait()
         if not line:
-            raise QueryProcessError(f"the query process exited {self.proc.returncode} without a vector")
+            raise QueryProcessError(
+                f"the query process exited {self.proc.returncode} without a vector (its error is above)"
+            )
         answer = json.loads(line)
         if "error" in answer:
             raise ValueError(answer["error"])

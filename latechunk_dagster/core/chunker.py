@@ -46,6 +46,7 @@ from latechunk_dagster.core.model_card import (
     check_late_chunking_allowed,
     read_model_card,
 )
+from latechunk_dagster.core.model_files import load_error
 from latechunk_dagster.core.preparing import Preparing
 from latechunk_dagster.core.results import ChunkedDocument
 
@@ -186,7 +187,10 @@ class LateChunker(OptionChecks, Preparing, Encoding, Finishing):
         self.head = self.card.head
         self.prefix = self.card.document_prefix if prefix is None else prefix
         self.query_prefix = self.card.query_prefix if query_prefix is None else query_prefix
-        self.tokenizer = AutoTokenizer.from_pretrained(str(self.card.path), trust_remote_code=trust_remote_code)
+        try:
+            self.tokenizer = AutoTokenizer.from_pretrained(str(self.card.path), trust_remote_code=trust_remote_code)
+        except Exception as exc:  # a tokenizer file that does not load: named where it is not JSON, one line
+            raise load_error(self.card.path, "the tokenizer", exc) from exc
         if not getattr(self.tokenizer, "is_fast", False):
             raise ModelNotSupportedError(f"{self.card.path}: a fast tokenizer (with offsets) is required")
         # Pooling include_prompt=false: these first input positions stay out of the means.

@@ -11,8 +11,10 @@ notices. With a byte order mark it is not valid UTF-8, and the bytes ``FF FE`` l
 * without one, the NUL pattern: at least a third of the bytes are NUL, and in UTF-16LE text of
   Latin script the second byte of most 2-byte units is NUL and the first rarely is (mirrored in
   UTF-16BE; in UTF-32 the three high bytes of a 4-byte unit). Text that is really UTF-8 holds no
-  NUL unless its writer put one there (a stray NUL, as in ``"ab\\x00cd"``, is not the pattern).
-  UTF-16 of mostly non-Latin text (CJK) has no such pattern and is not recognised without a mark.
+  NUL unless its writer put one there (a stray NUL, as in ``"ab\\x00cd"``, is not the pattern);
+* UTF-16 of CJK text, which has no NUL pattern: read as UTF-16 it is mostly CJK characters, read
+  as UTF-8 it holds control characters (:func:`_utf16_cjk` gives the exact rule); without it such a
+  file was refused with the hint for a Latin-1 file.
 
 One home for the rule: the store readers (:mod:`latechunk_dagster.sources.readers`: text files,
 JSONL files, JSONL/Parquet/upstream ``text`` values), the query file reader and
@@ -76,7 +78,12 @@ def foreign_encoding(data: bytes | str) -> ForeignEncoding | None:
         if head.startswith(bom):
             return ForeignEncoding(name, "byte order mark " + bom.hex(" ").upper())
     if head.count(0) * 3 < len(head):  # UTF-16 of Latin text is half NUL bytes, UTF-32 three quarters
-        return None
+        return _utf16_cjk(head)
+    return _nul_pattern(head) or _utf16_cjk(head)
+
+
+def _nul_pattern(head: bytes) -> ForeignEncoding | None:
+    """UTF-16 / UTF-32 of Latin text: the NUL bytes of each code unit (module docstring)."""
     for width in (4, 2):
         units = len(head) // width
         if units == 0:
@@ -88,6 +95,49 @@ def foreign_encoding(data: bytes | str) -> ForeignEncoding | None:
             if padding * 2 >= units and nuls[low] * 4 <= padding:
                 side = "after" if low == 0 else "before"
                 return ForeignEncoding(name, f"no byte order mark; NUL bytes {side} most characters")
+    return None
+
+
+#: Code points of CJK text: Hangul Jamo, CJK radicals to the unified ideographs (punctuation, kana,
+#: extension A included), Hangul syllables, compatibility ideographs, half- and fullwidth forms.
+_CJK_RANGES = ((0x1100, 0x11FF), (0x2E80, 0x9FFF), (0xAC00, 0xD7AF), (0xF900, 0xFAFF), (0xFF00, 0xFFEF))
+#: Bytes that are control characters when read as UTF-8 (C0 but tab, newline, carriage return; DEL).
+_CONTROL_BYTES = bytes([*range(0x00, 0x09), 0x0B, 0x0C, *range(0x0E, 0x20), 0x7F])
+#: The fewest 2-byte units :func:`_utf16_cjk` decides on.
+CJK_MIN_UNITS = 16
+
+
+def _utf16_cjk(head: bytes) -> ForeignEncoding | None:
+    """UTF-16 of CJK text without a byte order mark: valid UTF-16 whose code points are mostly CJK,
+    and whose bytes, read as UTF-8, hold control characters. Each of the three conditions alone
+    misleads: ASCII pairs with a lowercase second letter are CJK code points when read as UTF-16
+    (``"ab"`` is U+6261), so Latin-1 text reads as "mostly CJK"; a stray NUL is a control character.
+    Together, on :data:`CJK_MIN_UNITS` units or more:
+
+    * read as UTF-16 (LE and BE tried), at least a quarter of the code points are CJK
+      (:data:`_CJK_RANGES`) and 90% are CJK or ASCII text (random bytes: about 63%, the CJK share
+      of all 16-bit values);
+    * the low byte of those units is spread over all 256 values, as a CJK character's is: at least
+      a quarter of them lie outside printable ASCII (text in Latin-1, Greek, or ASCII has its
+      letters there);
+    * at least 1% of the bytes are control characters in UTF-8 (:data:`_CONTROL_BYTES`; about 6%
+      in UTF-16 CJK text, none in text of a single-byte or legacy CJK encoding: GBK, Shift-JIS and
+      EUC-KR use no bytes below 0x40 in their characters).
+    """
+    head = head[: len(head) // 2 * 2]
+    units = len(head) // 2
+    controls = len(head) - len(head.translate(None, _CONTROL_BYTES))  # in C: one pass, no per-byte Python
+    if units < CJK_MIN_UNITS or controls * 100 < len(head):
+        return None
+    for name, low in (("UTF-16LE", 0), ("UTF-16BE", 1)):
+        text = head.decode(name.lower(), errors="replace")
+        cjk = sum(any(lo <= ord(c) <= hi for lo, hi in _CJK_RANGES) for c in text)
+        ascii_text = sum(c in "\t\n\r" or " " <= c <= "~" for c in text)
+        spread = sum(not 0x20 <= b <= 0x7E for b in head[low::2])
+        if cjk * 4 >= len(text) and (cjk + ascii_text) * 10 >= 9 * len(text) and spread * 4 >= units:
+            share = 100 * cjk // len(text)
+            evidence = f"no byte order mark; as UTF-16 {share}% CJK characters, as UTF-8 control characters"
+            return ForeignEncoding(name, evidence)
     return None
 
 

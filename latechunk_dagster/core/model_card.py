@@ -9,13 +9,13 @@ Hugging Face ``config.json``. Nothing is downloaded.
 from __future__ import annotations
 
 import hashlib
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from latechunk_dagster.core.errors import ModelNotSupportedError
 from latechunk_dagster.core.head import DenseLayer, Head
+from latechunk_dagster.core.model_files import check_model_files, read_json
 from latechunk_dagster.core.positions import ABSOLUTE_POSITION_TYPES
 from latechunk_dagster.core.positions import PositionLimits as PositionLimits  # re-exported
 from latechunk_dagster.core.positions import position_limits as position_limits  # re-exported
@@ -123,17 +123,13 @@ class ModelCard:
 def _remote_code(path: Path, config: dict[str, Any]) -> tuple[str, ...]:
     """``auto_map`` entries of the config and tokenizer config: code that loading the model runs."""
     out: list[str] = []
-    for cfg in (config, _read_json(path / "tokenizer_config.json")):
+    for cfg in (config, read_json(path, path / "tokenizer_config.json")):
         amap = cfg.get("auto_map")
         if isinstance(amap, dict):
             out += [f"{k}: {v if isinstance(v, str) else ', '.join(str(x) for x in v if x)}" for k, v in amap.items()]
         elif isinstance(amap, list):
             out += [str(v) for v in amap]
     return tuple(out)
-
-
-def _read_json(path: Path) -> dict[str, Any]:
-    return json.loads(path.read_text()) if path.is_file() else {}
 
 
 def _fingerprint(path: Path) -> str:
@@ -266,6 +262,8 @@ def read_model_card(path: str | Path, dimensions: int | None = None) -> ModelCar
 
     Raises:
         FileNotFoundError: no ``config.json`` in ``path``.
+        ModelNotSupportedError: a file of the directory is a Git LFS pointer, or a configuration
+            file is not JSON (:mod:`~latechunk_dagster.core.model_files`: naming the directory and the file).
         ValueError: ``dimensions`` is not one the model supports.
         ModelNotSupportedError: a sentence-transformers setting that would change the vectors and
             that this package does not honour, named in the message: an unknown Pooling key or
@@ -278,8 +276,9 @@ def read_model_card(path: str | Path, dimensions: int | None = None) -> ModelCar
     path = Path(path)
     if not (path / "config.json").is_file():
         raise FileNotFoundError(f"{path} is not a model directory (no config.json)")
-    config = _read_json(path / "config.json")
-    modules = _read_json(path / "modules.json") if (path / "modules.json").is_file() else []
+    check_model_files(path, weights=False)  # an LFS pointer for a file: one line naming it, before any load
+    config = read_json(path, path / "config.json")
+    modules = read_json(path, path / "modules.json", list)
     pooling, dense, normalize, include_prompt = "unknown", [], False, True
     order: list[str] = []
     for m in modules if isinstance(modules, list) else []:
@@ -289,7 +288,7 @@ def read_model_card(path: str | Path, dimensions: int | None = None) -> ModelCar
         if kind == "Transformer":
             continue
         if kind == "Pooling":
-            pcfg = _read_json(mdir / "config.json")
+            pcfg = read_json(path, mdir / "config.json")
             modes, include_prompt = _pooling_modes(path, pcfg)
             width = pcfg.get("embedding_dimension", pcfg.get("word_embedding_dimension"))
             hidden = _hidden_size(config)
@@ -299,7 +298,7 @@ def read_model_card(path: str | Path, dimensions: int | None = None) -> ModelCar
                 )
             pooling = "+".join(modes)
         elif kind == "Dense":
-            c = _read_json(mdir / "config.json")
+            c = read_json(path, mdir / "config.json")
             _check_keys(path, f"Dense module {m.get('path', '')!r}", c, _DENSE_KEYS)
             act = str(c.get("activation_function") or "torch.nn.modules.linear.Identity")
             if act.rsplit(".", 1)[-1] not in _KNOWN_ACTIVATIONS:
@@ -309,7 +308,7 @@ def read_model_card(path: str | Path, dimensions: int | None = None) -> ModelCar
                 )
             dense.append(DenseLayer(m.get("path", ""), int(c["in_features"]), int(c["out_features"]), act))
         elif kind == "Normalize":
-            _check_keys(path, "Normalize module", _read_json(mdir / "config.json"), _NORMALIZE_KEYS)
+            _check_keys(path, "Normalize module", read_json(path, mdir / "config.json"), _NORMALIZE_KEYS)
             normalize = True
         else:
             raise ModelNotSupportedError(
@@ -317,8 +316,8 @@ def read_model_card(path: str | Path, dimensions: int | None = None) -> ModelCar
                 "the head may hold Transformer, Pooling, Dense and Normalize modules only"
             )
     _check_module_order(path, order)
-    st_cfg = _read_json(path / "sentence_bert_config.json")
-    prompts = _read_json(path / "config_sentence_transformers.json").get("prompts", {}) or {}
+    st_cfg = read_json(path, path / "sentence_bert_config.json")
+    prompts = read_json(path, path / "config_sentence_transformers.json").get("prompts", {}) or {}
     arch = [str(a) for a in config.get("architectures", []) or []]
     causal = (
         bool(config.get("is_decoder"))

@@ -239,12 +239,10 @@ def hybrid_hits(table: Any, where: str | None, queries: Sequence[str], vectors: 
     scope = "char_start IS NOT NULL" + (f" AND ({where})" if where else "")
     out = []
     for text, vec in zip(queries, vectors):
-        rows = (
-            hybrid_query(table, vec, text, k, exact=True)
-            .where(scope, prefilter=True)
-            .select(["doc_id", "char_start", "char_end"])
-            .to_list()
-        )
+        # no select: each leg of the hybrid query would take it, and lance warns where it names neither
+        # `_distance` nor `_score` (sink.hits.ranked_hits says more); the k rows are read whole
+        rows = hybrid_query(table, vec, text, k, exact=True).where(scope, prefilter=True).to_arrow()
+        rows = rows.select(["doc_id", "char_start", "char_end"]).to_pylist()
         out.append([(r["doc_id"], (r["char_start"], r["char_end"])) for r in rows])
     return out
 

@@ -74,7 +74,10 @@ def ranked_hits(
         columns.append("_distance")
     if where:
         q = q.where(where, prefilter=True)
-    rows = q.select(columns).to_arrow()
+    # hybrid: no select. Each leg of LanceDB's hybrid query takes the selection, and lance warns
+    # (a deprecation) where it names neither `_distance` (vector leg) nor `_score` (full-text leg),
+    # while neither leg accepts the other's; the k rows are read whole and the columns taken here.
+    rows = q.to_arrow().select(columns + ["_relevance_score"]) if mode == "hybrid" else q.select(columns).to_arrow()
     if mode == "hybrid":
         distances = cosine_distances(vector, rows.column("vector").combine_chunks())
         relevance = rows.column("_relevance_score").to_pylist()

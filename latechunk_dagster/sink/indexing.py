@@ -19,6 +19,7 @@ from datetime import timedelta
 from typing import Any, TypeVar
 
 import numpy as np
+from lancedb.index import FTS, Bitmap, BTree
 
 from latechunk_dagster.sink.retry import retry_commit
 
@@ -196,11 +197,11 @@ def refresh_indexes(table: Any, *, ann_min_rows: int = ANN_MIN_ROWS) -> dict[str
             report["recall_sample"],
             RECALL_TARGET,
         )
-    index_commit(table, "full-text index", lambda: table.create_fts_index("text", replace=True))
-    index_commit(table, "doc_id index", lambda: table.create_scalar_index("doc_id", index_type="BTREE", replace=True))
-    index_commit(
-        table, "partition index", lambda: table.create_scalar_index("partition", index_type="BITMAP", replace=True)
-    )
+    # LanceDB's one create_index (create_fts_index / create_scalar_index are deprecated since 0.25);
+    # FTS() has create_fts_index's defaults (the simple tokenizer, English stemming, stop words)
+    index_commit(table, "full-text index", lambda: table.create_index("text", config=FTS(), replace=True))
+    index_commit(table, "doc_id index", lambda: table.create_index("doc_id", config=BTree(), replace=True))
+    index_commit(table, "partition index", lambda: table.create_index("partition", config=Bitmap(), replace=True))
     report["fts_index"] = "text"
     report["scalar_indexes"] = "doc_id (BTREE), partition (BITMAP)"
     index_commit(table, "compaction", lambda: table.optimize(cleanup_older_than=timedelta(days=1)))

@@ -9,7 +9,8 @@
 Peak memory is one line, one file (text) or one record batch, whatever the store's size.
 
 A row that does not make a document (invalid JSON, JSON that Python's parser cannot read: nested
-too deeply or an integer of too many digits, a JSON object with a repeated key, a missing or null
+too deeply, an integer of too many digits, a number beyond a float's range (``1e999``, which
+Python reads as infinity) or ``NaN``/``Infinity``, a JSON object with a repeated key, a missing or null
 ``id``, an ``id`` that is not valid Unicode, a ``text`` that is not a string or is UTF-16/UTF-32
 read as UTF-8, a bad ``shard`` value, a chunks value of the wrong shape) becomes a
 :class:`~latechunk_dagster.sources.documents.RejectedRow` naming the file, the row (from 1) and
@@ -25,6 +26,7 @@ in UTF-16 or UTF-32 is found by :func:`~latechunk_dagster.core.encoding.foreign_
 from __future__ import annotations
 
 import json
+import math
 import sys
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
@@ -82,7 +84,8 @@ class DuplicateKeyError(ValueError):
 class JSONLimitError(ValueError):
     """JSON that Python's parser cannot read although it may be well-formed (RFC 8259 lets a parser
     limit nesting depth and number size): nested deeper than the recursion limit (``json`` raises
-    ``RecursionError``), or an integer of more digits than ``sys.get_int_max_str_digits()``."""
+    ``RecursionError``), an integer of more digits than ``sys.get_int_max_str_digits()``, a number
+    beyond a float's range (``1e999``); and Python's extensions ``NaN``/``Infinity``, which are not JSON."""
 
 
 def loads_with_repeated_keys(line: str) -> tuple[Any, list[str]]:
@@ -91,7 +94,9 @@ def loads_with_repeated_keys(line: str) -> tuple[Any, list[str]]:
     such an object's meaning undefined).
 
     Raises:
-        json.JSONDecodeError: not JSON. JSONLimitError: beyond what Python's parser reads.
+        json.JSONDecodeError: not JSON. JSONLimitError: beyond what Python's parser reads, or a
+            number that is not a finite float (``1e999``, ``NaN``, ``Infinity``: Python's ``json``
+            would read them as infinity or NaN, silently).
     """
     repeated: set[str] = set()
 
@@ -102,14 +107,29 @@ def loads_with_repeated_keys(line: str) -> tuple[Any, list[str]]:
         return out
 
     try:
-        return json.loads(line, object_pairs_hook=pairs_to_dict), sorted(repeated)
-    except json.JSONDecodeError:
+        value = json.loads(line, object_pairs_hook=pairs_to_dict, parse_float=_finite, parse_constant=_no_constant)
+        return value, sorted(repeated)
+    except (json.JSONDecodeError, JSONLimitError):
         raise
     except RecursionError:
         limit = sys.getrecursionlimit()
         raise JSONLimitError(f"nested too deeply for Python's JSON parser (it stops near {limit} levels)") from None
     except ValueError as exc:  # int() of too many digits: the only other ValueError json.loads raises
         raise JSONLimitError(f"an integer with more digits than Python's JSON parser reads ({exc})") from None
+
+
+def _finite(number: str) -> float:
+    """A JSON number with a fraction or exponent as a float, refused where it does not fit one:
+    Python reads ``1e999`` as infinity, silently (RFC 8259 section 6 lets a parser limit the range)."""
+    value = float(number)
+    if not math.isfinite(value):
+        raise JSONLimitError(f"the number {number[:40]} is beyond a 64-bit float's range (it would read as {value})")
+    return value
+
+
+def _no_constant(name: str) -> float:
+    """``NaN``, ``Infinity``, ``-Infinity``: Python's ``json`` reads them, RFC 8259 has no such values."""
+    raise JSONLimitError(f"{name} is not a JSON number (RFC 8259 has no NaN or Infinity)")
 
 
 def loads_strict(line: str) -> Any:

@@ -36,6 +36,7 @@ from latechunk_dagster.airflow.tasks import (
     refresh_table_indexes,
     resolve_strategies,
     table_names,
+    xcom_list,
 )
 from latechunk_dagster.core.chunking import ChunkingStrategy
 from latechunk_dagster.pipeline import SystemicFailureError
@@ -385,9 +386,9 @@ class LateChunkChecksOperator(BaseOperator):
             self.store_path,
             table_name=self.table_name,
             rejected_table_name=self.rejected_table_name,
-            granularities=list(self.granularities or []),
-            results=list(self.results or []),
-            shards=list(self.shards or []),
+            granularities=xcom_list(self.granularities),
+            results=xcom_list(self.results),
+            shards=xcom_list(self.shards),
             chunks_column=self.chunks_column or None,
         )
         failures = []
@@ -437,7 +438,7 @@ class LateChunkIndexOperator(BaseOperator):
 
     def execute(self, context: Context) -> dict[str, Any]:
         db = LanceDBHook(self.lancedb_conn_id).get_settings()
-        names = list(self.granularities or [])
+        names = xcom_list(self.granularities)
         reports = {}
         for g, name in zip(names or [""], table_names(self.table_name, names), strict=True):
             try:

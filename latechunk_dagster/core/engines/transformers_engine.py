@@ -32,6 +32,7 @@ import numpy as np
 from latechunk_dagster.core.engines.base import Engine
 from latechunk_dagster.core.errors import HeadNotSupportedError, ModelNotSupportedError
 from latechunk_dagster.core.head import DenseLayer
+from latechunk_dagster.core.model_files import load_error
 
 log = logging.getLogger(__name__)
 
@@ -157,11 +158,8 @@ class TransformersEngine(Engine):
                 .to(self.device)
                 .eval()
             )
-        except (OSError, ValueError, KeyError, TypeError, AttributeError, ImportError, RuntimeError) as exc:
-            reason = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-            raise ModelNotSupportedError(
-                f"{model}: transformers {self.version} could not load the model: {type(exc).__name__}: {reason}"
-            ) from exc
+        except Exception as exc:  # any library's failure (safetensors' SafetensorError too): the model's, one line
+            raise load_error(model, f"transformers {self.version}", exc) from exc
         finally:
             tlog.set_verbosity(verbosity)
             if bar:

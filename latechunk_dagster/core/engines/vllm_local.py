@@ -43,6 +43,7 @@ def check_architecture(model: str | os.PathLike[str], architectures: Sequence[st
     """
     if not architectures:
         return
+    import_vllm()
     from vllm.model_executor.models import ModelRegistry
 
     supported = set(ModelRegistry.get_supported_archs())
@@ -94,46 +95,66 @@ def check_weights(model: str | os.PathLike[str]) -> None:
     start-up with a long traceback). A server engine needs only the tokenizer and config locally.
 
     Raises:
-        ModelNotSupportedError: naming the directory and the file kinds looked for.
+        ModelNotSupportedError: naming the directory and the file kinds looked for; or a weight file
+            that is a Git LFS pointer or not a safetensors file (:func:`~latechunk_dagster.core.
+            model_files.check_model_files`: naming the directory and the file).
     """
+    from latechunk_dagster.core.model_files import check_model_files
+
     path = Path(model)
     if path.is_dir() and not any(next(path.glob(pattern), None) for pattern in WEIGHT_PATTERNS):
         raise ModelNotSupportedError(
             f"{path}: no model weights in the directory (looked for {', '.join(WEIGHT_PATTERNS)}); "
             "an in-process engine needs them (a vLLM server engine needs only the tokenizer and config here)"
         )
+    check_model_files(path, weights=True)
 
 
 def native_late_chunking_available() -> bool:
     """True when the installed vLLM has ``vllm.pooling_params.LateChunkingParams`` (vLLM >= 0.33)."""
     try:
+        import_vllm()
         from vllm.pooling_params import LateChunkingParams  # noqa: F401
     except ImportError:
         return False
     return True
 
 
-#: vLLM's log level in the demo and the CLI unless ``VLLM_LOGGING_LEVEL`` is set: errors only.
-#: ``VLLM_LOGGING_LEVEL=INFO`` (vLLM's own default) brings the engine's full start-up log back.
+#: vLLM's log level where ``VLLM_LOGGING_LEVEL`` is not set: warnings. vLLM's own default (INFO)
+#: prints about 35 lines of start-up messages per engine (kernel registration, ``LD_PRELOAD`` hints,
+#: thread binding) around a script's own output (issue 40.5).
+ENGINE_LOG_LEVEL = "WARNING"
+#: The level the commands (``latechunk``, ``make demo``) ask for: errors only.
 QUIET_ENGINE_LOG_LEVEL = "ERROR"
 
 
-def quiet_engine_logs() -> None:
-    """Make the engine log errors only, unless the user set ``VLLM_LOGGING_LEVEL``; call before importing vLLM.
+def quiet_engine_logs(level: str = ENGINE_LOG_LEVEL) -> None:
+    """Set vLLM's log level to ``level`` unless the user set ``VLLM_LOGGING_LEVEL``, whose value wins.
 
-    vLLM reads ``VLLM_LOGGING_LEVEL`` once, when it is first imported, and otherwise prints about
-    35 lines of start-up messages (kernel registration, ``LD_PRELOAD`` hints, thread binding) at
-    INFO and WARNING. At a quiet level this also drops what the engine's stack prints beside
-    vLLM's own logger: messages logged while vLLM is being imported (``Triton is installed, but
-    ...``), vLLM's ``FutureWarning``s and torch's C++ warnings (``TORCH_CPP_LOG_LEVEL``, e.g.
-    ``NUMA binding``). Errors still show. ``VLLM_LOGGING_LEVEL=INFO`` brings all of it back.
+    The one home of the engine's log level: :func:`import_vllm` calls it before this package first
+    imports vLLM (every engine start goes through it), the commands call it first with
+    :data:`QUIET_ENGINE_LOG_LEVEL`. vLLM reads ``VLLM_LOGGING_LEVEL`` when it is first imported (the
+    variable reaches the engine core processes it spawns too); where it was imported already, its
+    logger's level is set. Below INFO this also drops vLLM's ``FutureWarning``s and torch's C++
+    warnings (``TORCH_CPP_LOG_LEVEL``, e.g. ``NUMA binding``); at ERROR, messages logged while vLLM
+    is being imported (``Triton is installed, but ...``) too. ``VLLM_LOGGING_LEVEL=INFO`` brings all
+    of it back.
     """
-    os.environ.setdefault("VLLM_LOGGING_LEVEL", QUIET_ENGINE_LOG_LEVEL)
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", level)
     if engine_log_is_verbose():
         return
     logging.getLogger("vllm").setLevel(os.environ["VLLM_LOGGING_LEVEL"].upper())
     os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
     warnings.filterwarnings("ignore", category=FutureWarning, module=r"vllm\.")
+
+
+def import_vllm() -> Any:
+    """``import vllm``, with its log level set first (:func:`quiet_engine_logs`): this module's
+    first import of vLLM, wherever it happens, goes through here."""
+    quiet_engine_logs()
+    import vllm
+
+    return vllm
 
 
 def engine_log_is_verbose() -> bool:
@@ -143,6 +164,7 @@ def engine_log_is_verbose() -> bool:
 
 def on_cpu() -> bool:
     """True when vLLM's current platform is the CPU."""
+    import_vllm()
     from vllm.platforms import current_platform
 
     return bool(current_platform.is_cpu())
@@ -194,7 +216,7 @@ class VLLMEngine(Engine):
         hf_overrides: dict[str, Any] | None = None,
         **engine_kwargs: Any,
     ) -> None:
-        import vllm
+        vllm = import_vllm()
         from vllm import LLM
         from vllm.config import PoolerConfig
 
