@@ -258,7 +258,7 @@ def test_the_demos_sync_on_your_own_folder_deletes_no_demo_row(project, tmp_path
     assert out.returncode == 0, out.stderr
     [line] = [x for x in out.stdout.splitlines() if x.startswith("store ")]
     own = re.search(r"its tables in (\S+) \(the demo's are kept apart\)", line)
-    assert line.startswith(f"store {folder} (dir): 1 shards (+1 -0)") and own, line
+    assert line.startswith(f"store {folder} (text): 1 shards (+1 -0)") and own, line
     assert Path(own[1]).parent.parent == home / "stores" and Path(own[1]).parent.name.startswith("notes-")
     assert "keys ['_root']" in out.stdout
     assert rows_by_partition(home / "lancedb", "chunks_sentences32") == before
