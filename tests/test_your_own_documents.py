@@ -322,3 +322,33 @@ def test_first_run_of_your_own_table_from_a_shell_as_the_guide_shows(tmp_path: P
     assert "maintenance team" in hit
     rows = sink.connect(str(tmp_path / "my-table" / "data" / "lancedb")).open_table("chunks_minilm").to_arrow()
     assert set(rows.column("partition").to_pylist()) == {"pumps"}
+
+
+def test_the_demo_searches_your_store_with_your_queries_only(tmp_path: Path) -> None:
+    """The demo's searches: the stdlib queries on the demo store; on your store the first three of
+    LATECHUNK_QUERIES, in file order, or none (the demo then prints why: the test above)."""
+    folder = notes(tmp_path)
+    queries = tmp_path / "queries.jsonl"
+    lines = [("how do bees keep warm?", "note3"), ("what moves a bicycle chain?", "note0")]
+    lines += [("why do tides rise?", "note2"), ("what makes sourdough rise?", "note1")]
+    queries.write_text("".join(f'{{"query": "{q}", "doc_id": "{d}"}}\n' for q, d in lines))
+    script = "from latechunk_dagster.app import demo\nprint(demo.demo_queries())\n"
+
+    def demo_queries(**env: str) -> str:
+        out = subprocess.run(
+            [sys.executable, "-c", script],
+            env=environ(LATECHUNK_HOME=str(tmp_path / "home"), **env),
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        assert out.returncode == 0, out.stderr
+        return out.stdout.strip()
+
+    assert demo_queries(LATECHUNK_DOCUMENT_STORE=str(folder), LATECHUNK_QUERIES=str(queries)) == str(
+        [q for q, _ in lines[:3]]
+    )
+    assert demo_queries(LATECHUNK_DOCUMENT_STORE=str(folder)) == "[]"
+    from latechunk_dagster.app.demo import QUERIES
+
+    assert demo_queries() == str(QUERIES)
