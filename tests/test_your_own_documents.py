@@ -352,3 +352,26 @@ def test_the_demo_searches_your_store_with_your_queries_only(tmp_path: Path) -> 
     from latechunk_dagster.app.demo import QUERIES
 
     assert demo_queries() == str(QUERIES)
+
+
+def test_sync_partitions_takes_a_dg_projects_definitions_function(tmp_path: Path) -> None:
+    """A `dg` project's definitions.py holds a ``@dg.definitions`` function, not a ``Definitions``:
+    ``-f`` and ``-m`` load it as Dagster does, and a module holding neither is named."""
+    readme = example("definitions.py")
+    lazy = readme.replace(
+        "defs = dg.Definitions.merge(",
+        "@dg.definitions\ndef defs() -> dg.Definitions:\n    return dg.Definitions.merge(",
+    )
+    assert lazy != readme
+    (tmp_path / "project_defs.py").write_text(lazy)
+    (tmp_path / "empty_defs.py").write_text("X = 1\n")
+    write_shards(tmp_path / "data" / "documents", {"a": SHARDS["a"]})
+    home = tmp_path / "dagster_home"
+    instance_at(home).dispose()
+    out = latechunk(["sync-partitions", "-m", "project_defs"], tmp_path, DAGSTER_HOME=str(home))
+    assert out.returncode == 0, out.stderr
+    assert "chunks_minilm (partitions minilm_document_shards): added ['a']; removed none" in out.stdout
+    empty = latechunk(["sync-partitions", "-f", "empty_defs.py"], tmp_path, DAGSTER_HOME=str(home))
+    assert empty.returncode == 2 and "cannot load the definitions of empty_defs.py: No Definitions" in empty.stderr
+    unset = latechunk(["sync-partitions", "-f", "project_defs.py"], tmp_path, DAGSTER_HOME="")
+    assert unset.returncode == 2 and "set DAGSTER_HOME" in unset.stderr

@@ -33,7 +33,8 @@ class TableSync:
 def load_definitions(module: str | None = None, python_file: str | None = None) -> dg.Definitions:
     """The ``Definitions`` of a module (``-m``) or a Python file (``-f``), found by Dagster's own
     loader (``dagster._core.workspace.autodiscovery``, what ``dagster dev -m/-f`` uses): the one
-    ``Definitions`` object at module scope, or the one named ``defs``.
+    ``Definitions`` object at module scope, or the one named ``defs``; a ``@dg.definitions`` function
+    (a ``dg`` project's ``definitions.py``, loading its ``defs/`` folder of components) is called.
 
     Raises:
         ValueError: neither or both given; no ``Definitions`` there, or several (naming them).
@@ -54,13 +55,20 @@ def load_definitions(module: str | None = None, python_file: str | None = None) 
             targets = autodiscovery.loadable_targets_from_python_module(str(module), cwd)
     except (ImportError, dg.DagsterInvariantViolationError) as exc:
         raise ValueError(f"cannot load the definitions of {where}: {exc}") from exc
-    found = [t for t in targets if isinstance(t.target_definition, dg.Definitions)]
+    from dagster.components.definitions import LazyDefinitions
+
+    found = [t for t in targets if isinstance(t.target_definition, dg.Definitions | LazyDefinitions)]
     if len(found) > 1:
         found = [t for t in found if t.attribute == "defs"] or found
     if len(found) != 1:
         names = [t.attribute for t in found] or [t.attribute for t in targets]
         raise ValueError(f"{where}: expected one dagster.Definitions at module scope (or one named defs): {names}")
-    return found[0].target_definition
+    target = found[0].target_definition
+    # a `dg` project's `@dg.definitions` function (e.g. load_from_defs_folder): built as Dagster does
+    defs = target() if isinstance(target, LazyDefinitions) else target
+    if not isinstance(defs, dg.Definitions):
+        raise ValueError(f"{where}: {found[0].attribute} gives a {type(defs).__name__}, not a dagster.Definitions")
+    return defs
 
 
 def sync_definitions(
