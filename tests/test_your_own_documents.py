@@ -375,3 +375,27 @@ def test_sync_partitions_takes_a_dg_projects_definitions_function(tmp_path: Path
     assert empty.returncode == 2 and "cannot load the definitions of empty_defs.py: No Definitions" in empty.stderr
     unset = latechunk(["sync-partitions", "-f", "project_defs.py"], tmp_path, DAGSTER_HOME="")
     assert unset.returncode == 2 and "set DAGSTER_HOME" in unset.stderr
+
+
+def test_the_demo_names_a_missing_store_or_a_bad_query_file_in_one_line(tmp_path: Path) -> None:
+    """Before anything runs or is synced: one line naming the path, exit 2, no traceback."""
+    bad = tmp_path / "queries.jsonl"
+    bad.write_text("not json\n")
+    for env, message in (
+        ({"LATECHUNK_DOCUMENT_STORE": str(tmp_path / "nope")}, f"make demo: document store not found: {tmp_path}/nope"),
+        (
+            {"LATECHUNK_DOCUMENT_STORE": str(notes(tmp_path)), "LATECHUNK_QUERIES": str(bad)},
+            f"make demo: {bad}: line 1: invalid JSON",
+        ),
+    ):
+        run_env = environ(LATECHUNK_HOME=str(tmp_path / "home"), **env)
+        run_env.pop("DAGSTER_HOME", None)
+        out = subprocess.run(
+            [sys.executable, "-m", "latechunk_dagster.app.demo"],
+            env=run_env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
+        assert out.stderr.strip().splitlines()[-1].startswith(message), out.stderr

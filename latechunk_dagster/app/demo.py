@@ -47,13 +47,15 @@ def main() -> int:
 
     from latechunk_dagster.app.definitions import TABLE, defs
     from latechunk_dagster.core.chunker import LateChunker
-    from latechunk_dagster.pipeline.removals import TooManyRemovalsError
 
     resources = defs.resources
     instance = dg.DagsterInstance.get()
     try:
+        queries = demo_queries()  # a bad LATECHUNK_QUERIES file: one line, before anything runs
         store, keys = sync_store(instance)
-    except TooManyRemovalsError as exc:  # another store at a shared DAGSTER_HOME: nothing was changed
+    # TooManyRemovalsError (e.g. another store at a shared DAGSTER_HOME), QueryFileError (both
+    # ValueErrors), a store that is not there or cannot be listed (OSError): one line, nothing changed
+    except (ValueError, OSError) as exc:
         print(f"make demo: {exc}", file=sys.stderr)
         return 2
     if not keys:
@@ -75,7 +77,6 @@ def main() -> int:
     defs.resolve_job_def("index_chunks").execute_in_process(instance=instance, run_config=QUIET)
 
     demo_store = resources["store"].build_demo
-    queries = demo_queries()
     with LateChunker(resources["engine"].model_path()) as chunker:
         _print_searches(chunker, queries)
         if demo_store:
