@@ -63,7 +63,8 @@ test-native:
 test: lint test-main test-airflow test-native
 
 dev: $(VENV)/.installed
-	DAGSTER_HOME=$${LATECHUNK_HOME:-$$PWD/data}/dagster $(VENV)/bin/dagster dev -m latechunk_dagster.app.definitions
+	DAGSTER_HOME=$$($(VENV)/bin/python -c 'from latechunk_dagster.app.settings import ensure_dagster_home as h; print(h())') \
+		$(VENV)/bin/dagster dev -m latechunk_dagster.app.definitions
 
 clean:
 	rm -rf $(VENV) $(NATIVE_VENV) data

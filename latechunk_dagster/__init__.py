@@ -45,6 +45,11 @@ _INTEGRATION = {
     "TransformersEngineResource": "latechunk_dagster.integration.resources",
     "LanceDBResource": "latechunk_dagster.integration.resources",
     "DocumentStoreResource": "latechunk_dagster.integration.resources",
+    "sync_partitions": "latechunk_dagster.integration.sensors",
+    "load_definitions": "latechunk_dagster.integration.sync_definitions",
+    "sync_definitions": "latechunk_dagster.integration.sync_definitions",
+    "DocumentStore": "latechunk_dagster.sources.files",
+    "TooManyRemovalsError": "latechunk_dagster.pipeline.removals",
 }
 
 
@@ -62,6 +67,7 @@ __all__ = [
     "ChunkedDocument",
     "ChunkingStrategy",
     "DocumentBatchError",
+    "DocumentStore",
     "DocumentStoreResource",
     "DocumentError",
     "DocumentTooLongError",
@@ -89,8 +95,12 @@ __all__ = [
     "StrategyFailedError",
     "StrategyTimeoutError",
     "TokenizationMismatchError",
+    "TooManyRemovalsError",
     "TransformersEngineResource",
     "VLLMEngineResource",
     "__version__",
     "late_chunk_assets",
+    "load_definitions",
+    "sync_definitions",
+    "sync_partitions",
 ]

@@ -76,6 +76,7 @@ SLOW_MODULES = frozenset(
         "test_object_store",
         "test_query_imports",
         "test_remote_engine",
+        "test_your_own_documents",
     }
 )
 

@@ -427,6 +427,37 @@ def test_more_shards_than_airflow_maps_fail_the_listing_naming_the_setting(
     assert ListShardsOperator(task_id="shards", store_path=str(store)).execute({}) == ["s0", "s1", "s2", "s3"]
 
 
+def test_the_list_task_refuses_to_remove_most_partitions_and_names_them(env, tmp_path: Path) -> None:
+    """Issue 40, 1: the list task pointed at another folder (complete, sharing no shard) would delete
+    every row of the table; it fails (no retry) naming the partitions and their rows, and deletes
+    nothing. ``max_delete="100%"`` (the user says so) removes them (on a copy of the table)."""
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from latechunk_dagster.airflow.operators import ListShardsOperator
+
+    other = write_store(tmp_path / "other", {"delta/doc.txt": "A different folder: notes about bicycles."})
+    before = table(env["db"])
+    known = sorted(set(before.column("partition").to_pylist()))
+    assert len(known) >= 2
+    named = ", ".join(repr(p) for p in known)
+    with pytest.raises(AirflowFailException) as err:
+        ListShardsOperator(task_id="list_shards", store_path=str(other), table_name="chunks").execute({})
+    message = str(err.value)
+    assert f"refusing to remove {len(known)} of {len(known)} known partitions at once" in message
+    assert f"their shards are not in the store: {named} holding" in message
+    assert f"{before.num_rows} chunks" in message and "ListShardsOperator(max_delete=1.0)" in message
+    assert table(env["db"]).equals(before)
+    copy = tmp_path / "lancedb"
+    shutil.copytree(env["db"], copy)
+    set_lancedb_connection(copy)
+    try:
+        told = ListShardsOperator(task_id="list_shards", store_path=str(other), table_name="chunks", max_delete="100%")
+        assert told.execute({}) == ["delta"]
+    finally:
+        set_lancedb_connection(env["db"])
+    assert table(copy).num_rows == 0 and table(env["db"]).equals(before)
+
+
 HOST_WORKERS_DAG = """
 from datetime import datetime
 

@@ -136,6 +136,7 @@ def _defaults() -> list[tuple[str, str, str]]:
     from latechunk_dagster.pipeline import materialize_partition
     from latechunk_dagster.pipeline.config import CPU_BATCH_TOKENS, GPU_BATCH_TOKENS
     from latechunk_dagster.pipeline.partition import PROGRESS_INTERVAL
+    from latechunk_dagster.pipeline.removals import DEFAULT_MAX_DELETE
     from latechunk_dagster.sink.indexing import ANN_MIN_ROWS, HNSW_M, SEARCH_EF, SEARCH_REFINE_FACTOR
 
     factory = inspect.signature(late_chunk_assets).parameters
@@ -170,6 +171,12 @@ def _defaults() -> list[tuple[str, str, str]]:
             "materialize_partition(max_rejected_share, systemic_min_documents)",
         ),
         ("pipeline.md", f"every {PROGRESS_INTERVAL:g} s", "pipeline.partition.PROGRESS_INTERVAL"),
+        *(
+            (doc, f"`LATECHUNK_MAX_DELETE` (default `{DEFAULT_MAX_DELETE:.0%}`)", "pipeline.removals")
+            for doc in ("pipeline.md", "dagster.md")
+        ),
+        ("airflow.md", f"`LATECHUNK_MAX_DELETE`, else `{DEFAULT_MAX_DELETE:.0%}`", "pipeline.removals"),
+        ("README.md", f"more than {({0.5: 'half'})[DEFAULT_MAX_DELETE]} of the known partitions", "pipeline.removals"),
     ]
 
 

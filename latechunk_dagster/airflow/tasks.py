@@ -16,6 +16,7 @@ from typing import Any
 from latechunk_dagster.core.chunker import LateChunker
 from latechunk_dagster.core.chunking import ChunkingStrategy
 from latechunk_dagster.pipeline.config import DEFAULT_STRATEGY
+from latechunk_dagster.pipeline.removals import check_removals
 from latechunk_dagster.pipeline.shard import (
     CHAR_SPANS_REFUSAL,
     ShardSettings,
@@ -145,7 +146,11 @@ def list_shards(store_path: str, log: logging.Logger | Any | None = None) -> Lis
 
 
 def drop_removed_shards(
-    db: LanceDBSettings, listing: Listing, table_names: list[str], log: logging.Logger | Any | None = None
+    db: LanceDBSettings,
+    listing: Listing,
+    table_names: list[str],
+    log: logging.Logger | Any | None = None,
+    max_delete: float | str | None = None,
 ) -> list[str]:
     """Delete, from each of ``table_names``, the rows of every partition they hold whose shard left
     the store (so search never returns documents that left the store, as Dagster's partition sync
@@ -153,10 +158,22 @@ def drop_removed_shards(
     <latechunk_dagster.sources.listing.Listing.removed>`: none when the listing saw only part of
     the store, never one a skipped entry stands for.
 
+    Args:
+        max_delete: the share of the tables' partitions that may be removed at once (``0.5``,
+            ``"50%"``; default ``$LATECHUNK_MAX_DELETE`` or 50%:
+            :func:`~latechunk_dagster.pipeline.removals.max_delete_share`).
+
     Returns:
         The partitions whose rows were deleted, sorted.
+
+    Raises:
+        TooManyRemovalsError: more than ``max_delete`` of the partitions would go; nothing deleted.
     """
-    removed = listing.removed(stored_partitions(db.connect(), table_names))
+    conn = db.connect()
+    stored = stored_partitions(conn, table_names)
+    removed = listing.removed(stored)
+    how = "ListShardsOperator(max_delete=1.0) for one run"
+    check_removals(removed, stored, max_delete, how=how, db=conn, table_names=table_names)
     if removed:
         deleted = db.drop_partitions(table_names, removed)
         (log or logging.getLogger(__name__)).info(

@@ -1,6 +1,7 @@
 """``latechunk``: command-line entry points of the embedded default.
 
     latechunk sync-partitions          # add/remove dynamic partitions to match the store's shards
+    latechunk sync-partitions -f definitions.py   # the same for every late-chunked table of your definitions
     latechunk search "query" -k 5      # top-k chunks from the LanceDB table (--hybrid: full-text + vector);
                                        # on make demo's granularity tables: the finest matched, its parents printed
     latechunk search "query" --granularity small --parent   # match small chunks, print their parents
@@ -30,7 +31,7 @@ from latechunk_dagster.core.chunker import ENGINES
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="latechunk", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("sync-partitions", help="sync Dagster dynamic partitions with the store's shards")
+    _sync_parser(sub)
     s = sub.add_parser("search", help="search the chunk table")
     s.add_argument("query")
     s.add_argument("-k", type=int, default=5, help="number of results (default 5)")
@@ -102,6 +103,68 @@ def main(argv: list[str] | None = None) -> int:
     if argv is None and args.command in ("search", "eval"):  # the process's own command line, read only
         _exit_without_teardown(code)
     return code
+
+
+def _sync_parser(sub: argparse._SubParsersAction) -> None:
+    """``sync-partitions``: the embedded default's table, or every table of the user's definitions."""
+    p = sub.add_parser(
+        "sync-partitions",
+        help="sync Dagster dynamic partitions with the store's shards (of the embedded default, or of every "
+        "late-chunked table in your definitions: -m/-f as dagster takes them); uses DAGSTER_HOME",
+    )
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("-m", "--module-name", default=None, help="your Definitions' module (as dagster -m)")
+    where.add_argument("-f", "--python-file", default=None, help="your Definitions' Python file (as dagster -f)")
+    p.add_argument(
+        "--max-delete",
+        default=None,
+        metavar="SHARE",
+        help="the share of the known partitions one sync may remove, e.g. 50%% or 100%% (default: "
+        "$LATECHUNK_MAX_DELETE, else 50%%); more is refused, naming them, and nothing changes",
+    )
+
+
+def _sync_partitions(args: argparse.Namespace) -> int:
+    """``latechunk sync-partitions``: :func:`~latechunk_dagster.integration.sensors.sync_partitions` of the
+    embedded default (``DAGSTER_HOME`` of :mod:`~latechunk_dagster.app.settings`), or of each table of
+    the user's definitions (their ``DAGSTER_HOME``, which Dagster requires to be set)."""
+    import dagster as dg
+
+    from latechunk_dagster.app import settings
+
+    warn = lambda line: print(line, file=sys.stderr)  # noqa: E731
+    flag = "-m " + args.module_name if args.module_name else "-f " + args.python_file if args.python_file else ""
+    how = f"latechunk sync-partitions {flag + ' ' if flag else ''}--max-delete 100%"
+    if not flag:
+        settings.ensure_dagster_home()
+        from latechunk_dagster.app.definitions import TABLE, defs
+        from latechunk_dagster.integration.sensors import sync_partitions
+
+        res = defs.resources
+        added, removed = sync_partitions(
+            dg.DagsterInstance.get(),
+            res["store"].get_store(),
+            TABLE.partitions_def,
+            res["lancedb"],
+            TABLE.wiring.table_names,
+            warn=warn,
+            max_delete=args.max_delete,
+            how=how,
+        )
+        print(f"added {added or 'none'}; removed {removed or 'none'} (and their rows)")
+        return 0
+    if not os.environ.get("DAGSTER_HOME"):
+        raise ValueError("set DAGSTER_HOME to the directory of your Dagster instance (the one your runs use)")
+    from latechunk_dagster.integration.sync_definitions import load_definitions, sync_definitions
+
+    defs = load_definitions(args.module_name, args.python_file)
+    with dg.DagsterInstance.get() as instance:
+        for t in sync_definitions(defs, instance, max_delete=args.max_delete, how=how, warn=warn):
+            print(
+                f"{', '.join(t.table_names[:-1])} (partitions {t.partitions}): added {t.added or 'none'}; "
+                f"removed {t.removed or 'none'} (and their rows)"
+            )
+    return 0
 
 
 def _exit_without_teardown(code: int) -> NoReturn:
@@ -207,23 +270,7 @@ def _run_command(args: argparse.Namespace, query_process: QueryProcess | None) -
     from latechunk_dagster.app import settings
 
     if args.command == "sync-partitions":
-        settings.ensure_dagster_home()
-        import dagster as dg
-
-        from latechunk_dagster.app.definitions import TABLE, defs
-        from latechunk_dagster.integration.sensors import sync_partitions
-
-        res = defs.resources
-        added, removed = sync_partitions(
-            dg.DagsterInstance.get(),
-            res["store"].get_store(),
-            TABLE.partitions_def,
-            res["lancedb"],
-            TABLE.wiring.table_names,
-            warn=lambda line: print(line, file=sys.stderr),
-        )
-        print(f"added {added or 'none'}; removed {removed or 'none'} (and their rows)")
-        return 0
+        return _sync_partitions(args)
     from latechunk_dagster import sink
     from latechunk_dagster.sink.search import search
 

@@ -47,16 +47,20 @@ def main() -> int:
 
     from latechunk_dagster.app.definitions import TABLE, defs
     from latechunk_dagster.core.chunker import LateChunker
-    from latechunk_dagster.integration.sensors import sync_partitions
-    from latechunk_dagster.sink.search import search
 
     resources = defs.resources
-    store = resources["store"].get_store()
     instance = dg.DagsterInstance.get()
-    partitions_def = TABLE.partitions_def
-    added, removed = sync_partitions(instance, store, partitions_def, resources["lancedb"], TABLE.wiring.table_names)
-    keys = instance.get_dynamic_partitions(partitions_def.name)
-    print(f"store {_shown(store.uri)} ({store.kind}): {len(keys)} shards (+{len(added)} -{len(removed)})", flush=True)
+    try:
+        queries = demo_queries()  # a bad LATECHUNK_QUERIES file: one line, before anything runs
+        store, keys = sync_store(instance)
+    # TooManyRemovalsError (e.g. another store at a shared DAGSTER_HOME), QueryFileError (both
+    # ValueErrors), a store that is not there or cannot be listed (OSError): one line, nothing changed
+    except (ValueError, OSError) as exc:
+        print(f"make demo: {exc}", file=sys.stderr)
+        return 2
+    if not keys:
+        print("the store holds no shard: nothing to materialize", file=sys.stderr)
+        return 1
 
     t0 = time.perf_counter()
     result = defs.resolve_job_def("chunk_documents").execute_in_process(
@@ -69,6 +73,118 @@ def main() -> int:
     if not result.success:
         print("the chunk_documents run failed; see `make dev` for its logs", file=sys.stderr)
         return 1
+    failed = _print_run(result, wall)
+    defs.resolve_job_def("index_chunks").execute_in_process(instance=instance, run_config=QUIET)
+
+    demo_store = resources["store"].build_demo
+    with LateChunker(resources["engine"].model_path()) as chunker:
+        _print_searches(chunker, queries)
+        if demo_store:
+            print("\n" + _context_set(chunker, settings.queries_dir()))
+        else:
+            print(
+                "\ngenerated context-dependent set: skipped (it scores the model on generated documents, "
+                "not on yours; `make demo` without LATECHUNK_DOCUMENT_STORE runs it)"
+            )
+        model = chunker.card.fingerprint
+    if TABLE.extra_assets:  # the retrieval_eval asset runs its own engine: after this one is closed
+        print("\n" + _retrieval_eval(defs, instance, resources, store, model))
+    else:
+        print(f"\nretrieval scores: skipped: {NO_QUERIES}")
+    return 1 if failed else 0
+
+
+#: Why the demo neither searches nor scores a store of the user's without their queries.
+NO_QUERIES = (
+    "no labeled queries for this store; set LATECHUNK_QUERIES=queries.jsonl (one JSON object a line: "
+    '{"query": "...", "doc_id": "..."}, optionally char_start, char_end) to search your documents with '
+    "them and score late vs naive chunking on them (asset retrieval_eval), or search with "
+    '`latechunk search "..."` (the same LATECHUNK_DOCUMENT_STORE set)'
+)
+
+
+def sync_store(instance: dg.DagsterInstance) -> tuple[DocumentStore, list[str]]:
+    """The demo's first step: the embedded default's partitions synced with its store
+    (:func:`~latechunk_dagster.integration.sensors.sync_partitions`, which refuses to remove more than
+    ``LATECHUNK_MAX_DELETE`` of the partitions at once), and one line saying so; for a store of the
+    user's (``LATECHUNK_DOCUMENT_STORE``) also where its tables live, apart from the demo's
+    (:func:`~latechunk_dagster.app.settings.store_home`).
+
+    Returns:
+        ``(store, every partition key)``.
+
+    Raises:
+        TooManyRemovalsError: nothing was added or removed (the message names the partitions).
+    """
+    from latechunk_dagster.app import settings
+    from latechunk_dagster.app.definitions import TABLE, defs
+    from latechunk_dagster.integration.sensors import sync_partitions
+
+    resources = defs.resources
+    store = resources["store"].get_store()
+    how = "`latechunk sync-partitions --max-delete 100%` (with the same LATECHUNK_DOCUMENT_STORE and DAGSTER_HOME)"
+    added, removed = sync_partitions(
+        instance, store, TABLE.partitions_def, resources["lancedb"], TABLE.wiring.table_names, how=how
+    )
+    keys = instance.get_dynamic_partitions(TABLE.partitions_def.name)
+    line = f"store {_shown(store.uri)} ({store.kind}): {len(keys)} shards (+{len(added)} -{len(removed)})"
+    if not resources["store"].build_demo:
+        line += f"; its tables in {_shown(settings.lancedb_uri())} (the demo's are kept apart)"
+    print(line, flush=True)
+    return store, keys
+
+
+def demo_queries() -> list[str]:
+    """The searches the demo prints: the stdlib queries on the demo store; on a store of the user's, the
+    first three queries of ``LATECHUNK_QUERIES``, else none (:data:`NO_QUERIES` says why).
+
+    Raises:
+        QueryFileError: a bad ``LATECHUNK_QUERIES`` file (naming it and the line).
+    """
+    from latechunk_dagster.app.definitions import defs
+
+    if defs.resources["store"].build_demo and "LATECHUNK_QUERIES" not in os.environ:
+        return list(QUERIES)
+    if not os.environ.get("LATECHUNK_QUERIES"):
+        return []
+    from latechunk_dagster.evaluation import read_queries
+
+    return [q.query for q in read_queries(os.environ["LATECHUNK_QUERIES"])[:3]]
+
+
+def _print_searches(chunker: LateChunker, queries: list[str]) -> None:
+    """Small-to-big results of ``queries`` on the table (matched on the finest granularity, its parents
+    shown); without queries, one line saying why none."""
+    from latechunk_dagster.app.definitions import TABLE, defs
+    from latechunk_dagster.sink.search import search
+
+    if not queries:
+        print(f"\nsearches: skipped: {NO_QUERIES}")
+        return
+    fine, coarse = TABLE.wiring.granularities[0].name, TABLE.wiring.granularities[1].name
+    for q in queries:
+        print(
+            f"\nsearch: {q!r}   small-to-big: matched on {fine}, its {coarse} parents "
+            "(cosine distance of the best match, doc_id, char range, chunks matched, text)"
+        )
+        for hit in search(
+            q,
+            chunker=chunker,
+            uri=defs.resources["lancedb"].uri,
+            table_name=TABLE.wiring.table_name,
+            granularity=fine,
+            return_parent=True,
+            k=3,
+        ):
+            snippet = " ".join((hit.text or "").split())[:100]
+            print(f"  {hit.distance:.3f}  {hit.doc_id} {hit.char_range} {len(hit.matched)}: {snippet}")
+
+
+def _print_run(result: dg.ExecuteInProcessResult, wall: float) -> list[str]:
+    """The chunk run's numbers and its checks, in two lines; returns the failed checks' names."""
+
+    from latechunk_dagster.app.definitions import TABLE
+
     # one materialization per granularity asset and partition: the shared counts (documents, tokens,
     # engine) from the finest granularity's, the chunks written from each granularity's
     by_key: dict[dg.AssetKey, list] = {k: [] for k in TABLE.chunk_keys}
@@ -101,33 +217,7 @@ def main() -> int:
     print(f"asset checks: {len(checks) - len(failed)} passed, {len(failed)} failed" + (f" {failed}" if failed else ""))
     if rejected:
         print("rejected documents are in the rejected_documents table (doc_id, partition, reason)")
-    defs.resolve_job_def("index_chunks").execute_in_process(instance=instance, run_config=QUIET)
-
-    engine = resources["engine"]
-    queries_dir = settings.home() / "queries"
-    fine, coarse = TABLE.wiring.granularities[0].name, TABLE.wiring.granularities[1].name
-    with LateChunker(engine.model_path()) as chunker:
-        for q in QUERIES:
-            print(
-                f"\nsearch: {q!r}   small-to-big: matched on {fine}, its {coarse} parents "
-                "(cosine distance of the best match, doc_id, char range, chunks matched, text)"
-            )
-            for hit in search(
-                q,
-                chunker=chunker,
-                uri=resources["lancedb"].uri,
-                table_name=TABLE.wiring.table_name,
-                granularity=fine,
-                return_parent=True,
-                k=3,
-            ):
-                snippet = " ".join((hit.text or "").split())[:100]
-                print(f"  {hit.distance:.3f}  {hit.doc_id} {hit.char_range} {len(hit.matched)}: {snippet}")
-        print("\n" + _context_set(chunker, queries_dir))
-        model = chunker.card.fingerprint
-    if TABLE.extra_assets:  # the retrieval_eval asset runs its own engine: after this one is closed
-        print("\n" + _retrieval_eval(defs, instance, resources, store, model))
-    return 1 if failed else 0
+    return failed
 
 
 def _context_set(chunker: LateChunker, queries_dir: Path) -> str:
@@ -177,7 +267,8 @@ def _retrieval_eval(
     md = latest.asset_materialization.metadata  # type: ignore[union-attr]
     verdict = late_vs_naive_result(md)
     lines = [
-        f"retrieval by granularity: {queries.name} on the demo table (asset {asset.key.to_user_string()})",
+        f"retrieval by granularity: {queries.name} on the {'demo' if resources['store'].build_demo else 'store'}'s "
+        f"table (asset {asset.key.to_user_string()})",
         md["table"].value,
         f"check late_not_below_naive: {'passed' if verdict.passed else 'failed'} ({verdict.description})",
     ]

@@ -1,13 +1,18 @@
 """The embedded default's locations, from the environment.
 
-``LATECHUNK_HOME`` (default ``./data``) holds ``lancedb/``, ``dagster/`` (``DAGSTER_HOME``) and
-``documents/`` (the demo store). ``LATECHUNK_DOCUMENT_STORE`` points at another store instead
-(a directory, JSONL or Parquet); the demo corpus is then not built.
+``LATECHUNK_HOME`` (default ``./data``) holds ``lancedb/``, ``dagster/`` (``DAGSTER_HOME``),
+``queries/`` and ``documents/`` (the demo store). ``LATECHUNK_DOCUMENT_STORE`` points at another
+store instead (a directory, JSONL or Parquet); the demo corpus is then not built, and that
+store's ``lancedb/``, ``dagster/`` and ``queries/`` live apart from the demo's, in
+``$LATECHUNK_HOME/stores/<name>-<hash of its path>/`` (:func:`store_home`): pointing the default
+at your own folder never syncs it against the demo's tables.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
+import re
 from pathlib import Path
 
 DAGSTER_YAML = """\
@@ -32,8 +37,26 @@ def home() -> Path:
     return Path(os.environ.get("LATECHUNK_HOME", "data")).resolve()
 
 
+def store_home() -> Path:
+    """Where the configured store's tables, Dagster runs and query files live: :func:`home` for the
+    demo store; for ``LATECHUNK_DOCUMENT_STORE``, ``home()/stores/<name>-<first 8 hex of the
+    SHA-256 of its resolved path>`` (one per store: two stores never share tables or partitions)."""
+    configured = os.environ.get("LATECHUNK_DOCUMENT_STORE")
+    if not configured:
+        return home()
+    path = str(Path(configured).resolve())
+    name = re.sub(r"[^A-Za-z0-9_.-]+", "_", Path(path).name or "store")[:40]
+    return home() / "stores" / f"{name}-{hashlib.sha256(path.encode()).hexdigest()[:8]}"
+
+
 def lancedb_uri() -> str:
-    return str(home() / "lancedb")
+    """The embedded default's LanceDB directory: ``store_home()/lancedb``."""
+    return str(store_home() / "lancedb")
+
+
+def queries_dir() -> Path:
+    """The demo's query files and evaluation cache: ``store_home()/queries``."""
+    return store_home() / "queries"
 
 
 def document_store() -> tuple[str, bool]:
@@ -50,12 +73,13 @@ def queries_path() -> str | None:
     configured = os.environ.get("LATECHUNK_QUERIES")
     if configured:
         return str(Path(configured).resolve())
-    return None if os.environ.get("LATECHUNK_DOCUMENT_STORE") else str(home() / "queries" / "stdlib.jsonl")
+    return None if os.environ.get("LATECHUNK_DOCUMENT_STORE") else str(queries_dir() / "stdlib.jsonl")
 
 
 def ensure_dagster_home() -> Path:
-    """Create ``$LATECHUNK_HOME/dagster`` with a ``dagster.yaml``, point ``DAGSTER_HOME`` at it (unless set)."""
-    path = Path(os.environ.get("DAGSTER_HOME") or home() / "dagster")
+    """Create ``store_home()/dagster`` with a ``dagster.yaml``, point ``DAGSTER_HOME`` at it (unless set).
+    Returns the ``DAGSTER_HOME`` in force (``make dev`` prints it to open the UI on it)."""
+    path = Path(os.environ.get("DAGSTER_HOME") or store_home() / "dagster")
     path.mkdir(parents=True, exist_ok=True)
     if not (path / "dagster.yaml").exists():
         (path / "dagster.yaml").write_text(DAGSTER_YAML)

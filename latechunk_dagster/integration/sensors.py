@@ -12,10 +12,14 @@ from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PART
 from latechunk_dagster.integration.resources import LanceDBResource
 from latechunk_dagster.integration.wiring import TableWiring, dynamic_name
 from latechunk_dagster.pipeline.partition import SHARD_ERRORS
+from latechunk_dagster.pipeline.removals import check_removals
 from latechunk_dagster.sink.writes import stored_partitions
 from latechunk_dagster.sources.files import DocumentStore, IncompleteListingError
 
 log = logging.getLogger(__name__)
+
+#: How a user removes, from a shell, the partitions a store sensor refused to remove.
+SENSOR_HOW = "`latechunk sync-partitions -f YOUR_DEFINITIONS.py --max-delete 100%` (or -m YOUR.MODULE)"
 
 
 def sync_partitions(
@@ -26,6 +30,8 @@ def sync_partitions(
     table_names: list[str] | None = None,
     *,
     warn: Callable[[str], None] | None = None,
+    max_delete: float | str | None = None,
+    how: str = "sync_partitions(..., max_delete=1.0)",
 ) -> tuple[list[str], list[str]]:
     """Add the store's shards that are not yet partitions; delete the partitions whose shard left
     the store and (with ``lancedb``) their rows in ``table_names``, so search never returns
@@ -39,12 +45,18 @@ def sync_partitions(
     cannot be a partition key, a ``.jsonl.gz`` file, a FIFO...) gets a line on ``warn`` (default:
     this module's logger); every other shard is synced as usual.
 
+    A sync that would remove more than ``max_delete`` (a share of the known partitions, default
+    ``$LATECHUNK_MAX_DELETE`` or 50%: :mod:`latechunk_dagster.pipeline.removals`) changes nothing
+    and raises, naming the partitions, their rows and ``how`` to remove them anyway.
+
     Returns ``(added, removed)``. Used by the ``latechunk sync-partitions`` command; the sensor
     does the same through a ``SensorResult``.
 
     Raises:
         IncompleteListingError: the store could not be listed at all (e.g. a single-file store cut
             off mid-write); nothing was added or removed. The message names the file.
+        TooManyRemovalsError: more than ``max_delete`` of the partitions would be removed; nothing
+            was added or removed.
     """
     name = partitions_def.name
     assert name is not None
@@ -54,9 +66,11 @@ def sync_partitions(
     if listing.gaps and not listing.shards:
         raise IncompleteListingError(listing.incomplete_reason())
     known = instance.get_dynamic_partitions(name)
-    stored = stored_partitions(lancedb.settings().connect(), table_names) if lancedb and table_names else set()
+    db = lancedb.settings().connect() if lancedb and table_names else None
+    stored = stored_partitions(db, table_names) if db is not None and table_names else set()
     added = sorted(set(listing.shards) - set(known))
     removed = listing.removed(known, stored)
+    check_removals(removed, set(known) | stored, max_delete, how=how, db=db, table_names=table_names or ())
     if added:
         instance.add_dynamic_partitions(name, added)
     if lancedb is not None and table_names:
@@ -126,11 +140,30 @@ def read_cursor(cursor: str | None) -> tuple[int, dict[str, str]]:
     return 0, value
 
 
+#: Sensor metadata key of what ``latechunk sync-partitions -m/-f`` syncs (:func:`sync_target`).
+SYNC_METADATA = "latechunk/sync"
+
+
+def sync_target(w: TableWiring) -> dict[str, object]:
+    """What a partition sync of the table needs, by name: ``{"partitions": dynamic partitions name,
+    "store_key", "lancedb_key": resource keys, "table_names": the tables of its rows}``; the store
+    sensor carries it as metadata (:data:`SYNC_METADATA`), so a loaded ``Definitions`` says it."""
+    return {
+        "partitions": dynamic_name(w.partitions_def),
+        "store_key": w.store_key,
+        "lancedb_key": w.lancedb_key,
+        "table_names": w.table_names,
+    }
+
+
 def build_store_sensor(w: TableWiring, name: str) -> dg.SensorDefinition:
     """A sensor that adds a partition per new shard, requests runs of new or changed shards (of every
     granularity's chunk asset: one run encodes them together) and drops the partitions and rows of
     shards that left the store, from every granularity table and the rejected table (dynamic
-    partitions only)."""
+    partitions only). A tick that would remove more than the share ``LATECHUNK_MAX_DELETE`` (default
+    50%) of the partitions at once fails whole with
+    :class:`~latechunk_dagster.pipeline.removals.TooManyRemovalsError` (no partition, run or row
+    changes); ``latechunk sync-partitions ... --max-delete 100%`` removes them."""
     pname = dynamic_name(w.partitions_def)
     if pname is None:
         raise ValueError("the store sensor needs a DynamicPartitionsDefinition")
@@ -144,7 +177,9 @@ def build_store_sensor(w: TableWiring, name: str) -> dg.SensorDefinition:
         default_status=dg.DefaultSensorStatus.STOPPED,
         required_resource_keys={w.store_key, w.lancedb_key},
         description="Adds a partition per new shard, materializes new or changed shards, and drops the "
-        "partitions and rows of shards that left the store.",
+        "partitions and rows of shards that left the store (refused, failing the tick, when more than "
+        "LATECHUNK_MAX_DELETE, default 50%, of the partitions would go at once).",
+        metadata={SYNC_METADATA: dg.MetadataValue.json(sync_target(w))},
     )
     # direct invocation (tests, `sensor(context)`) also passes the required resources as keywords
     def _sensor(context: dg.SensorEvaluationContext, **_resources: object) -> dg.SensorResult | dg.SkipReason:
@@ -156,11 +191,15 @@ def build_store_sensor(w: TableWiring, name: str) -> dg.SensorDefinition:
             context.log.warning(line)
         if listing.gaps and not listing.shards:
             return dg.SkipReason(listing.incomplete_reason())
-        current = shard_fingerprints(st, listing.shards)
         known_order = context.instance.get_dynamic_partitions(pname)
         known = set(known_order)
+        db = lancedb.settings().connect()
+        stored = stored_partitions(db, w.table_names)
+        gone = listing.removed(known, stored)
+        # too many at once: the tick fails whole (no partition, run or row changes), naming them
+        check_removals(gone, known | stored, how=SENSOR_HOW, db=db, table_names=w.table_names)
+        current = shard_fingerprints(st, listing.shards)
         new = sorted(set(current) - known)
-        gone = listing.removed(known, stored_partitions(lancedb.settings().connect(), w.table_names))
         changed = sorted(k for k, fp in current.items() if previous.get(k) != fp)
         if gone:
             dropped = lancedb.drop_partitions(w.table_names, gone)

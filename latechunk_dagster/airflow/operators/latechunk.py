@@ -40,6 +40,7 @@ from latechunk_dagster.airflow.tasks import (
 )
 from latechunk_dagster.core.chunking import ChunkingStrategy
 from latechunk_dagster.pipeline import SystemicFailureError
+from latechunk_dagster.pipeline.removals import TooManyRemovalsError
 from latechunk_dagster.pipeline.shard import ShardSettings, describe_strategies
 from latechunk_dagster.sink import CHUNK_TABLE, REJECTED_TABLE
 from latechunk_dagster.sink.schema import granularity_table
@@ -73,9 +74,12 @@ class ListShardsOperator(BaseOperator):
             of the late-chunk task's ``strategies``): the removed shards are dropped from each
             granularity's table (``table_name_<granularity>``). Templated.
         rejected_table_name, lancedb_conn_id: as :class:`LateChunkShardOperator`.
+        max_delete: the share of the table's partitions that may be removed at once (``0.5``,
+            ``"50%"``; ``None``: ``$LATECHUNK_MAX_DELETE``, default 50%). More fails the task
+            (no retry) naming the partitions and their rows, and deletes nothing. Templated.
     """
 
-    template_fields: Sequence[str] = ("store_path", "table_name", "granularities", "rejected_table_name")
+    template_fields: Sequence[str] = ("store_path", "table_name", "granularities", "rejected_table_name", "max_delete")
 
     def __init__(
         self,
@@ -85,6 +89,7 @@ class ListShardsOperator(BaseOperator):
         granularities: Sequence[str] = (),
         rejected_table_name: str = REJECTED_TABLE,
         lancedb_conn_id: str = LanceDBHook.default_conn_name,
+        max_delete: float | str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -93,6 +98,7 @@ class ListShardsOperator(BaseOperator):
         self.granularities = granularities
         self.rejected_table_name = rejected_table_name
         self.lancedb_conn_id = lancedb_conn_id
+        self.max_delete = max_delete
 
     def execute(self, context: Context) -> list[str]:
         listing = list_shards(self.store_path, self.log)
@@ -102,7 +108,10 @@ class ListShardsOperator(BaseOperator):
         if self.table_name:
             db = LanceDBHook(self.lancedb_conn_id).get_settings()
             names = table_names(self.table_name, self.granularities or ())
-            drop_removed_shards(db, listing, [*names, self.rejected_table_name], self.log)
+            try:
+                drop_removed_shards(db, listing, [*names, self.rejected_table_name], self.log, self.max_delete)
+            except TooManyRemovalsError as exc:  # a retry would refuse again: the user's call
+                raise AirflowFailException(str(exc)) from None
         return shards
 
 
