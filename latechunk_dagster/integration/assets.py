@@ -259,7 +259,6 @@ def materialize_chunks(
             "engine": dg.MetadataValue.text(chunker.settings.engine),
             "vllm_version": dg.MetadataValue.text(chunker.settings.engine_record),
             "code_version": dg.MetadataValue.text(code_versions.get(g.chunk_key) or ""),
-            "table": dg.MetadataValue.text(table.name),
         }
         if target.generation is not None:
             metadata["generation"] = dg.MetadataValue.int(target.generation)

@@ -65,6 +65,9 @@ LOG_SCHEMA = pa.schema(
     ]
 )
 
+#: Tags :func:`tag_commit` puts on the versions runs commit start with this.
+RUN_TAG_PREFIX = "run-"
+
 _TAG_CHARS = re.compile(r"[^A-Za-z0-9._-]")
 
 
@@ -205,15 +208,15 @@ def _ended(gens: dict[int, Generation], n: int, at: datetime) -> None:
     gens[n] = _replace(gens[n], served_until=at)
 
 
-def _append(db: Any, table: str, event: str, generation: int, **fields: Any) -> None:
-    """One log row, one commit (retried on a commit conflict)."""
-    log = open_or_create(db, log_table_name(table), LOG_SCHEMA)
-    seq = read_state(db, table)
+def _append(db: Any, definition: str, event: str, generation: int, **fields: Any) -> None:
+    """One log row of the table definition ``definition``, one commit (retried on a commit conflict)."""
+    log = open_or_create(db, log_table_name(definition), LOG_SCHEMA)
+    seq = read_state(db, definition)
     row = {name: None for name in LOG_SCHEMA.names} | fields
     row |= {"seq": seq.events if seq else 0, "event": event, "generation": generation, "at": datetime.now(UTC)}
     retry_commit(
         lambda: log.add(pa.Table.from_pylist([row], schema=LOG_SCHEMA)),
-        what=f"{event} generation {generation} of {table!r}",
+        what=f"{event} generation {generation} of {definition!r}",
         refresh=log.checkout_latest,
     )
 
@@ -341,27 +344,33 @@ def rollback(db: Any, table: str, *, run_id: str | None = None, note: str = "") 
 
 def clean(db: Any, table: str, *, retention: timedelta = DEFAULT_RETENTION, now: datetime | None = None) -> list[int]:
     """Drop the tables of generations that are not current and have not been served (or, never
-    promoted, were opened) within ``retention``; a generation any of whose tables carries a tag
-    (:func:`tag_commit`, or a user's) is kept. Returns the numbers dropped; each gets a ``drop`` row.
+    promoted, were opened) within ``retention``; a generation any of whose tables carries a user's
+    tag (any tag but the runs' own ``run-...`` lineage tags, :func:`tag_commit`) is kept. Returns the
+    numbers dropped; each gets a ``drop`` row.
 
     Raises:
         ValueError: ``table`` is not under generations.
     """
     state, now = _state(db, table), now or datetime.now(UTC)
-    on_stack, dropped = set(state.stack), []
+    current, dropped = state.stack[-1:], []
     listed = set(db.list_tables().tables)
     for g in state.generations.values():
         since = g.served_until or g.opened_at
-        if g.dropped or g.number in on_stack or now - since < retention:
+        if g.dropped or g.number in current or now - since < retention:
             continue
         names = generation_tables(db, g)
-        if any(db.open_table(name).tags.list() for name in names if name in listed):
+        if any(_protected(db.open_table(name)) for name in names if name in listed):
             continue
         for name in names:
             db.drop_table(name, ignore_missing=True)
         _append(db, table, "drop", g.number, note=f"older than {retention}")
         dropped.append(g.number)
     return dropped
+
+
+def _protected(table: Any) -> bool:
+    """Whether ``table`` carries a tag other than the runs' lineage tags (:data:`RUN_TAG_PREFIX`)."""
+    return any(not tag.startswith(RUN_TAG_PREFIX) for tag in table.tags.list())
 
 
 def generation_tables(db: Any, gen: Generation) -> list[str]:
@@ -392,7 +401,7 @@ def tag_name(run_id: str, partition: str) -> str:
     """The tag of the table version a run committed for ``partition``: ``run-<run_id>-<12 hex of the
     partition's sha256>`` (tags take letters, digits, ``.``, ``-``, ``_``; partitions take any text)."""
     digest = hashlib.sha256(partition.encode("utf-8", "surrogatepass")).hexdigest()[:12]
-    return f"run-{_TAG_CHARS.sub('_', run_id)}-{digest}"
+    return f"{RUN_TAG_PREFIX}{_TAG_CHARS.sub('_', run_id)}-{digest}"
 
 
 def tag_commit(table: Any, version: int, run_id: str, partition: str) -> str:
