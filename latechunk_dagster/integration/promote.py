@@ -9,7 +9,6 @@ execution covering a partition decides). Promotion is one commit of the generati
 what is missing and commits nothing.
 """
 
-from __future__ import annotations
 
 from datetime import datetime
 from typing import Any
@@ -46,10 +45,9 @@ def _checked(w: TableWiring, instance: dg.DagsterInstance, partitions: list[str]
         for check_key in _check_keys(w, key):
             decided: dict[str, bool] = {}
             for record in storage.get_asset_check_execution_history(check_key, limit=CHECK_HISTORY):
-                if record.create_timestamp < since.timestamp():
-                    break
+                # an execution is recorded (planned) when its run starts; its evaluation is what counts
                 evaluation = record.event.asset_check_evaluation if record.event else None
-                if evaluation is None:
+                if evaluation is None or record.event.timestamp < since.timestamp():  # type: ignore[union-attr]
                     continue
                 covered = evaluation.metadata.get("partitions")
                 for p in covered.value if covered is not None else []:
