@@ -127,3 +127,33 @@ def test_engine_and_segmenter_versions_open_a_generation() -> None:
     key = gens.definition_key(granularity_configs(SETTINGS, {"small": fixed, "big": sentences}))
     assert key != gens.definition_key(granularity_configs(upgraded, {"small": fixed, "big": sentences}))
     assert key != gens.definition_key(granularity_configs(SETTINGS, {"small": fixed}))
+
+
+def test_the_cli_lists_promotes_only_a_complete_generation_and_rolls_back(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from latechunk_dagster.app.cli import main
+
+    db, uri = sink.connect(str(tmp_path)), str(tmp_path)
+    db.create_table("kb", pa.table({"partition": ["a", "b"], "vector_config": ["cfg-1", "cfg-1"]}))
+    assert main(["generations", "--uri", uri, "--table", "kb", "--enable"]) == 0
+    name, _, n = gens.writing_tables(db, "kb", "rejected_documents", "new-key")
+    db.create_table(name, pa.table({"partition": ["a"], "vector_config": ["cfg-2"]}))  # b not written yet
+    capsys.readouterr()
+    assert main(["promote", "--uri", uri, "--table", "kb"]) == 2
+    assert "generation 2 of 'kb' lacks 1 partitions the current generation has (b)" in capsys.readouterr().err
+    assert gens.current_table(db, "kb") == "kb"
+    db.open_table(name).add(pa.table({"partition": ["b"], "vector_config": ["cfg-2"]}))
+    assert main(["promote", "--uri", uri, "--table", "kb"]) == 0
+    assert gens.current_table(db, "kb") == "kb__g2" and n == 2
+    assert main(["generations", "--uri", uri, "--table", "kb"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    rows = [line.split("\t")[:4] for line in lines if line[:1].isdigit()]
+    assert rows == [
+        ["1", "built", gens.definition_key({"": "cfg-1"}), "kb"],
+        ["2", "current", "new-key", "kb__g2"],
+    ]
+    assert main(["rollback", "--uri", uri, "--table", "kb"]) == 0
+    assert gens.current_table(db, "kb") == "kb"
+    assert main(["rollback", "--uri", uri, "--table", "kb"]) == 2  # nothing earlier: one line, no traceback
+    assert "no earlier generation" in capsys.readouterr().err
