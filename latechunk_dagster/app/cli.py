@@ -280,11 +280,10 @@ def _current_generation(uri: str, where: str, definition: str) -> str:
     from latechunk_dagster.sink.generations import current_table, log_table_name
 
     try:
-        if log_table_name(definition) not in _table_names(uri, where, definition):
-            return definition
+        listed = _table_names(uri, where, definition)
     except ValueError:  # no such directory...: the command's own check says so, naming its table
         return definition
-    return current_table(sink.connect(uri), definition)
+    return current_table(sink.connect(uri), definition, listed) if log_table_name(definition) in listed else definition
 
 
 def _check_chunk_table(table: object, name: str, dimensions: int | None) -> None:

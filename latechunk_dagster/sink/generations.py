@@ -30,7 +30,7 @@ import hashlib
 import json
 import re
 import time
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -156,11 +156,16 @@ class GenerationState:
         return max(live, key=lambda g: g.number) if live else None
 
 
-def read_state(db: Any, table: str) -> GenerationState | None:
+def read_state(db: Any, table: str, listed: Collection[str] | None = None) -> GenerationState | None:
     """The generations of ``table`` as its log holds them, or ``None`` when ``table`` is not under
-    generations (no log). One read of the log (a few rows per generation)."""
+    generations (no log). One read of the log (a few rows per generation).
+
+    Args:
+        listed: the database's table names when the caller has listed them (saves a listing: one
+            request on an object store).
+    """
     name = log_table_name(table)
-    if name not in db.list_tables().tables:
+    if name not in (db.list_tables().tables if listed is None else listed):
         return None
     rows = db.open_table(name).to_arrow().sort_by([("seq", "ascending"), ("at", "ascending")]).to_pylist()
     return state_of(rows)
@@ -289,11 +294,12 @@ def writing_tables(
     raise RuntimeError(f"could not open a generation of {table!r} for key {key}: other writers kept taking the number")
 
 
-def current_table(db: Any, table: str) -> str:
+def current_table(db: Any, table: str, listed: Collection[str] | None = None) -> str:
     """The name readers open for the table definition ``table``: its current generation's (the base
     of its granularity tables), or ``table`` itself when it is not under generations or none is
-    promoted yet. One ``list_tables`` and, under generations, one read of the log."""
-    state = read_state(db, table)
+    promoted yet. One ``list_tables`` (none with ``listed``, as :func:`read_state`) and, under
+    generations, one read of the log."""
+    state = read_state(db, table, listed)
     current = state.current if state else None
     return current.table if current else table
 

@@ -132,9 +132,9 @@ def search(
     if k < 1:
         raise ValueError(f"k must be >= 1, got {k}")
     db = sink.connect(uri, **(connect_kwargs or {}))
-    table_name = current_table(db, table_name)  # under generations: the current generation's (one log read)
-    name = table_name if granularity is None else granularity_table(table_name, granularity)
     tables = db.list_tables().tables
+    table_name = current_table(db, table_name, tables)  # under generations: the current generation's (one log read)
+    name = table_name if granularity is None else granularity_table(table_name, granularity)
     if name not in tables:
         known = _granularities(tables, table_name)
         raise ValueError(f"no table {name!r} at {uri}: materialize chunk_vectors first{known}")
