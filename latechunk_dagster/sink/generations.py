@@ -39,7 +39,7 @@ import pyarrow as pa
 
 from latechunk_dagster.sink.granularity_tables import granularity_tables
 from latechunk_dagster.sink.retry import retry_commit
-from latechunk_dagster.sink.writes import open_or_create
+from latechunk_dagster.sink.writes import open_or_create, stored_partitions
 
 #: The log of a table definition ``t`` is the table ``f"{t}{LOG_SUFFIX}"``.
 LOG_SUFFIX = "__generations"
@@ -389,8 +389,6 @@ def generation_tables(db: Any, gen: Generation) -> list[str]:
 def missing_partitions(db: Any, table: str, generation: Generation) -> list[str]:
     """Partitions the current generation holds (rows or rejections) that ``generation`` holds
     nowhere: what a backfill has yet to write before ``latechunk promote`` may switch."""
-    from latechunk_dagster.sink.writes import stored_partitions
-
     state = _state(db, table)
     current = state.current
     if current is None or current.number == generation.number:
