@@ -17,17 +17,18 @@ from latechunk_dagster.core.chunker import LateChunker
 from latechunk_dagster.core.chunking import ChunkingStrategy
 from latechunk_dagster.pipeline.config import DEFAULT_STRATEGY
 from latechunk_dagster.pipeline.removals import check_removals
+from latechunk_dagster.pipeline.run_tables import open_run_tables
 from latechunk_dagster.pipeline.shard import (
     CHAR_SPANS_REFUSAL,
     ShardSettings,
     Strategies,
-    open_chunk_tables,
     run_shard,
     shard_summary,
     strategy_from_run_config,
 )
 from latechunk_dagster.sink import validation
 from latechunk_dagster.sink.database import LanceDBSettings
+from latechunk_dagster.sink.generations import built_table
 from latechunk_dagster.sink.indexing import refresh_indexes
 from latechunk_dagster.sink.parents import PARENT_CHECK, parents_exist
 from latechunk_dagster.sink.schema import granularity_table
@@ -201,6 +202,9 @@ def chunk_shard(
     Streaming batches, incremental skip, one atomic commit (per granularity table with several
     strategies ``{granularity: strategy}``: each ``granularity_table(table_name, granularity)``,
     every document encoded once), rejected rows in ``rejected_table_name``, progress lines on ``log``.
+    A definition under generations (:mod:`latechunk_dagster.sink.generations`) is written in the
+    generation of the run's vector configuration (``table``, ``generation`` in the summary), and the
+    summary's ``tag`` names the table version its commit made (``table.checkout(tag)``).
 
     Returns:
         :func:`~latechunk_dagster.pipeline.shard.shard_summary` (small and JSON-able: counts,
@@ -210,10 +214,12 @@ def chunk_shard(
         SystemicFailureError, and a shard that cannot be read (``sources.documents.READ_ERRORS``):
             as :func:`~latechunk_dagster.pipeline.shard.run_shard` (recorded, old rows kept).
     """
-    rejected_table = db.rejected_table(rejected_table_name)  # a bad URI fails before the shard is read
+    db.rejected_table(rejected_table_name)  # a bad URI fails before the shard is read
     settings = settings or ShardSettings()
     settings.check_strategies(strategy)  # given_chunks without a chunks_column: before the shard is read
-    tables = open_chunk_tables(db, table_name, strategy, chunker.embedding_dim)
+    # under generations (the definition's log exists): the generation of this run's vector configuration
+    target = open_run_tables(db, table_name, rejected_table_name, strategy, chunker, run_id=run_id)
+    tables, rejected_table, table_name = target.chunk_table, target.rejected_table, target.table_name
     store = DocumentStore.from_path(store_path, chunks_column=settings.chunks_column)
     report = run_shard(
         chunker,
@@ -236,6 +242,7 @@ def chunk_shard(
         table_name=table_name,
         table_version=first.version,
         run_id=run_id,
+        generation=target.generation,
     )
 
 
@@ -275,6 +282,9 @@ def check_shards(
     """
     reported = {r["partition"]: r for r in results if r}
     partitions = sorted(set(reported) | set(shards))
+    # under generations: the newest generation's tables (what the shard tasks wrote)
+    table_name, rejected = built_table(db.connect(), table_name)
+    rejected_table_name = rejected or rejected_table_name
     name = granularity_table(table_name, granularity)
     checks = [*validation.CHECKS, *(PARENT_CHECK if parent is not None else {})]
     table = db.open_table(name)

@@ -9,6 +9,7 @@
     latechunk eval QUERIES.jsonl       # retrieval late vs naive (and hybrid) on labeled queries (nDCG@10, R@k, MRR@10);
                                        # every granularity side by side, with small-to-big, where --table has several
     latechunk demo                     # what `make demo` runs
+    latechunk generations | promote | rollback   # the table definition's generations (issue 36)
 
 Locations come from ``LATECHUNK_HOME`` / ``LATECHUNK_DOCUMENT_STORE`` (:mod:`latechunk_dagster.app.settings`).
 """
@@ -24,6 +25,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import NoReturn
 
+from latechunk_dagster.app import generations_cli
 from latechunk_dagster.app.query_process import ONE_LINE_ERRORS, QueryProcess
 from latechunk_dagster.core.chunker import ENGINES
 
@@ -85,6 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     m.add_argument("--uri", default=None, help="LanceDB directory (default: $LATECHUNK_HOME/lancedb)")
     m.add_argument("--table", default=None, help="chunk table (default: chunks)")
     sub.add_parser("demo", help="run the main job on the embedded default and search")
+    generations_cli.add_parsers(sub)
     args = parser.parse_args(argv)
     args.said = ""  # search's header line where the command chose what to search (_finest_granularity)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -267,6 +270,8 @@ def _run_command(args: argparse.Namespace, query_process: QueryProcess | None) -
         from latechunk_dagster.app.demo import main as demo_main
 
         return demo_main()
+    if args.command in generations_cli.COMMANDS:
+        return generations_cli.run(args)
     from latechunk_dagster.app import settings
 
     if args.command == "sync-partitions":
@@ -275,12 +280,12 @@ def _run_command(args: argparse.Namespace, query_process: QueryProcess | None) -
     from latechunk_dagster.sink.search import search
 
     uri = args.uri or settings.lancedb_uri()
-    name = args.table or sink.CHUNK_TABLE
+    where = "--uri" if args.uri else "LATECHUNK_HOME"
+    name = _current_generation(uri, where, args.table or sink.CHUNK_TABLE)
     if getattr(args, "granularity", None) is not None:  # search's option
         from latechunk_dagster.sink.schema import granularity_table
 
         name = granularity_table(name, args.granularity)
-    where = "--uri" if args.uri else "LATECHUNK_HOME"
     if args.command == "eval":
         return _eval(args, uri, name, where)
     tables = _table_names(uri, where, name)
@@ -353,6 +358,19 @@ def _finest_granularity(args: argparse.Namespace, uri: str, definition: str) -> 
     else:
         args.said = f"# {definition}: granularity {fine!r} (granularities, finest first: {', '.join(chain)})"
     return granularity_table(definition, fine)
+
+
+def _current_generation(uri: str, where: str, definition: str) -> str:
+    """The tables readers open for ``definition``: its current generation's where it is under
+    generations (:func:`~latechunk_dagster.sink.generations.current_table`), resolved once per command."""
+    from latechunk_dagster import sink
+    from latechunk_dagster.sink.generations import current_table, log_table_name
+
+    try:
+        listed = _table_names(uri, where, definition)
+    except ValueError:  # no such directory...: the command's own check says so, naming its table
+        return definition
+    return current_table(sink.connect(uri), definition, listed) if log_table_name(definition) in listed else definition
 
 
 def _check_chunk_table(table: object, name: str, dimensions: int | None) -> None:

@@ -26,9 +26,9 @@ from latechunk_dagster.integration.run_config import StrategyConfig as StrategyC
 from latechunk_dagster.integration.wiring import TableWiring
 from latechunk_dagster.pipeline.partition import SHARD_ERRORS
 from latechunk_dagster.pipeline.partition import UNREADABLE_SHARD as UNREADABLE_SHARD  # re-exported
+from latechunk_dagster.pipeline.run_tables import open_run_tables
 from latechunk_dagster.pipeline.shard import (
     Strategies,
-    open_chunk_tables,
     run_shard,
     shard_summary,
 )
@@ -171,9 +171,19 @@ def materialize_chunks(
         )
         raise ValueError(f"{exc}: {where}") from None
     chunker = engine.get_chunker()
-    opened = open_chunk_tables(lancedb, w.table_name, strategy, chunker.embedding_dim)
+    # the generation of this run's vector configuration, under generations; else the configured tables
+    target = open_run_tables(
+        lancedb,
+        w.table_name,
+        w.rejected_table_name,
+        strategy,
+        chunker,
+        run_id=context.run.run_id,
+        generations=w.generations,
+    )
+    opened, rejected_table = target.chunk_table, target.rejected_table
     tables = {SINGLE: opened} if w.single else dict(opened)
-    table_uri = f"{lancedb.uri}/{w.table_name}"
+    table_uri = f"{lancedb.uri}/{target.table_name}"
     totals = {
         g: dict.fromkeys(("documents", "chunks", "rejected", "tokens", "seconds", "unreadable_shards"), 0.0)
         for g in strategies
@@ -210,9 +220,10 @@ def materialize_chunks(
             chunker,
             strategy,
             table_uri=table_uri,
-            table_name=w.table_name,
+            table_name=target.table_name,
             table_version=tables[w.granularities[0].name].version,
             run_id=context.run.run_id,
+            generation=target.generation,
         )
         shared = {k: v for k, v in summary.items() if k != "granularities"}
         for g in w.granularities:
@@ -233,7 +244,7 @@ def materialize_chunks(
         table, t = tables[g.name], totals[g.name]
         metadata = {
             "dagster/row_count": dg.MetadataValue.int(table.count_rows()),
-            "dagster/uri": dg.MetadataValue.text(f"{lancedb.uri}/{g.table_name}"),
+            "dagster/uri": dg.MetadataValue.text(f"{lancedb.uri}/{table.name}"),
             "dagster/column_schema": _column_schema(table.schema),
             "version": dg.MetadataValue.int(table.version),
             "run_documents_in": dg.MetadataValue.int(int(t["documents"])),
@@ -249,6 +260,8 @@ def materialize_chunks(
             "vllm_version": dg.MetadataValue.text(chunker.settings.engine_record),
             "code_version": dg.MetadataValue.text(code_versions.get(g.chunk_key) or ""),
         }
+        if target.generation is not None:
+            metadata["generation"] = dg.MetadataValue.int(target.generation)
         if not w.single:
             metadata["granularity"] = dg.MetadataValue.text(g.name)
             metadata["parent_table"] = dg.MetadataValue.text(w.chunk_tables[g.parent] if g.parent else "")
@@ -284,11 +297,10 @@ def build_index_asset(w: TableWiring, specs: Sequence[dg.AssetSpec]) -> dg.Asset
         lancedb = w.resource(context, w.lancedb_key)
         for key in [k for k in tables if k in context.selected_asset_keys]:
             g = tables[key]
-            table = lancedb.open_table(g.table_name)
+            name = w.built_tables(lancedb)[0][g.name]  # the newest generation's, under generations
+            table = lancedb.open_table(name)
             if table is None:
-                raise dg.Failure(
-                    f"no table {g.table_name!r} at {lancedb.uri}: materialize {g.chunk_key.to_user_string()}"
-                )
+                raise dg.Failure(f"no table {name!r} at {lancedb.uri}: materialize {g.chunk_key.to_user_string()}")
             report = refresh_indexes(table)
             context.log.info(f"indexes of {g.table_name!r}: {report}")
             yield dg.MaterializeResult(

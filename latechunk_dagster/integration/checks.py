@@ -114,17 +114,18 @@ def build_table_checks(w: TableWiring, g: Granularity) -> dg.AssetChecksDefiniti
                 metadata={"partitions": dg.MetadataValue.json(partitions), "details": dg.MetadataValue.json(details)},
             )
 
-        table = lancedb.open_table(g.table_name)
+        built, rejected_name = w.built_tables(lancedb)  # the newest generation's, under generations
+        table = lancedb.open_table(built[g.name])
         if table is None:
             for name in described:
-                yield result(name, (False, {"reason": f"no table {g.table_name!r}"}), [])
+                yield result(name, (False, {"reason": f"no table {built[g.name]!r}"}), [])
             return
         partitions = run_partitions(w, context, config, table)
         dim = table.schema.field("vector").type.list_size
         reported = {last_reported(key, context.instance, p, "embedding_dim") for p in partitions} - {None}
         outcomes = validation.check_partitions(  # one partition at a time: memory bounded by a partition
             table,
-            lancedb.open_table(w.rejected_table_name),
+            lancedb.open_table(rejected_name),
             partitions,
             dim=reported.pop() if len(reported) == 1 else dim,
             expected_rows={p: last_reported(key, context.instance, p, "partition_rows") for p in partitions},
@@ -135,13 +136,13 @@ def build_table_checks(w: TableWiring, g: Granularity) -> dg.AssetChecksDefiniti
         )
         for name in CHECKS:
             yield result(name, outcomes[name], partitions)
-        if parent_table is not None:
-            coarse = lancedb.open_table(parent_table)
+        if g.parent is not None:
+            coarse = lancedb.open_table(built[g.parent])
             [name] = PARENT_CHECK
             outcome = (
                 parents_exist(table, coarse, partitions)
                 if coarse is not None
-                else (False, {"reason": f"no table {parent_table!r} (the next granularity's)"})
+                else (False, {"reason": f"no table {built[g.parent]!r} (the next granularity's)"})
             )
             yield result(name, outcome, partitions)
 
@@ -163,9 +164,11 @@ def build_parity_check(w: TableWiring, g: Granularity) -> dg.AssetChecksDefiniti
         required_resource_keys={w.engine_key, w.lancedb_key, w.store_key},
     )
     def parity_sample(context: dg.AssetCheckExecutionContext, config: ParityConfig) -> dg.AssetCheckResult:
-        table = w.resource(context, w.lancedb_key).open_table(g.table_name)
+        lancedb = w.resource(context, w.lancedb_key)
+        name = w.built_tables(lancedb)[0][g.name]  # the newest generation's, under generations
+        table = lancedb.open_table(name)
         if table is None:
-            return dg.AssetCheckResult(passed=False, metadata={"reason": f"no chunk table {g.table_name!r}"})
+            return dg.AssetCheckResult(passed=False, metadata={"reason": f"no chunk table {name!r}"})
         partitions = run_partitions(w, context, config, table)
         same_run = g.chunk_key in (context.run.asset_selection or set())
         # in the run that materialized the partition: sample what this run wrote (incremental

@@ -43,6 +43,7 @@ from latechunk_dagster.evaluation import (
 from latechunk_dagster.evaluation.plot import plot_report, plot_sweep
 from latechunk_dagster.evaluation.report import label, metadata_key
 from latechunk_dagster.sink import CHUNK_TABLE
+from latechunk_dagster.sink.generations import current_table
 
 CHECK_NAME = "late_not_below_naive"
 
@@ -135,7 +136,7 @@ def retrieval_eval_asset(
         lancedb = getattr(context.resources, lancedb_resource_key)
         name = table_name or CHUNK_TABLE
         with lancedb.get_connection() as db:
-            tables = granularity_tables(db, name)
+            tables = granularity_tables(db, current_table(db, name))  # under generations: the served one
             if not tables:
                 raise dg.Failure(f"no table {name!r} at {lancedb.uri}: materialize {upstream.to_user_string()} first")
         chunker = getattr(context.resources, engine_resource_key).get_chunker()

@@ -139,6 +139,7 @@ def late_chunk_assets(
     sensor_name: str | None = None,
     queries: str | Path | None = None,
     eval_margin: float = 5.0,
+    generations: bool = False,
 ) -> LateChunkDefinitions:
     """Build the assets, checks, sensor and jobs of one late-chunked LanceDB table.
 
@@ -192,6 +193,11 @@ def late_chunk_assets(
             granularity side by side with small-to-big) and its check ``late_not_below_naive``
             (fails when late nDCG@k, of the finest granularity, is below naive by more than
             ``eval_margin`` points).
+        generations: put the table definition under generations (:mod:`latechunk_dagster.sink.generations`,
+            contract section 8): a run whose vector configuration is new writes a generation of its
+            own beside the served one, the checks and the index read the generation being built,
+            and the ``promote`` asset (key ``key_prefix + [f"{name}_promote"]``) switches readers to
+            it once every partition was written into it and passed its blocking checks.
 
     Returns:
         :class:`LateChunkDefinitions` (``.to_definitions()`` gives a ``dg.Definitions``).
@@ -297,6 +303,7 @@ def late_chunk_assets(
         table_name=table_name,
         rejected_table_name=rejected_table_name,
         op_name=dg.AssetKey([*prefix, name]).to_python_identifier(),
+        generations=generations,
     )
     chunk_asset = build_chunk_asset(w, chunk_specs, backfill_policy)
     documents_asset = (
@@ -337,6 +344,10 @@ def late_chunk_assets(
         )
         extra.append(eval_asset)
         checks.append(eval_check)
+    if generations:
+        from latechunk_dagster.integration.promote import build_promote_asset
+
+        extra.append(build_promote_asset(w, dg.AssetKey([*prefix, f"{name}_promote"]), group_name))
     return LateChunkDefinitions(
         chunk_asset=chunk_asset,
         documents_asset=documents_asset,

@@ -56,6 +56,9 @@ class TableWiring:
         rejected_table_name: the LanceDB table of rejected documents, one for every granularity.
         chunks_column: see above.
         op_name: a Python identifier naming the definition's steps (``<prefix>_<name>``).
+        generations: the definition is under generations (:mod:`latechunk_dagster.sink.generations`):
+            a run writes the generation of its vector configuration, checks and the index read the
+            newest generation, and the promote asset switches readers to it.
     """
 
     granularities: tuple[Granularity, ...]
@@ -72,6 +75,7 @@ class TableWiring:
     rejected_table_name: str
     chunks_column: str | None = None
     op_name: str = "chunk_vectors"
+    generations: bool = False
 
     @property
     def single(self) -> bool:
@@ -123,6 +127,19 @@ class TableWiring:
             if g.chunk_key == key:
                 return g
         raise KeyError(f"{key.to_user_string()} is not a chunk asset of table {self.table_name!r}")
+
+    def built_tables(self, lancedb: Any) -> tuple[dict[str, str], str]:
+        """``({granularity: chunk table}, rejected table)`` the runs write now: the newest generation's
+        (:func:`~latechunk_dagster.sink.generations.built_table`) when the definition is under
+        generations, else :attr:`chunk_tables` and :attr:`rejected_table_name`. ``lancedb``: the resource."""
+        from latechunk_dagster.sink.generations import built_table
+        from latechunk_dagster.sink.schema import granularity_table
+
+        base, rejected = built_table(lancedb.settings().connect(), self.table_name)
+        rejected = rejected or self.rejected_table_name
+        if base == self.table_name:
+            return self.chunk_tables, rejected
+        return {g.name: granularity_table(base, g.name) for g in self.granularities}, rejected
 
     def resource(self, context: Any, key: str) -> Any:
         """The resource bound to ``key`` in an execution context."""

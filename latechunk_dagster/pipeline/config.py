@@ -5,9 +5,12 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections.abc import Mapping
 
 from latechunk_dagster.core.chunker import LateChunker
 from latechunk_dagster.core.chunking import ChunkingStrategy, Sentences
+from latechunk_dagster.core.chunking.segmenters import segmenter_version
+from latechunk_dagster.core.granularities import check_granularities
 from latechunk_dagster.core.results import VLLM_ENGINES, ChunkerSettings
 
 #: Version of the package's chunking semantics (token -> span assignment, char ranges, mean,
@@ -112,10 +115,21 @@ def vector_config_fields(
     (:data:`~latechunk_dagster.core.results.VLLM_ENGINES`): their rows were written before the
     engine was recorded and keep their record (an in-process engine and a server already differ
     by the dtype they record).
+
+    The engine's version (vLLM's, transformers' for the light engine) and, for a strategy that
+    segments sentences, its segmenter's package version count too (issue 36: an upgrade of either
+    may move vectors or boundaries, so it opens a generation instead of mixing old and new rows).
+    A converter's version joins here as one more field: the generation key
+    (:func:`~latechunk_dagster.sink.generations.definition_key`) is built from ``vector_config`` and
+    follows it with no change of its own.
     """
     engine = {} if settings.engine in VLLM_ENGINES else {"engine": settings.engine}
     engine |= {} if parent is None else {"parent": [parent[0], parent[1].name, parent[1].params()]}
+    params = strategy.params()
+    if isinstance(params.get("segmenter"), str):
+        engine["segmenter_version"] = segmenter_version(params["segmenter"])
     return engine | {
+        "engine_version": settings.engine_version,
         "chunking_version": CHUNKING_VERSION,
         "model_sha256": settings.model_sha256,
         "head": settings.head,
@@ -137,3 +151,20 @@ def vector_config(
     ``vector_config``: a document is re-encoded when its text or this value changed."""
     blob = json.dumps(vector_config_fields(settings, strategy, parent), sort_keys=True, default=str)
     return hashlib.sha256(blob.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+
+
+def granularity_configs(
+    settings: ChunkerSettings, strategy: ChunkingStrategy | Mapping[str, ChunkingStrategy]
+) -> dict[str, str]:
+    """``{granularity: vector_config}`` of a run, finest first (``{"": config}`` for one strategy):
+    each granularity's :func:`vector_config` with the next granularity as its parent.
+
+    Raises:
+        TypeError, ValueError: as :func:`~latechunk_dagster.core.granularities.check_granularities`.
+    """
+    granularities = check_granularities(strategy)
+    names = list(granularities)
+    return {
+        g: vector_config(settings, s, (names[k + 1], granularities[names[k + 1]]) if k + 1 < len(names) else None)
+        for k, (g, s) in enumerate(granularities.items())
+    }

@@ -116,7 +116,7 @@ from latechunk_dagster.pipeline.config import (
     check_host_workers,
     default_batch_tokens,
     default_host_workers,
-    vector_config,
+    granularity_configs,
 )
 from latechunk_dagster.pipeline.hostpool import pool_refusal
 from latechunk_dagster.pipeline.killpoints import TEST_KILL_ENV as TEST_KILL_ENV  # re-exported
@@ -280,10 +280,7 @@ def _begin(
     granularities = check_granularities(strategy)
     names = list(granularities)
     parents = {g: (names[k + 1] if k + 1 < len(names) else None) for k, g in enumerate(names)}
-    configs = {
-        g: vector_config(settings, s, None if parents[g] is None else (parents[g], granularities[parents[g]]))  # type: ignore[index]
-        for g, s in granularities.items()
-    }
+    configs = granularity_configs(settings, strategy)
     now = datetime.now(UTC)
     report = PartitionReport(partition)
     report.granularities = {g: GranularityReport(table=getattr(t, "name", "")) for g, t in tables.items()}

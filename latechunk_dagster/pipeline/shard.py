@@ -37,6 +37,7 @@ from latechunk_dagster.core.granularities import check_granularities
 from latechunk_dagster.pipeline.accounting import GranularityReport, PartitionReport
 from latechunk_dagster.pipeline.config import check_host_workers
 from latechunk_dagster.pipeline.partition import SHARD_ERRORS, materialize_partition, record_shard_failure
+from latechunk_dagster.sink.generations import tag_commit, tag_name
 from latechunk_dagster.sink.schema import granularity_table
 from latechunk_dagster.sources.chunk_column import check_chunks_column
 from latechunk_dagster.sources.documents import Document, RejectedRow
@@ -49,6 +50,7 @@ SUMMARY_KEYS = (
     "table_uri",
     "table",
     "version",
+    "tag",
     "partition",
     "run_id",
     "documents_in",
@@ -82,6 +84,7 @@ SUMMARY_KEYS = (
     "commit_attempts",
     "lancedb_commit_attempts",
     "granularities",
+    "generation",
 )
 
 #: The keys of each granularity's entry of a summary's ``granularities`` (``{name: {key: value}}``;
@@ -90,6 +93,7 @@ GRANULARITY_KEYS = (
     "table_uri",
     "table",
     "version",
+    "tag",
     "strategy",
     "chunks_written",
     "partition_rows",
@@ -321,6 +325,7 @@ def run_shard(
         reason = record_shard_failure(rejected_table, partition, exc, run_id)
         log.error(f"partition {partition}: {reason}, its old rows are kept: {exc}")
         raise
+    tag_commits(report, chunk_table, run_id)
     if report.rejected:
         log.warning(
             f"partition {partition}: {report.rejected} of {report.documents} documents rejected "
@@ -345,6 +350,7 @@ def shard_summary(
     table_name: str,
     table_version: int,
     run_id: str,
+    generation: int | None = None,
 ) -> dict[str, Any]:
     """A shard's :class:`PartitionReport` under :data:`SUMMARY_KEYS` (JSON-able, no vectors).
 
@@ -354,7 +360,10 @@ def shard_summary(
     ``version`` is the first (finest) granularity table's, ``chunks_written``, ``partition_rows``,
     ``rows_*`` and ``commit_attempts`` are sums over the tables, and ``granularities`` holds each
     table's own (:data:`GRANULARITY_KEYS`); for one strategy its one entry ``""`` repeats the
-    top-level values.
+    top-level values. ``tag``: the tag :func:`run_shard` put on that commit's table version
+    (:func:`~latechunk_dagster.sink.generations.tag_name`; ``""`` when nothing was committed), so
+    ``table.checkout(tag)`` reads what the run wrote; ``generation``: the table definition's generation
+    the run wrote (:mod:`latechunk_dagster.sink.generations`), ``None`` outside generations.
     """
     single = isinstance(strategy, ChunkingStrategy)
     write = report.write
@@ -369,6 +378,7 @@ def shard_summary(
             "table_uri": granularity_table(table_uri, g),
             "table": granularity_table(table_name, g),
             "version": int(w.version if w else (table_version if single else part.version)),
+            "tag": tag_name(run_id, report.partition) if w else "",
             "strategy": s.describe(),
             "chunks_written": part.chunks_written,
             "partition_rows": part.partition_rows,
@@ -381,6 +391,7 @@ def shard_summary(
         "table_uri": table_uri,
         "table": table_name,
         "version": next(iter(per.values()))["version"],
+        "tag": next(iter(per.values()))["tag"],
         "partition": report.partition,
         "run_id": run_id,
         "documents_in": report.documents,
@@ -414,6 +425,16 @@ def shard_summary(
         "commit_attempts": sum(w.attempts for w in writes),
         "lancedb_commit_attempts": sum(w.lance_attempts for w in writes),
         "granularities": per,
+        "generation": generation,
     }
     assert tuple(out) == SUMMARY_KEYS and all(tuple(v) == GRANULARITY_KEYS for v in per.values())
     return out
+
+
+def tag_commits(report: PartitionReport, chunk_table: Any, run_id: str) -> None:
+    """Tag the table version each granularity table's commit made with the run
+    (:func:`~latechunk_dagster.sink.generations.tag_commit`); tables the run did not change get none."""
+    tables = chunk_table if isinstance(chunk_table, Mapping) else {"": chunk_table}
+    for g, part in report.granularities.items():
+        if part.write is not None and g in tables:
+            tag_commit(tables[g], part.write.version, run_id, report.partition)

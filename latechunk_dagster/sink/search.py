@@ -12,6 +12,7 @@ import numpy as np
 from latechunk_dagster import sink
 from latechunk_dagster.core.chunker import query_chunker
 from latechunk_dagster.core.tokenization import check_query
+from latechunk_dagster.sink.generations import current_table
 from latechunk_dagster.sink.granularity_tables import granularity_names
 from latechunk_dagster.sink.hits import SEARCH_MODES, Hit, cosine_distances, ranked_hits
 from latechunk_dagster.sink.indexing import has_fts_index
@@ -87,6 +88,10 @@ def search(
     query's model cannot reproduce (another model fingerprint, head or width) is refused, naming the
     difference.
 
+    A table definition under generations (:mod:`latechunk_dagster.sink.generations`) is read in its
+    current generation, resolved once per call: a promotion or rollback committed during the call
+    does not change the tables it reads.
+
     ``granularity="NAME"`` queries that granularity's table of the table definition ``table_name``
     (:func:`~latechunk_dagster.sink.schema.granularity_table`: ``f"{table_name}_{NAME}"``).
     ``return_parent=True`` matches the query on the queried table's (fine) vectors, reading more
@@ -127,8 +132,9 @@ def search(
     if k < 1:
         raise ValueError(f"k must be >= 1, got {k}")
     db = sink.connect(uri, **(connect_kwargs or {}))
-    name = table_name if granularity is None else granularity_table(table_name, granularity)
     tables = db.list_tables().tables
+    table_name = current_table(db, table_name, tables)  # under generations: the current generation's (one log read)
+    name = table_name if granularity is None else granularity_table(table_name, granularity)
     if name not in tables:
         known = _granularities(tables, table_name)
         raise ValueError(f"no table {name!r} at {uri}: materialize chunk_vectors first{known}")

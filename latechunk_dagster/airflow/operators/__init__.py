@@ -1,5 +1,6 @@
 """Operators of the late-chunking Airflow provider (:mod:`latechunk_dagster.airflow.operators.latechunk`)."""
 
+from latechunk_dagster.airflow.operators.generations import LateChunkPromoteOperator
 from latechunk_dagster.airflow.operators.latechunk import (
     ENGINE_POOL,
     LateChunkChecksOperator,
@@ -13,6 +14,7 @@ __all__ = [
     "ENGINE_POOL",
     "LateChunkChecksOperator",
     "LateChunkIndexOperator",
+    "LateChunkPromoteOperator",
     "LateChunkShardOperator",
     "ListShardsOperator",
     "table_asset",

@@ -21,7 +21,7 @@ Both report code-point offsets into the Python ``str`` they were given.
 from __future__ import annotations
 
 from collections.abc import Callable
-from functools import lru_cache
+from functools import cache, lru_cache
 from typing import Any
 
 #: Default segmenter of the token-budget strategies.
@@ -100,3 +100,20 @@ def sentence_starts(text: str, language: str = "en", base: int = 0, segmenter: s
         if not starts or s > starts[-1]:
             starts.append(s)
     return starts
+
+
+#: Segmenter name -> the distribution that implements it (its version counts in ``vector_config``).
+SEGMENTER_PACKAGES: dict[str, str] = {"sentencex": "sentencex", "pysbd": "pysbd"}
+
+
+@cache
+def segmenter_version(segmenter: str) -> str:
+    """The installed version of the distribution behind ``segmenter`` (``"sentencex"`` ->
+    ``"1.0.32"``), read from its package metadata; ``"unknown"`` when it is not installed. A new
+    version may place sentence boundaries elsewhere, so it counts in ``vector_config`` (issue 36)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(SEGMENTER_PACKAGES.get(segmenter, segmenter))
+    except PackageNotFoundError:
+        return "unknown"

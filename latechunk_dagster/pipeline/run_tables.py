@@ -1,0 +1,83 @@
+"""The tables a run writes: its table definition's generation for the run's vector configuration.
+
+Both orchestrators call :func:`open_run_tables` once the engine is loaded (the definition key needs
+the model's lineage); outside generations it opens the configured names, as before.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from latechunk_dagster.core.chunker import LateChunker
+from latechunk_dagster.pipeline.config import granularity_configs
+from latechunk_dagster.pipeline.shard import Strategies, open_chunk_tables
+from latechunk_dagster.sink.generations import definition_key, enable_generations, writing_tables
+
+
+@dataclass(frozen=True)
+class RunTables:
+    """The open tables of a run and their names.
+
+    Attributes:
+        chunk_table: the open chunk table, or ``{granularity: open table}`` (as ``run_shard`` takes it).
+        rejected_table: the open rejected-documents table.
+        table_name, rejected_name: the names written (a generation's, e.g. ``chunks__g2``).
+        generation: the generation written, ``None`` outside generations.
+        key: the run's definition key (:func:`~latechunk_dagster.sink.generations.definition_key`).
+    """
+
+    chunk_table: Any
+    rejected_table: Any
+    table_name: str
+    rejected_name: str
+    generation: int | None
+    key: str
+
+
+def lance_connection(db: Any) -> Any:
+    """A ``lancedb`` connection from a ``LanceDBSettings``, Dagster's ``LanceDBResource`` (``settings()``)
+    or Airflow's ``LanceDBHook`` (``get_settings()``)."""
+    for attr in ("settings", "get_settings"):
+        if callable(getattr(db, attr, None)):
+            return getattr(db, attr)().connect()
+    return db.connect()
+
+
+def open_run_tables(
+    db: Any,
+    table_name: str,
+    rejected_name: str,
+    strategy: Strategies,
+    chunker: LateChunker,
+    *,
+    run_id: str,
+    generations: bool = False,
+) -> RunTables:
+    """Open (or create) the chunk and rejected tables a run of ``chunker`` and ``strategy`` writes.
+
+    With ``generations=True`` the definition is put under generations first
+    (:func:`~latechunk_dagster.sink.generations.enable_generations`, idempotent). Under generations
+    the tables are those of the generation of the run's definition key
+    (:func:`~latechunk_dagster.sink.generations.writing_tables`: opened beside the current one when
+    the key is new); otherwise ``table_name`` and ``rejected_name`` themselves.
+
+    Args:
+        db: a ``LanceDBSettings``, ``LanceDBResource`` or ``LanceDBHook`` (``chunk_table``, ``rejected_table``).
+
+    Raises:
+        ValueError: as ``db.chunk_table`` (a table of another schema), a bad granularity mapping.
+    """
+    conn = lance_connection(db)
+    if generations:
+        enable_generations(conn, table_name, rejected_name, run_id=run_id)
+    key = definition_key(granularity_configs(chunker.settings, strategy))
+    name, rejected, generation = writing_tables(conn, table_name, rejected_name, key, run_id=run_id)
+    return RunTables(
+        chunk_table=open_chunk_tables(db, name, strategy, chunker.embedding_dim),
+        rejected_table=db.rejected_table(rejected),
+        table_name=name,
+        rejected_name=rejected,
+        generation=generation,
+        key=key,
+    )

@@ -1,0 +1,441 @@
+"""Generations of a table definition: a change of what a vector means is built beside the served
+vectors, and readers switch to it in one commit (issue 36; contract section 8).
+
+A table definition ``table`` (one strategy's table, or one table per granularity, and its table of
+rejected documents) is under generations once its **log** ``f"{table}__generations"`` exists
+(:func:`enable_generations`). Each generation is a complete set of the definition's tables, all
+written with one **definition key** (:func:`definition_key`: the hash of every granularity's
+``vector_config``, so whatever counts in ``vector_config`` opens a generation):
+
+- generation 1 keeps the definition's own names (``table``, ``table_<g>``, ``rejected``): the tables
+  written before generations, and a stock store opened on ``table``, are generation 1;
+- generation ``N >= 2`` is ``f"{table}__g{N}"`` (its granularity tables ``f"{table}__g{N}_<g>"``) and
+  ``f"{rejected}__g{N}"`` (:func:`generation_table`).
+
+The log is an append-only LanceDB table of events (``open``, ``promote``, ``rollback``, ``drop``),
+each row one commit. The served (**current**) generation is the top of the stack that ``promote``
+pushes and ``rollback`` pops (:func:`read_state`), so promotion and rollback are each one commit of
+one row: a reader resolving the definition (:func:`current_table`) sees the old generation or the
+new one, never a mix, and a search that resolved the old one before the commit reads it to its end
+(its tables stay until :func:`clean` drops them after the retention period).
+
+A writer resolves the generation of its key (:func:`writing_tables`): the generation already opened
+for that key, or a new one opened beside the current. With no generation current (a new definition)
+the first generation opened is promoted at once: there is nothing served to protect.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import time
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pyarrow as pa
+
+from latechunk_dagster.sink.granularity_tables import granularity_tables
+from latechunk_dagster.sink.retry import retry_commit
+from latechunk_dagster.sink.writes import open_or_create, stored_partitions
+
+#: The log of a table definition ``t`` is the table ``f"{t}{LOG_SUFFIX}"``.
+LOG_SUFFIX = "__generations"
+
+#: Generations not current are kept this long after they stopped being served (or were opened,
+#: for one never promoted) before :func:`clean` drops them. A week: long enough to roll back after
+#: a weekend's traffic on the new vectors, short enough that a demo-sized table pays little.
+DEFAULT_RETENTION = timedelta(days=7)
+
+EVENTS = ("open", "promote", "rollback", "drop")
+
+LOG_SCHEMA = pa.schema(
+    [
+        pa.field("seq", pa.int64(), nullable=False),
+        pa.field("event", pa.string(), nullable=False),
+        pa.field("generation", pa.int64(), nullable=False),
+        pa.field("key", pa.string()),
+        pa.field("table", pa.string()),
+        pa.field("rejected", pa.string()),
+        pa.field("run_id", pa.string()),
+        pa.field("at", pa.timestamp("us", tz="UTC"), nullable=False),
+        pa.field("note", pa.string()),
+    ]
+)
+
+#: Tags :func:`tag_commit` puts on the versions runs commit start with this.
+RUN_TAG_PREFIX = "run-"
+
+_TAG_CHARS = re.compile(r"[^A-Za-z0-9._-]")
+
+
+def log_table_name(table: str) -> str:
+    """The log of the table definition ``table``: ``f"{table}__generations"``."""
+    return f"{table}{LOG_SUFFIX}"
+
+
+def generation_table(table: str, generation: int) -> str:
+    """The name generation ``generation`` gives ``table`` (a chunk table definition or a rejected table).
+
+    Example:
+        >>> generation_table("chunks", 1), generation_table("chunks", 3)
+        ('chunks', 'chunks__g3')
+    """
+    if generation < 1:
+        raise ValueError(f"generations count from 1, got {generation}")
+    return table if generation == 1 else f"{table}__g{generation}"
+
+
+def definition_key(configs: Mapping[str, str | None]) -> str:
+    """The definition key of ``{granularity: vector_config}`` (``{"": config}`` for one strategy): hex
+    sha256 (first 16 characters) of the sorted mapping as JSON. Two runs share a generation exactly
+    when every granularity's ``vector_config`` is the same."""
+    blob = json.dumps(sorted(configs.items()), separators=(",", ":"))
+    return hashlib.sha256(blob.encode("utf-8")).hexdigest()[:16]
+
+
+def stored_key(db: Any, table: str) -> str | None:
+    """The definition key of the rows stored under ``table`` (one row's ``vector_config`` per
+    granularity table), or ``None`` when there are none."""
+    tables = granularity_tables(db, table, ordered=False)
+    configs: dict[str, str | None] = {}
+    for g, t in tables.items():
+        rows = t.search().select(["vector_config"]).limit(1).to_arrow().column("vector_config").to_pylist()
+        if rows:
+            configs[g] = rows[0]
+    return definition_key(configs) if configs else None
+
+
+@dataclass(frozen=True)
+class Generation:
+    """One generation of a table definition.
+
+    Attributes:
+        number: 1, 2, ...; key: its definition key; table, rejected: its table names (the chunk
+            table definition's, i.e. the base of its granularity tables, and the rejected table's).
+        opened_at: when it was opened (UTC); served_until: when it last stopped being current
+            (``None``: current now, or never promoted); promoted: it has been current at some point.
+        dropped: its tables were dropped (:func:`clean`).
+    """
+
+    number: int
+    key: str
+    table: str
+    rejected: str | None
+    opened_at: datetime
+    promoted: bool = False
+    served_until: datetime | None = None
+    dropped: bool = False
+
+
+@dataclass(frozen=True)
+class GenerationState:
+    """What the log says (:func:`read_state`): every generation and the stack of promotions
+    (``stack[-1]``: the current generation; ``rollback`` pops it)."""
+
+    generations: dict[int, Generation] = field(default_factory=dict)
+    stack: tuple[int, ...] = ()
+    events: int = 0
+
+    @property
+    def current(self) -> Generation | None:
+        """The generation readers are served, or ``None`` (none promoted yet)."""
+        return self.generations[self.stack[-1]] if self.stack else None
+
+    def of_key(self, key: str) -> Generation | None:
+        """The generation (not dropped) opened for definition key ``key``, or ``None``."""
+        found = [g for g in self.generations.values() if g.key == key and not g.dropped]
+        return found[0] if found else None
+
+    @property
+    def newest(self) -> Generation | None:
+        """The generation opened last and not dropped: the one a backfill builds (or the current)."""
+        live = [g for g in self.generations.values() if not g.dropped]
+        return max(live, key=lambda g: g.number) if live else None
+
+
+def read_state(db: Any, table: str, listed: Collection[str] | None = None) -> GenerationState | None:
+    """The generations of ``table`` as its log holds them, or ``None`` when ``table`` is not under
+    generations (no log). One read of the log (a few rows per generation).
+
+    Args:
+        listed: the database's table names when the caller has listed them (saves a listing: one
+            request on an object store).
+    """
+    name = log_table_name(table)
+    if name not in (db.list_tables().tables if listed is None else listed):
+        return None
+    rows = db.open_table(name).to_arrow().sort_by([("seq", "ascending"), ("at", "ascending")]).to_pylist()
+    return state_of(rows)
+
+
+def state_of(rows: list[dict[str, Any]]) -> GenerationState:
+    """:class:`GenerationState` of log rows in commit order (``seq``, then ``at``).
+
+    An ``open`` of a number already opened (two writers opening one at once) is ignored: the first
+    one owns the number. ``promote`` pushes its generation (moving it to the top if already on the
+    stack), ``rollback`` pops the top, ``drop`` marks a generation dropped and takes it off the stack.
+    """
+    gens: dict[int, Generation] = {}
+    stack: list[int] = []
+    for row in rows:
+        n, event, at = row["generation"], row["event"], row["at"]
+        if event == "open":
+            if n not in gens:
+                gens[n] = Generation(n, row["key"], row["table"], row["rejected"], at)
+            continue
+        if n not in gens:
+            continue
+        if event == "promote":
+            if stack and stack[-1] != n:
+                _ended(gens, stack[-1], at)
+            if n in stack:
+                stack.remove(n)
+            stack.append(n)
+            gens[n] = _replace(gens[n], promoted=True, served_until=None)
+        elif event == "rollback" and stack and stack[-1] == n and len(stack) > 1:
+            _ended(gens, stack.pop(), at)
+            gens[stack[-1]] = _replace(gens[stack[-1]], served_until=None)
+        elif event == "drop":
+            gens[n] = _replace(gens[n], dropped=True)
+            if n in stack:
+                stack.remove(n)
+    return GenerationState(gens, tuple(stack), len(rows))
+
+
+def _replace(g: Generation, **changes: Any) -> Generation:
+    return Generation(**{**g.__dict__, **changes})
+
+
+def _ended(gens: dict[int, Generation], n: int, at: datetime) -> None:
+    gens[n] = _replace(gens[n], served_until=at)
+
+
+def _append(db: Any, definition: str, event: str, generation: int, **fields: Any) -> None:
+    """One log row of the table definition ``definition``, one commit (retried on a commit conflict)."""
+    log = open_or_create(db, log_table_name(definition), LOG_SCHEMA)
+    seq = read_state(db, definition)
+    row = {name: None for name in LOG_SCHEMA.names} | fields
+    row |= {"seq": seq.events if seq else 0, "event": event, "generation": generation, "at": datetime.now(UTC)}
+    retry_commit(
+        lambda: log.add(pa.Table.from_pylist([row], schema=LOG_SCHEMA)),
+        what=f"{event} generation {generation} of {definition!r}",
+        refresh=log.checkout_latest,
+    )
+
+
+def enable_generations(db: Any, table: str, rejected: str, *, run_id: str | None = None) -> GenerationState:
+    """Put the table definition ``table`` (its rejected table ``rejected``) under generations:
+    create its log and, when rows are stored under ``table`` already, record them as generation 1
+    (key :func:`stored_key`) and promote it. Idempotent.
+
+    Args:
+        db: a LanceDB connection.
+    """
+    state = read_state(db, table)
+    if state is not None:
+        return state
+    open_or_create(db, log_table_name(table), LOG_SCHEMA)
+    key = stored_key(db, table)
+    if key is not None:
+        _append(
+            db,
+            table,
+            "open",
+            1,
+            key=key,
+            table=table,
+            rejected=rejected,
+            run_id=run_id,
+            note="tables before generations",
+        )
+        _append(db, table, "promote", 1, run_id=run_id, note="served before generations")
+    return read_state(db, table)  # type: ignore[return-value]
+
+
+def writing_tables(
+    db: Any, table: str, rejected: str, key: str, *, run_id: str | None = None
+) -> tuple[str, str, int | None]:
+    """Where a run of definition key ``key`` writes: ``(chunk table name, rejected table name,
+    generation)``; ``(table, rejected, None)`` when ``table`` is not under generations.
+
+    The generation already opened for ``key`` (current or being built, not dropped); else a new one,
+    numbered after every generation ever opened, whose ``open`` is committed here. When no
+    generation is current, the generation returned is promoted in the same call (a new definition:
+    nothing is served yet).
+    """
+    for _ in range(5):
+        state = read_state(db, table)
+        if state is None:
+            return table, rejected, None
+        gen = state.of_key(key)
+        if gen is None:
+            n = max(state.generations, default=0) + 1
+            _append(
+                db,
+                table,
+                "open",
+                n,
+                key=key,
+                table=generation_table(table, n),
+                rejected=generation_table(rejected, n),
+                run_id=run_id,
+            )
+            state = read_state(db, table)
+            gen = state.of_key(key) if state else None
+            if gen is None:  # another writer took number n for another key: open the next one
+                time.sleep(0.05)
+                continue
+        if state is not None and state.current is None:
+            _append(db, table, "promote", gen.number, run_id=run_id, note="first generation")
+        return gen.table, gen.rejected or generation_table(rejected, gen.number), gen.number
+    raise RuntimeError(f"could not open a generation of {table!r} for key {key}: other writers kept taking the number")
+
+
+def current_table(db: Any, table: str, listed: Collection[str] | None = None) -> str:
+    """The name readers open for the table definition ``table``: its current generation's (the base
+    of its granularity tables), or ``table`` itself when it is not under generations or none is
+    promoted yet. One ``list_tables`` (none with ``listed``, as :func:`read_state`) and, under
+    generations, one read of the log."""
+    state = read_state(db, table, listed)
+    current = state.current if state else None
+    return current.table if current else table
+
+
+def built_table(db: Any, table: str) -> tuple[str, str | None]:
+    """``(chunk table name, rejected table name)`` of the newest generation (the one a backfill
+    builds; the current one when none is being built); ``(table, None)`` outside generations. The
+    Dagster checks and the promote gate read these: what the runs wrote."""
+    state = read_state(db, table)
+    newest = state.newest if state else None
+    return (newest.table, newest.rejected) if newest else (table, None)
+
+
+def promote(
+    db: Any, table: str, generation: int | None = None, *, run_id: str | None = None, note: str = ""
+) -> Generation:
+    """Make ``generation`` (default: the newest) current: one commit of one log row.
+
+    The caller gates it (the Dagster promote asset on every partition's checks, the Airflow task
+    after every shard, ``latechunk promote`` on :func:`missing_partitions`).
+
+    Raises:
+        ValueError: ``table`` is not under generations; no such generation, or dropped; already current.
+    """
+    state = _state(db, table)
+    target = state.newest if generation is None else state.generations.get(generation)
+    if target is None or target.dropped:
+        raise ValueError(f"table definition {table!r} has no generation {generation} to promote: {describe(state)}")
+    if state.current is not None and state.current.number == target.number:
+        raise ValueError(f"generation {target.number} of {table!r} is current already")
+    _append(db, table, "promote", target.number, run_id=run_id, note=note)
+    return target
+
+
+def rollback(db: Any, table: str, *, run_id: str | None = None, note: str = "") -> Generation:
+    """Serve the generation current before the last promotion again: one commit of one log row, no
+    encoding. Returns the generation now current.
+
+    Raises:
+        ValueError: not under generations, or no earlier generation to return to.
+    """
+    state = _state(db, table)
+    if len(state.stack) < 2:
+        raise ValueError(f"table definition {table!r} has no earlier generation to roll back to: {describe(state)}")
+    _append(db, table, "rollback", state.stack[-1], run_id=run_id, note=note)
+    return state.generations[state.stack[-2]]
+
+
+def clean(db: Any, table: str, *, retention: timedelta = DEFAULT_RETENTION, now: datetime | None = None) -> list[int]:
+    """Drop the tables of generations that are not current and have not been served (or, never
+    promoted, were opened) within ``retention``; a generation any of whose tables carries a user's
+    tag (any tag but the runs' own ``run-...`` lineage tags, :func:`tag_commit`) is kept. Returns the
+    numbers dropped; each gets a ``drop`` row.
+
+    Raises:
+        ValueError: ``table`` is not under generations.
+    """
+    state, now = _state(db, table), now or datetime.now(UTC)
+    current, dropped = state.stack[-1:], []
+    listed = set(db.list_tables().tables)
+    for g in state.generations.values():
+        since = g.served_until or g.opened_at
+        if g.dropped or g.number in current or now - since < retention:
+            continue
+        names = generation_tables(db, g)
+        if any(_protected(db.open_table(name)) for name in names if name in listed):
+            continue
+        for name in names:
+            db.drop_table(name, ignore_missing=True)
+        _append(db, table, "drop", g.number, note=f"older than {retention}")
+        dropped.append(g.number)
+    return dropped
+
+
+def _protected(table: Any) -> bool:
+    """Whether ``table`` carries a tag other than the runs' lineage tags (:data:`RUN_TAG_PREFIX`)."""
+    return any(not tag.startswith(RUN_TAG_PREFIX) for tag in table.tags.list())
+
+
+def generation_tables(db: Any, gen: Generation) -> list[str]:
+    """The table names of ``gen`` that exist: its chunk table(s) and its rejected table."""
+    names = [t.name for t in granularity_tables(db, gen.table, ordered=False).values()]
+    listed = set(db.list_tables().tables)
+    return names + ([gen.rejected] if gen.rejected and gen.rejected in listed else [])
+
+
+def missing_partitions(db: Any, table: str, generation: Generation) -> list[str]:
+    """Partitions the current generation holds (rows or rejections) that ``generation`` holds
+    nowhere: what a backfill has yet to write before ``latechunk promote`` may switch."""
+    state = _state(db, table)
+    current = state.current
+    if current is None or current.number == generation.number:
+        return []
+
+    def held(g: Generation) -> set[str]:
+        names = [t.name for t in granularity_tables(db, g.table, ordered=False).values()]
+        return stored_partitions(db, names + ([g.rejected] if g.rejected else []))
+
+    return sorted(held(current) - held(generation))
+
+
+def tag_name(run_id: str, partition: str) -> str:
+    """The tag of the table version a run committed for ``partition``: ``run-<run_id>-<12 hex of the
+    partition's sha256>`` (tags take letters, digits, ``.``, ``-``, ``_``; partitions take any text)."""
+    digest = hashlib.sha256(partition.encode("utf-8", "surrogatepass")).hexdigest()[:12]
+    return f"{RUN_TAG_PREFIX}{_TAG_CHARS.sub('_', run_id)}-{digest}"
+
+
+def tag_commit(table: Any, version: int, run_id: str, partition: str) -> str:
+    """Tag ``version`` of ``table`` with :func:`tag_name` (``table.checkout(tag)`` reads what the run
+    wrote); a tag already on that version is kept. Returns the tag."""
+    tag = tag_name(run_id, partition)
+    have = table.tags.list()
+    if tag in have:
+        if have[tag]["version"] != version:
+            table.tags.update(tag, version)
+        return tag
+    table.tags.create(tag, version)
+    return tag
+
+
+def describe(state: GenerationState) -> str:
+    """One line: every generation, its key and table, which is current, which dropped."""
+    current = state.current.number if state.current else None
+    parts = [
+        f"{g.number}{' (current)' if g.number == current else ''}{' (dropped)' if g.dropped else ''}: {g.table}"
+        for g in state.generations.values()
+    ]
+    return "generations " + ("; ".join(parts) if parts else "none")
+
+
+def _state(db: Any, table: str) -> GenerationState:
+    state = read_state(db, table)
+    if state is None:
+        raise ValueError(
+            f"table definition {table!r} is not under generations (no table {log_table_name(table)!r}): "
+            "enable them first (latechunk generations --enable, or the orchestrator's generations=True)"
+        )
+    return state
