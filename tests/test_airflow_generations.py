@@ -21,7 +21,7 @@ from tests import airflow_env  # sets AIRFLOW_HOME: none of the imports above im
 from tests.test_airflow import load_dag_file, run, set_lancedb_connection, states, xcoms
 from tests.test_pipeline import DOCS, write_store
 
-DAG_FILE = '''
+DAG_FILE = """
 from datetime import datetime
 
 from airflow.sdk import DAG, Param
@@ -48,7 +48,7 @@ with DAG(
     )
     promote = LateChunkPromoteOperator(task_id="promote", table_name="kb", results=chunk.output)
     chunk >> checks >> promote
-'''
+"""
 
 
 def test_a_second_chunk_size_is_built_beside_and_promoted_after_the_checks(

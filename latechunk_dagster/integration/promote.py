@@ -9,7 +9,6 @@ execution covering a partition decides). Promotion is one commit of the generati
 what is missing and commits nothing.
 """
 
-
 from datetime import datetime
 from typing import Any
 
