@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from bisect import bisect_right
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -157,6 +158,22 @@ class Document:
         """The document of a converted file: its Markdown ``text`` (``sha256`` is :func:`text_sha256`
         of it, as for any text), the ``converter`` that made it and its ``pages``."""
         return cls(doc_id, text, document_sha256(text), None, converter, pages)
+
+    def vector_config(self, run_config: str) -> str:
+        """The ``vector_config`` of this document's rows: the run's (:func:`latechunk_dagster.pipeline.vector_config`)
+        for text read as it is; for a converted document the first 32 hex characters of the sha256
+        of the JSON array ``[run_config, converter]``, so a converter upgrade re-encodes it."""
+        if self.converter is None:
+            return run_config
+        return key_of(run_config, self.converter)[:32]
+
+    def page_range(self, char_range: tuple[int, int] | None) -> tuple[int, int] | None:
+        """The pages (from 1, both ends included) a char range of the text lies on, from
+        :attr:`pages`; ``None`` without pages or without a range."""
+        if self.pages is None or char_range is None:
+            return None
+        start, end = char_range
+        return bisect_right(self.pages, start), bisect_right(self.pages, max(start, end - 1))
 
 
 @dataclass(frozen=True)

@@ -39,12 +39,23 @@ def convert(name: str, data: bytes, limits: ConversionLimits | None = None) -> C
     Raises:
         Rejection: the file is refused (``reason`` in :data:`REASONS`, ``detail`` says why).
         ValueError: ``name`` has no suffix of :data:`CONVERTED_SUFFIXES`.
+        ImportError: the format's library is not installed (the ``documents`` extra).
     """
     limits = ConversionLimits.from_env() if limits is None else limits
     fmt = CONVERTED_SUFFIXES.get(PurePosixPath(name).suffix.lower())
     if fmt is None:
         raise ValueError(f"{name}: not a converted format (suffixes: {sorted(CONVERTED_SUFFIXES)})")
     limits.check_size(len(data))
+    try:
+        return _convert(fmt, data, limits)
+    except ImportError as exc:
+        raise ImportError(
+            f"{name}: reading {fmt.upper()} files needs the 'documents' extra "
+            f"(pip install 'latechunk-dagster[documents]'): {exc}"
+        ) from exc
+
+
+def _convert(fmt: str, data: bytes, limits: ConversionLimits) -> Converted:
     if fmt == "pdf":
         from latechunk_dagster.sources.converters.pdf import convert_pdf
 
