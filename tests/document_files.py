@@ -60,7 +60,7 @@ def pdf_bytes(
     writer = PdfWriter(clone_from=PdfReader(io.BytesIO(data)))
     parents: dict[int, object] = {}
     for level, title, page in outline:
-        parents[level] = writer.add_outline_item(title, page, parent=parents.get(level - 1))
+        parents[level] = writer.add_outline_item(title=title, page_number=page, parent=parents.get(level - 1))
     if password is not None:
         writer.encrypt(password, algorithm="AES-256")
     out = io.BytesIO()
