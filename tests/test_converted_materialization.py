@@ -178,3 +178,27 @@ def test_a_converter_upgrade_re_encodes_its_documents_only(env, monkeypatch: pyt
         for before_row in before.values()
         if before_row["doc_id"] == "docs/report.pdf"
     }
+
+
+def test_host_workers_write_the_same_converter_and_pages(env, tmp_path: Path, chunker: LateChunker) -> None:
+    """A host worker rebuilds each document from its fields: a converted one keeps its converter and pages."""
+    from latechunk_dagster.pipeline import materialize_partition
+
+    db = sink.connect(str(tmp_path / "db"))
+    table = sink.open_or_create(db, sink.CHUNK_TABLE, sink.chunk_schema(chunker.embedding_dim))
+    rejected = sink.open_or_create(db, sink.REJECTED_TABLE, sink.REJECTED_SCHEMA)
+    store = DocumentStore.from_path(env["store"])
+    report = materialize_partition(
+        chunker, store.iter_shard("docs"), "docs", MarkdownSections(max_tokens=64),
+        chunk_table=table, rejected_table=rejected, run_id="pooled", host_workers=1,
+    )  # fmt: skip
+    assert report.rejected == len(BAD)
+    # the converter column is compared by format: the upgrade test above left "pdf/2" rows in env's table
+    columns = ["chunk_id", "text", "char_start", "char_end", "headings", "converter", "page_start", "page_end"]
+    pooled = table.to_arrow().select(columns).sort_by("chunk_id").to_pylist()
+    dagster_rows = sorted(({k: r[k] for k in columns} for r in chunk_rows(env["db"])), key=lambda r: r["chunk_id"])
+    for rows in (pooled, dagster_rows):
+        for r in rows:
+            r["converter"] = r["converter"] and r["converter"].split("/")[0]
+    assert pooled == dagster_rows and any(r["page_start"] == 2 for r in pooled)
+    assert {r["converter"] for r in pooled} == {"pdf", "docx", "html", "pptx", None}
