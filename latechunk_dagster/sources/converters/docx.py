@@ -1,8 +1,8 @@
 """DOCX: paragraphs and tables in body order (python-docx), Word's heading styles as headings.
 
-Chosen by measurement (bench/README.md, "Document conversion"): on a 40-section DOCX python-docx
-read the body in 95-155 ms, mammoth (to HTML, then Markdown, markitdown's path) in 360-480 ms,
-with the same headings and text.
+Chosen by measurement (``bench/conversion.py``, bench/README.md): on the same 12 DOCX files
+python-docx converted 29k tokens/s, mammoth (to HTML, then Markdown: markitdown's path) 10x
+slower, with the same headings and text.
 
 Text: each non-empty paragraph is a block; a paragraph of style ``Heading N`` (``Title``: level 1)
 becomes a level-N Markdown heading; a table becomes a pipe table (its first row the header);

@@ -1,11 +1,11 @@
 """HTML: the page's body as Markdown (markdownify on BeautifulSoup with lxml), without scripts,
 styles, navigation, headers, footers, asides and forms.
 
-Chosen by measurement (bench/README.md, "Document conversion"): on a 40-section page markdownify
-took 11-14 ms (over selectolax's lexbor parser or BeautifulSoup alike), trafilatura 9-10 ms; on a
-short page trafilatura kept the navigation bar's words and dropped the heading marks and the
-table (its boilerplate detector falls back to all text), so it is not used. markdownify keeps
-``h1``-``h6`` as ``#`` headings and tables as pipe tables on every page.
+Chosen by measurement (``bench/conversion.py``, bench/README.md): on the same 12 pages markdownify
+converted 53k tokens/s, trafilatura and selectolax (+ markdownify) 1.2x faster; but on a short
+page trafilatura kept the navigation bar's words and dropped the heading marks and the table (its
+boilerplate detector falls back to all text), and selectolax alone makes no Markdown. markdownify
+keeps ``h1``-``h6`` as ``#`` headings and tables as pipe tables on every page.
 
 The encoding is found by BeautifulSoup (a BOM, ``<meta charset>``, else detection). Links keep
 their text; images are left out.
