@@ -15,7 +15,7 @@ export TOKENIZERS_PARALLELISM := false
 $(VENV)/.installed: pyproject.toml
 	test -x $(VENV)/bin/python || $(PY) -m venv $(VENV)
 	$(VENV)/bin/pip install -q --upgrade pip 2>&1 | $(QUIET_PIP)
-	$(VENV)/bin/pip install -q -e ".[cpu,model,ui,dev,airflow,clients]" 2>&1 | $(QUIET_PIP)
+	$(VENV)/bin/pip install -q -e ".[cpu,model,ui,dev,airflow,clients,documents]" 2>&1 | $(QUIET_PIP)
 	# dagster-k8s for tests/test_deploy.py: each release pins one dagster exactly, and the registry
 	# has no 0.29.28 (dagster 1.13.28's); 0.29.27 without its pin (its other dependencies are in dev)
 	$(VENV)/bin/pip install -q --no-deps dagster-k8s==0.29.27 2>&1 | $(QUIET_PIP)

@@ -38,6 +38,8 @@ warnings.filterwarnings("ignore", message=".*validate_default.*")  # pydantic, o
 MODULES = ["bz2", "csv", "getopt", "glob", "gzip", "zlib"]
 QUERIES = ["compress data with zlib", "parse command-line options", "read and write CSV files"]
 FRESH, OLD = "chunks", "chunks_old"
+#: The chunk table's columns added after its first layout, in order: a table without them is an old one.
+NEWER_COLUMNS = ["id", "metadata", "granularity", "parent_chunk_id", "converter", "page_start", "page_end"]
 #: The table the README's search example and docs/querying.md's LangChain, LlamaIndex and hybrid examples
 #: read: the demo's 128-token granularity (a copy of FRESH's rows, with its own indexes).
 README_TABLE = "chunks_sentences128"
@@ -58,9 +60,7 @@ def project(tmp_path_factory: pytest.TempPathFactory, chunker: LateChunker) -> P
             chunk_table=chunks, rejected_table=rejected, run_id="r1",
         )  # fmt: skip
     refresh_indexes(chunks)
-    old = settings.connect().create_table(
-        OLD, chunks.to_arrow().drop_columns(["id", "metadata", "granularity", "parent_chunk_id"])
-    )
+    old = settings.connect().create_table(OLD, chunks.to_arrow().drop_columns(NEWER_COLUMNS))
     refresh_indexes(old)
     refresh_indexes(settings.connect().create_table(README_TABLE, chunks.to_arrow()))
     return root
@@ -122,13 +122,13 @@ def test_migration_adds_two_column_files_and_rewrites_no_vector(project: Path, t
 
     fresh = sink.connect(uri(project)).open_table(FRESH)
     dest = tmp_path / "db"
-    old_rows = fresh.to_arrow().drop_columns(["id", "metadata", "granularity", "parent_chunk_id"])
+    old_rows = fresh.to_arrow().drop_columns(NEWER_COLUMNS)
     table = sink.connect(str(dest)).create_table("chunks", old_rows)
     ds = lance.dataset(str(dest / "chunks.lance"))
     before = {f.fragment_id: {d.path: list(d.fields) for d in f.data_files()} for f in ds.get_fragments()}
     version = table.version
     assert cli.main(["migrate", "--uri", str(dest)]) == 0
-    assert capsys.readouterr().out.strip() == "table 'chunks': added id, metadata, granularity, parent_chunk_id"
+    assert capsys.readouterr().out.strip() == f"table 'chunks': added {', '.join(NEWER_COLUMNS)}"
     ds = lance.dataset(str(dest / "chunks.lance"))
     assert ds.version == version + 1  # one commit
     for frag in ds.get_fragments():
@@ -154,12 +154,7 @@ def test_writers_migrating_one_table_at_once_make_one_migration(project: Path, t
 
     import lance
 
-    rows = (
-        sink.connect(uri(project))
-        .open_table(FRESH)
-        .to_arrow()
-        .drop_columns(["id", "metadata", "granularity", "parent_chunk_id"])
-    )
+    rows = sink.connect(uri(project)).open_table(FRESH).to_arrow().drop_columns(NEWER_COLUMNS)
     sink.connect(str(tmp_path)).create_table("chunks", rows)
     barrier, errors = threading.Barrier(4), []
 

@@ -134,7 +134,21 @@ def test_table_written_before_vector_config_is_migrated_and_reencoded(chunker: L
     db = sink.connect(str(tmp_path / "old"))
     schema = sink.chunk_schema(chunker.embedding_dim)
     old_schema = pa.schema(
-        [f for f in schema if f.name not in ("vector_config", "id", "metadata", "granularity", "parent_chunk_id")]
+        [
+            f
+            for f in schema
+            if f.name
+            not in (
+                "vector_config",
+                "id",
+                "metadata",
+                "granularity",
+                "parent_chunk_id",
+                "converter",
+                "page_start",
+                "page_end",
+            )
+        ]
     )
     db.create_table(sink.CHUNK_TABLE, schema=old_schema)
     table = sink.open_or_create(db, sink.CHUNK_TABLE, schema)

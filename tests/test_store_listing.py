@@ -219,15 +219,15 @@ def test_a_link_to_nowhere_is_a_gap_and_a_compressed_shard_holds_its_name(tmp_pa
     for shard in ("a", "b", "c"):
         (store / f"{shard}.jsonl").write_text(json.dumps({"id": "1", "text": f"shard {shard}"}) + "\n")
     (store / "README.md").write_text("# A dataset card")  # issue 27, 9: named, not a refusal
-    (store / "b.jsonl").rename(store / "b.jsonl.gz")  # compressed in place: not read, but not removed
+    (store / "b.jsonl").rename(store / "b.jsonl.xz")  # compressed (xz, which the store does not read), but not removed
     st = DocumentStore.from_path(store)
     listing = st.listing()
     assert listing.shards == ("a", "c")
     assert {(r.reason, Path(r.where).name) for r in listing.skipped} == {
         ("other_kind", "README.md"),
-        ("other_kind", "b.jsonl.gz"),
+        ("other_kind", "b.jsonl.xz"),
     }
-    assert listing.removed(["a", "b", "c", "d"]) == ["d"]  # b is held by its .gz file
+    assert listing.removed(["a", "b", "c", "d"]) == ["d"]  # b is held by its .xz file
     (store / "c.jsonl").rename(tmp_path / "c.jsonl")
     (store / "c.jsonl").symlink_to(tmp_path / "unmounted" / "c.jsonl")  # its disk is not mounted
     listing = st.listing()

@@ -14,6 +14,7 @@ import pickle
 import signal
 import time
 from collections.abc import Mapping
+from dataclasses import fields
 from multiprocessing import shared_memory
 from typing import Any
 
@@ -68,15 +69,15 @@ def _worker_main(conn: Any, payload: bytes, tokenizer_threads: str) -> None:
             conn.send(("error", seq, _picklable(exc)))
 
 
-def _document_fields(doc: Document) -> tuple[str, str, str, Any]:
-    """What a worker gets of a document: ``(doc_id, text, sha256, chunks)`` (:func:`_document`)."""
-    return doc.doc_id, doc.text, doc.sha256, doc.chunks
+def _document_fields(doc: Document) -> tuple[Any, ...]:
+    """What a worker gets of a document: every field, in order (``doc_id, text, sha256, chunks,
+    converter, pages``: a converted document's rows carry its converter and pages) (:func:`_document`)."""
+    return tuple(getattr(doc, f.name) for f in fields(Document))
 
 
-def _document(fields: tuple[str, str, str, Any]) -> Document:
-    """The document of :func:`_document_fields` again, its own chunks included."""
-    doc_id, text, sha, chunks = fields
-    return Document(doc_id, text, sha, chunks)
+def _document(values: tuple[Any, ...]) -> Document:
+    """The document of :func:`_document_fields` again, its own chunks, converter and pages included."""
+    return Document(*values)
 
 
 def _prepare(

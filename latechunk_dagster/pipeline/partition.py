@@ -319,7 +319,7 @@ def _check_systemic(run: PartitionRun, max_share: float, min_documents: int) -> 
     for row in state.reader_rejections:
         # a file that cannot be read, or one cut off mid-write: the rows after the cut would read
         # as deleted documents, so the partition keeps its old rows
-        if row.reason in INCOMPLETE_READS:
+        if row.reason in INCOMPLETE_READS and not row.file_read:  # a converter's refusal stands alone
             raise SystemicFailureError(partition, row.reason, 1, total, row.detail)
     if state.rejections:
         reason, count = Counter(r["reason"] for r in state.rejections).most_common(1)[0]

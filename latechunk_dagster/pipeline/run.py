@@ -130,7 +130,7 @@ class PartitionRun:
         needs = tuple(
             g
             for g, config in self.configs.items()
-            if self.force or self.existing[g].get(item.doc_id) != (item.sha256, config)
+            if self.force or self.existing[g].get(item.doc_id) != (item.sha256, item.vector_config(config))
         )
         if not needs:
             st.skipped.add(item.doc_id)

@@ -120,6 +120,15 @@ def chunk_batch(
     }
     for name, value in lineage.items():
         columns[name] = pa.repeat(pa.scalar(value, schema.field(name).type), n)
+    # a converted document's converter and pages (sources.converters): its own, per row
+    converters = [doc.converter for doc, _, _ in chunks]
+    if any(converters) and lineage.get("vector_config") is not None:
+        configs = [doc.vector_config(lineage["vector_config"]) for doc, _, _ in chunks]
+        columns["vector_config"] = pa.array(configs, pa.string())
+    pages = [doc.page_range(c.char_range) for doc, _, c in chunks]
+    columns["converter"] = pa.array(converters, pa.string())
+    columns["page_start"] = pa.array([p[0] if p else None for p in pages], pa.int32())
+    columns["page_end"] = pa.array([p[1] if p else None for p in pages], pa.int32())
     # the columns of the stock LangChain / LlamaIndex stores: copies of the ones above (sink.schema)
     columns["id"] = columns["chunk_id"]
     columns["metadata"] = pa.StructArray.from_arrays(

@@ -89,6 +89,13 @@ def chunk_schema(dim: int) -> pa.Schema:
             # older table gains them as NULL (sink.writes.migrate)
             pa.field("granularity", pa.string()),
             pa.field("parent_chunk_id", pa.string()),
+            # a document file read into text (latechunk_dagster.sources.converters): the converter and
+            # version that made the text, and the pages (PDF) or slides (PPTX) of the chunk's char
+            # range, from 1, both ends included; NULL for text read as it is; nullable and last, so an
+            # older table gains them as NULL (sink.writes.migrate)
+            pa.field("converter", pa.string()),
+            pa.field("page_start", pa.int32()),
+            pa.field("page_end", pa.int32()),
         ]
     )
 

@@ -143,7 +143,8 @@ def migrate(table: Any, schema: pa.Schema) -> list[str]:
     """Add to ``table`` the trailing columns of ``schema`` it lacks; returns their names (``[]``: none).
 
     A table written by an earlier version has a prefix of ``schema``'s columns. Nullable string
-    columns (``vector_config``, ``granularity``, ``parent_chunk_id``) are added as nulls; the derived
+    and int32 columns (``vector_config``, ``granularity``, ``parent_chunk_id``, ``converter``,
+    ``page_start``, ``page_end``) are added as nulls; the derived
     ones (``id``, ``metadata``: :data:`~latechunk_dagster.sink.schema.DERIVED_COLUMNS`) are computed
     from each row's other columns. All of them go in ONE LanceDB ``add_columns`` with SQL expressions
     (``CAST(NULL AS STRING)`` for a null column), in the schema's order: one commit that writes new
@@ -162,6 +163,8 @@ def migrate(table: Any, schema: pa.Schema) -> list[str]:
             expressions[name] = DERIVED_COLUMNS[name]
         elif field.nullable and field.type == pa.string():
             expressions[name] = "CAST(NULL AS STRING)"
+        elif field.nullable and field.type == pa.int32():
+            expressions[name] = "CAST(NULL AS INT)"
         else:
             return []  # not an earlier layout of this schema: refused by the schema comparison
     if expressions:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from bisect import bisect_right
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -134,17 +135,45 @@ class Document:
             strategy splits the text), ``((start, end), ...)`` int char ranges into ``text``, or
             ``(chunk_text, ...)``, non-empty and of one kind; whether they fit the text is the
             ``GivenChunks`` strategy's rule.
+        converter: what converted the document's file into ``text`` (``"pdf/1 pypdfium2 5.15.0"``:
+            :class:`~latechunk_dagster.sources.converters.Converted`), ``None`` for text read as it
+            is; part of the rows' lineage and ``vector_config`` (a converter upgrade re-encodes).
+        pages: char offsets into ``text`` where each page (PDF) or slide (PPTX) starts, or ``None``.
     """
 
     doc_id: str
     text: str
     sha256: str
     chunks: ChunkList | None = None
+    converter: str | None = None
+    pages: tuple[int, ...] | None = None
 
     @classmethod
     def from_text(cls, doc_id: str, text: str, chunks: ChunkList | None = None) -> Document:
         """The document of ``text`` (and its ``chunks``), with its :func:`document_sha256`."""
         return cls(doc_id, text, document_sha256(text, chunks), chunks)
+
+    @classmethod
+    def from_converted(cls, doc_id: str, text: str, converter: str, pages: tuple[int, ...] | None = None) -> Document:
+        """The document of a converted file: its Markdown ``text`` (``sha256`` is :func:`text_sha256`
+        of it, as for any text), the ``converter`` that made it and its ``pages``."""
+        return cls(doc_id, text, document_sha256(text), None, converter, pages)
+
+    def vector_config(self, run_config: str) -> str:
+        """The ``vector_config`` of this document's rows: the run's (:func:`latechunk_dagster.pipeline.vector_config`)
+        for text read as it is; for a converted document the first 32 hex characters of the sha256
+        of the JSON array ``[run_config, converter]``, so a converter upgrade re-encodes it."""
+        if self.converter is None:
+            return run_config
+        return key_of(run_config, self.converter)[:32]
+
+    def page_range(self, char_range: tuple[int, int] | None) -> tuple[int, int] | None:
+        """The pages (from 1, both ends included) a char range of the text lies on, from
+        :attr:`pages`; ``None`` without pages or without a range."""
+        if self.pages is None or char_range is None:
+            return None
+        start, end = char_range
+        return bisect_right(self.pages, start), bisect_right(self.pages, max(start, end - 1))
 
 
 @dataclass(frozen=True)
@@ -162,13 +191,22 @@ class RejectedRow:
             is cut off: no newline and not valid JSON; its partition keeps its old rows) | ``bad_chunks``
             (a chunks column's value of the wrong shape: null, empty, not a list, pairs mixed with
             strings, a pair not of two integers; :mod:`latechunk_dagster.sources.chunk_column`).
+            A converter's refusal of a document file (:mod:`latechunk_dagster.sources.converters`):
+            ``encrypted`` (a PDF that needs a password), ``no_text_layer`` (a PDF without text: a scan),
+            ``unreadable_file`` (a truncated or corrupt document file), ``too_large`` (over
+            ``max_file_bytes``, or a zip package that unpacks past its limits).
         detail: a sentence naming the file, the row and what is wrong.
+        file_read: ``True`` when the file was read whole and its content is refused (a converter's
+            rejection): it is rejected alone, whatever its reason; ``False`` (every reader's own
+            rows) lets an ``unreadable_file`` keep the partition's old rows
+            (:data:`~latechunk_dagster.sources.listing.INCOMPLETE_READS`).
     """
 
     doc_id: str
     where: str
     reason: str
     detail: str
+    file_read: bool = False
 
     @property
     def sha256(self) -> str:

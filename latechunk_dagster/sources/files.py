@@ -2,9 +2,14 @@
 
 Store kinds (:attr:`DocumentStore.kind`), detected by :meth:`DocumentStore.from_path`:
 
-* ``"text"``: a directory tree of ``.txt`` / ``.md`` files. Shard = first-level subdirectory name
-  (files directly in the root: shard ``"_root"``); doc_id = path relative to the root, ``/``-separated.
-* ``"jsonl"``: one ``.jsonl`` file, or a directory of them (searched recursively).
+* ``"text"``: a directory tree of ``.txt`` / ``.md`` files and document files (``.pdf``, ``.docx``,
+  ``.pptx``, ``.html`` / ``.htm``, converted to Markdown: :mod:`latechunk_dagster.sources.converters`).
+  Shard = first-level subdirectory name (files directly in the root: shard ``"_root"``); doc_id =
+  path relative to the root, ``/``-separated. A document file the converters refuse is a
+  ``RejectedRow`` of its reason (``encrypted``, ``no_text_layer``, ``unreadable_file``,
+  ``too_large``) naming the file; the shard's other documents are read as usual.
+* ``"jsonl"``: one ``.jsonl`` (or ``.jsonl.gz``, ``.jsonl.zst``) file, or a directory of them
+  (searched recursively).
 * ``"parquet"``: one ``.parquet`` file, or a directory of them (searched recursively).
 
 JSONL / Parquet rows have an ``id`` (string; integers are turned into strings) and a ``text``
@@ -58,6 +63,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
 from latechunk_dagster.sources.chunk_column import check_chunks_column
+from latechunk_dagster.sources.converters import ConversionLimits
 from latechunk_dagster.sources.documents import (
     Document,
     RejectedRow,
@@ -71,6 +77,7 @@ from latechunk_dagster.sources.layout import (
     ROOT_SHARD,
     TABLE_SUFFIXES,
     TEXT_SUFFIXES,
+    TREE_SUFFIXES,
     Layout,
     directory_layout,
     kind_of,
@@ -87,8 +94,10 @@ from latechunk_dagster.sources.listing import (
 from latechunk_dagster.sources.readers import (
     Row,
     document_from_row,
+    is_compressed,
     jsonl_lines,
     jsonl_rows,
+    open_jsonl,
     parquet_rows,
     read_text_file,
     shard_of_row,
@@ -123,7 +132,9 @@ class DocumentStore:
             ``text`` or ``shard``.
     """
 
-    def __init__(self, path: Path, kind: str, chunks_column: str | None = None) -> None:
+    def __init__(
+        self, path: Path, kind: str, chunks_column: str | None = None, limits: ConversionLimits | None = None
+    ) -> None:
         check_chunks_column(chunks_column)
         if chunks_column is not None and kind == "text":
             why = "has no columns (JSONL and Parquet stores do)"
@@ -132,13 +143,16 @@ class DocumentStore:
         self.kind = kind
         self.uri = str(path)
         self.chunks_column = chunks_column
+        self.limits = ConversionLimits.from_env() if limits is None else limits
 
     def __repr__(self) -> str:
         chunks = f", chunks_column={self.chunks_column!r}" if self.chunks_column is not None else ""
         return f"DocumentStore(kind={self.kind!r}, uri={self.uri!r}{chunks})"
 
     @classmethod
-    def from_path(cls, path: str | Path, chunks_column: str | None = None) -> DocumentStore:
+    def from_path(
+        cls, path: str | Path, chunks_column: str | None = None, limits: ConversionLimits | None = None
+    ) -> DocumentStore:
         """Open a store, detecting its kind from the file suffix or the files in the directory.
 
         A directory of one table kind (``.jsonl`` or ``.parquet``) may also hold ``.txt``/``.md``
@@ -146,6 +160,8 @@ class DocumentStore:
         :meth:`listing` names them as skipped.
 
         ``chunks_column``: the column holding each document's own chunks (see the class).
+        ``limits``: what a text tree's file may cost to read (size, unpacked size of a DOCX/PPTX;
+        default :meth:`~latechunk_dagster.sources.converters.ConversionLimits.from_env`).
 
         Raises:
             FileNotFoundError: ``path`` does not exist.
@@ -157,27 +173,29 @@ class DocumentStore:
         if not path.exists():
             raise FileNotFoundError(f"document store not found: {path}")
         if not path.is_dir():
-            kind = TABLE_SUFFIXES.get(path.suffix.lower())
+            kind = kind_of(path) if kind_of(path) in TABLE_SUFFIXES.values() else None
             what = is_regular(path)
             if kind is None or what is not None:
-                why = f"it is {what}" if what else "expected a .jsonl or .parquet file"
+                why = f"it is {what}" if what else "expected a .jsonl (.jsonl.gz, .jsonl.zst) or .parquet file"
                 raise ValueError(f"unknown document store kind for file {path}: {why}")
-            return cls(path, kind, chunks_column)
+            return cls(path, kind, chunks_column, limits)
         kinds = {file: kind for file in walk(path).files if (kind := kind_of(file))}
         tables = set(kinds.values()) - {"text"}
         if len(tables) == 1 and all(f.parent == path for f, k in kinds.items() if k == "text"):
-            return cls(path, tables.pop(), chunks_column)  # text files at the top of a table store: a dataset card
+            # text files at the top of a table store: a dataset card
+            return cls(path, tables.pop(), chunks_column, limits)
         if len(set(kinds.values())) != 1:
             # a file of each kind; of the text files, one below the top (the one a table store cannot hold)
             order = sorted(kinds, key=lambda f: (kinds[f] == "text" and f.parent == path,))
             examples = {k: f for f in reversed(order) for k in (kinds[f],)}
             found = ", ".join(f"{k} ({printable(str(examples[k]))})" for k in sorted(examples)) or "none"
             raise ValueError(
-                f"unknown document store kind for directory {path}: expected only .txt/.md, only .jsonl "
-                f"or only .parquet files (a table store may hold .txt/.md files at its top level), "
+                f"unknown document store kind for directory {path}: expected only text and document files "
+                f"({'/'.join(TREE_SUFFIXES)}), only .jsonl or only .parquet files (a table store may hold "
+                f"text and document files at its top level), "
                 f"found kinds: {found}"
             )
-        return cls(path, kinds.popitem()[1], chunks_column)
+        return cls(path, kinds.popitem()[1], chunks_column, limits)
 
     # -- shards ----------------------------------------------------------------------------------
 
@@ -208,7 +226,7 @@ class DocumentStore:
                 shards.add(shard)
             if gaps:
                 return Listing((), gaps=tuple(gaps))
-            return Listing(tuple(sorted(shards or {self.path.stem})))
+            return Listing(tuple(sorted(shards or {self._stem})))
         layout = self._layout()
         return Listing(tuple(sorted(layout.groups)), tuple(layout.skipped), frozenset(layout.held), tuple(layout.gaps))
 
@@ -257,12 +275,12 @@ class DocumentStore:
                 else:
                     yield shard, self.iter_shard(shard)  # raises KeyError on the first next()
             return
-        if self.kind != "jsonl" or len(shards) < 2:
+        if self.kind != "jsonl" or len(shards) < 2 or is_compressed(self.path):  # no byte offsets in a stream
             for shard in shards:
                 yield shard, self.iter_shard(shard)
             return
         index: dict[str, list[tuple[int, int]]] = {}
-        stem = self.path.stem
+        stem = self._stem
         try:
             stamp = _stamp(self.path)
             for number, offset, row in jsonl_lines(self.path):
@@ -314,7 +332,7 @@ class DocumentStore:
 
                     total += pq.ParquetFile(file).metadata.num_rows
                 else:
-                    with file.open("rb") as handle:
+                    with open_jsonl(file) as handle:
                         total += sum(chunk.count(b"\n") for chunk in iter(lambda: handle.read(1 << 20), b""))
             except (OSError, ValueError):
                 continue
@@ -347,7 +365,7 @@ class DocumentStore:
             # only (doc_id, sha256, where) are needed: drop the text
             groups.setdefault(shard, []).append(item if isinstance(item, RejectedRow) else (_light(item[0]), item[1]))
         if not groups:
-            groups[self.path.stem] = []
+            groups[self._stem] = []
         return {shard: fingerprint_of(first_of_each_id(rows, self._scope(shard))) for shard, rows in groups.items()}
 
     # -- layout ----------------------------------------------------------------------------------
@@ -383,10 +401,15 @@ class DocumentStore:
                     yield not_regular_row(file, "*", what, "unreadable_file")
                 continue
             if self.kind == "text":
-                doc = read_text_file(file, file.relative_to(self.path).as_posix())
+                doc = read_text_file(file, file.relative_to(self.path).as_posix(), self.limits)
                 yield (doc, printable(str(file))) if isinstance(doc, Document) else doc
             else:
                 yield from self._table_documents(file)
+
+    @property
+    def _stem(self) -> str:
+        """A single-file store's default shard: its name without the document suffixes (``a.jsonl.gz``: ``a``)."""
+        return shard_of(self.path.parent, "jsonl", self.path)
 
     def _scope(self, shard: str) -> str:
         return f" in shard {shard!r} of document store {printable(self.uri)}"
@@ -409,7 +432,7 @@ class DocumentStore:
     ) -> Iterator[tuple[str, tuple[Document, str] | RejectedRow]]:
         """Single-file store: (shard, document or rejection) per row (of ``rows``, default the file's;
         ``columns``, default the document's and ``shard``)."""
-        stem = self.path.stem
+        stem = self._stem
         columns = (*self._document_columns(), "shard") if columns is None else columns
         if rows is None:
             rows = jsonl_rows(self.path) if self.kind == "jsonl" else parquet_rows(self.path, columns)
@@ -434,7 +457,7 @@ class DocumentStore:
         return (doc, row.where) if isinstance(doc, Document) else doc
 
     def _table_documents(self, file: Path) -> Iterator[tuple[Document, str] | RejectedRow]:
-        rows = jsonl_rows(file) if file.suffix.lower() == ".jsonl" else parquet_rows(file, self._document_columns())
+        rows = jsonl_rows(file) if kind_of(file) == "jsonl" else parquet_rows(file, self._document_columns())
         for row in rows:
             yield row if isinstance(row, RejectedRow) else self._with_where(row)
 

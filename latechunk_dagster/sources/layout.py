@@ -10,23 +10,31 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from latechunk_dagster.sources.converters import CONVERTED_SUFFIXES
 from latechunk_dagster.sources.documents import RejectedRow, printable
 from latechunk_dagster.sources.listing import key_problem, walk
 
 TEXT_SUFFIXES = (".txt", ".md")
+#: The files of a text tree: text, and document files converted to Markdown
+#: (:mod:`~latechunk_dagster.sources.converters`).
+TREE_SUFFIXES = (*TEXT_SUFFIXES, *CONVERTED_SUFFIXES)
 ROOT_SHARD = "_root"
 TABLE_SUFFIXES = {".jsonl": "jsonl", ".parquet": "parquet"}
+#: Compressed JSONL, read through its decompressor (:func:`~latechunk_dagster.sources.readers.open_jsonl`).
+COMPRESSED_JSONL = (".jsonl.gz", ".jsonl.zst")
 
 
 def kind_of(file: Path) -> str | None:
+    if file.name.lower().endswith(COMPRESSED_JSONL):
+        return "jsonl"
     suffix = file.suffix.lower()
-    return "text" if suffix in TEXT_SUFFIXES else TABLE_SUFFIXES.get(suffix)
+    return "text" if suffix in TREE_SUFFIXES else TABLE_SUFFIXES.get(suffix)
 
 
-_DOCUMENT_SUFFIXES = {*TEXT_SUFFIXES, *TABLE_SUFFIXES}
+_DOCUMENT_SUFFIXES = {*TREE_SUFFIXES, *TABLE_SUFFIXES}
 #: Suffixes of compressed or half-written copies: ``a.jsonl.gz`` and ``a.jsonl.tmp`` stand for shard ``a``.
 _PACKED_SUFFIXES = {".gz", ".bz2", ".xz", ".zst", ".zip", ".tmp", ".part", ".partial"}
-_SUFFIXES_OF = {"text": ".txt/.md", "jsonl": ".jsonl", "parquet": ".parquet"}
+_SUFFIXES_OF = {"text": "/".join(TREE_SUFFIXES), "jsonl": ".jsonl (.jsonl.gz, .jsonl.zst)", "parquet": ".parquet"}
 
 
 def looks_like_a_document(file: Path) -> bool:

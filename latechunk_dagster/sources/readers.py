@@ -1,7 +1,9 @@
 """Streaming row readers, one per store kind: they yield one row at a time, never a whole file.
 
-* text files: one document per file (:func:`read_text_file`);
-* JSONL: line by line from a binary file handle (:func:`jsonl_rows`); splits on ``\\n`` only, as
+* text files: one document per file (:func:`read_text_file`); PDF, DOCX, PPTX and HTML files
+  are converted to Markdown first (:func:`document_of_file`, :mod:`latechunk_dagster.sources.converters`);
+* JSONL: line by line from a binary file handle (:func:`jsonl_rows`; ``.jsonl.gz`` and
+  ``.jsonl.zst`` through their decompressor, :func:`open_jsonl`); splits on ``\\n`` only, as
   U+2028 and friends may occur raw inside JSON strings;
 * Parquet: record batches of :data:`PARQUET_BATCH_ROWS` rows (:func:`parquet_rows`), only the
   ``id``, ``text`` and ``shard`` columns (and a chunks column when the store has one).
@@ -25,6 +27,8 @@ in UTF-16 or UTF-32 is found by :func:`~latechunk_dagster.core.encoding.foreign_
 
 from __future__ import annotations
 
+import gzip
+import io
 import json
 import math
 import sys
@@ -39,6 +43,7 @@ import pyarrow.parquet as pq
 
 from latechunk_dagster.core.encoding import SAMPLE_BYTES, foreign_encoding
 from latechunk_dagster.sources.chunk_column import BadChunksError, arrow_chunks, as_chunks
+from latechunk_dagster.sources.converters import ConversionLimits, Rejection, convert, is_converted
 from latechunk_dagster.sources.documents import (
     BOM,
     Document,
@@ -51,6 +56,16 @@ from latechunk_dagster.sources.documents import (
     strip_bom,
 )
 from latechunk_dagster.sources.listing import key_problem
+
+#: What a decompressor raises on a cut-off or corrupt stream (gzip: ``EOFError``, ``BadGzipFile``;
+#: zstandard's ``ZstdError`` is a plain ``Exception``, named when zstandard is installed).
+_DECOMPRESS_ERRORS: tuple[type[Exception], ...] = (EOFError, gzip.BadGzipFile)
+try:
+    from zstandard import ZstdError
+
+    _DECOMPRESS_ERRORS += (ZstdError,)
+except ImportError:  # pragma: no cover - zstandard is in the documents extra
+    pass
 
 #: Rows per Parquet record batch read at a time.
 PARQUET_BATCH_ROWS = 1024
@@ -151,11 +166,14 @@ def decode(data: bytes) -> str:
     return strip_bom(data.decode("utf-8", errors="surrogateescape"))
 
 
-def read_text_file(file: Path, doc_id: str) -> Document | RejectedRow:
+def read_text_file(file: Path, doc_id: str, limits: ConversionLimits | None = None) -> Document | RejectedRow:
     """One text-tree document (BOM removed), or a ``RejectedRow`` when the file cannot be read
     (``unreadable_file``), is UTF-16 / UTF-32 (``bad_encoding``, naming the encoding), or its
     path (the doc_id) is not valid UTF-8 (reason ``bad_id``; the id and file named with
-    :func:`~latechunk_dagster.sources.documents.printable` escapes, e.g. ``r\\xe9sum\\xe9.txt``)."""
+    :func:`~latechunk_dagster.sources.documents.printable` escapes, e.g. ``r\\xe9sum\\xe9.txt``).
+
+    ``limits`` (default :meth:`ConversionLimits.from_env`): a file over ``max_file_bytes`` is
+    ``too_large`` before it is read; the bytes become text in :func:`document_of_file`."""
     where = printable(str(file))
     if not is_valid_unicode(doc_id):
         detail = (
@@ -163,14 +181,66 @@ def read_text_file(file: Path, doc_id: str) -> Document | RejectedRow:
             "rename the file (e.g. convert the name to UTF-8)"
         )
         return RejectedRow(printable(doc_id), where, "bad_id", detail)
+    limits = ConversionLimits.from_env() if limits is None else limits
     try:
+        limits.check_size(file.stat().st_size)
         data = file.read_bytes()
     except OSError as exc:
         return RejectedRow(doc_id, where, "unreadable_file", f"{where}: cannot be read: {exc}")
+    except Rejection as exc:
+        return RejectedRow(doc_id, where, exc.reason, f"{where}: {exc.detail}", file_read=True)
+    return document_of_file(doc_id, file.name, data, where, limits)
+
+
+def document_of_file(
+    doc_id: str, name: str, data: bytes, where: str, limits: ConversionLimits | None = None
+) -> Document | RejectedRow:
+    """The one place a text-tree file's bytes become a document's text: a converted format
+    (:func:`~latechunk_dagster.sources.converters.is_converted`: PDF, DOCX, PPTX, HTML) is read
+    into Markdown by :func:`~latechunk_dagster.sources.converters.convert` (the document then
+    carries its converter and pages); any other file is UTF-8 text (a UTF-16 / UTF-32 one is
+    ``bad_encoding``). A converter's refusal is a ``RejectedRow`` of its reason (``encrypted``,
+    ``no_text_layer``, ``unreadable_file``, ``too_large``) with ``file_read=True``: the file was read,
+    its content is refused, so it is rejected alone and its shard's other documents are written.
+
+    Args:
+        doc_id: the document's id; name: the file's name (its suffix picks the format);
+        data: the file's bytes; where: the file as messages name it; limits: as :func:`read_text_file`.
+    """
+    if is_converted(name):
+        try:
+            converted = convert(name, data, limits)
+        except Rejection as exc:
+            return RejectedRow(doc_id, where, exc.reason, f"{where}: {exc.detail}", file_read=True)
+        return Document.from_converted(doc_id, converted.text, converted.converter, converted.pages)
     encoding = foreign_encoding(data)
     if encoding is not None:
         return RejectedRow(doc_id, where, "bad_encoding", encoding.file_detail(where))
     return Document.from_text(doc_id, decode(data))
+
+
+def open_jsonl(file: Path) -> BinaryIO:
+    """A binary handle on a JSONL file's lines: ``.jsonl.gz`` through ``gzip``, ``.jsonl.zst`` through
+    ``zstandard``, any other file as it is.
+
+    Raises:
+        OSError: the file cannot be opened.
+    """
+    name = file.name.lower()
+    if name.endswith(".gz"):
+        return gzip.open(file, "rb")  # type: ignore[return-value]
+    if name.endswith(".zst"):
+        import zstandard
+
+        # zstandard's reader has no readline: buffered, it iterates lines (it cannot seek back)
+        raw = zstandard.ZstdDecompressor().stream_reader(file.open("rb"), closefd=True)
+        return io.BufferedReader(raw, buffer_size=1 << 16)  # type: ignore[arg-type]
+    return file.open("rb")
+
+
+def is_compressed(file: Path) -> bool:
+    """Whether :func:`open_jsonl` decompresses ``file`` (its lines cannot be found by byte offset)."""
+    return file.name.lower().endswith((".gz", ".zst"))
 
 
 def jsonl_rows(file: Path, lines: Iterable[tuple[int, int]] | None = None) -> Iterator[Row | RejectedRow]:
@@ -184,21 +254,21 @@ def jsonl_rows(file: Path, lines: Iterable[tuple[int, int]] | None = None) -> It
     seeking, instead of the whole file.
     """
     name = printable(str(file))
+    number = 0
     try:
-        handle = file.open("rb")
-    except OSError as exc:
-        yield RejectedRow("*", name, "unreadable_file", f"{name}: cannot be read: {exc}")
-        return
-    with handle:
-        refused = _foreign_jsonl(handle, name)
-        if refused is not None:
-            yield refused
-            return
-        numbered = enumerate(handle, start=1) if lines is None else _seek_lines(handle, lines)
-        for number, raw in numbered:
-            row = jsonl_row(raw, number, name)
-            if row is not None:
-                yield row
+        with open_jsonl(file) as handle:
+            refused = _foreign_jsonl(handle, name)
+            if refused is not None:
+                yield refused
+                return
+            numbered = enumerate(handle, start=1) if lines is None else _seek_lines(handle, lines)
+            for number, raw in numbered:
+                row = jsonl_row(raw, number, name)
+                if row is not None:
+                    yield row
+    except _DECOMPRESS_ERRORS as exc:  # a compressed file cut off or corrupt: the rest is not read
+        after = f" after row {number}" if number else ""
+        yield RejectedRow("*", name, "unreadable_file", f"{name}: cannot be read{after}: {type(exc).__name__}: {exc}")
 
 
 def _foreign_jsonl(handle: BinaryIO, name: str) -> RejectedRow | None:
@@ -208,8 +278,11 @@ def _foreign_jsonl(handle: BinaryIO, name: str) -> RejectedRow | None:
     Raises:
         OSError: the file cannot be read.
     """
-    head = handle.read(SAMPLE_BYTES)
-    handle.seek(0)
+    if handle.seekable():
+        head = handle.read(SAMPLE_BYTES)
+        handle.seek(0)
+    else:  # a zstd stream: look without consuming
+        head = handle.peek(SAMPLE_BYTES)[:SAMPLE_BYTES]  # type: ignore[attr-defined]
     encoding = foreign_encoding(head)
     return None if encoding is None else RejectedRow("*", name, "unreadable_file", encoding.file_detail(name))
 

@@ -1,0 +1,149 @@
+"""What every converter shares: the result (:class:`Converted`), the typed refusal (:class:`Rejection`),
+the limits a file is read under (:class:`ConversionLimits`), and the Markdown pieces (tables, headings).
+
+No Dagster, no store: bytes in, Markdown text out.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import zipfile
+from dataclasses import dataclass
+from importlib.metadata import version
+
+#: Environment override of :attr:`ConversionLimits.max_file_bytes` (an integer number of bytes).
+MAX_FILE_BYTES_ENV = "LATECHUNK_MAX_DOCUMENT_BYTES"
+
+#: Reasons a converter refuses a file (the ``reason`` of its rejected row).
+REASONS = ("encrypted", "no_text_layer", "unreadable_file", "too_large")
+
+
+@dataclass(frozen=True)
+class Converted:
+    """One document file read into text.
+
+    Attributes:
+        text: the document's text as Markdown (headings ``#``..``######``, tables as pipe tables);
+            every char range of the document's rows indexes this string.
+        converter: ``"<format>/<rules> <library> <version>"`` (e.g. ``"pdf/1 pypdfium2 5.15.0"``):
+            what made the text; recorded with the rows and part of their ``vector_config``, so a
+            converter upgrade re-encodes.
+        pages: char offsets into ``text`` where each page (PDF) or slide (PPTX) starts, in order
+            (page ``k`` from 1 starts at ``pages[k - 1]``); ``None`` for formats without pages.
+    """
+
+    text: str
+    converter: str
+    pages: tuple[int, ...] | None = None
+
+
+class Rejection(Exception):  # noqa: N818 (a refusal the caller records, not a failure of the code)
+    """A file the converters refuse; ``reason`` is one of :data:`REASONS`, ``detail`` says why
+    (without the file name: the caller names the file)."""
+
+    def __init__(self, reason: str, detail: str) -> None:
+        assert reason in REASONS, reason
+        self.reason = reason
+        self.detail = detail
+        super().__init__(f"{reason}: {detail}")
+
+
+def _env_bytes(default: int) -> int:
+    raw = os.environ.get(MAX_FILE_BYTES_ENV, "").strip()
+    if not raw:
+        return default
+    if not raw.isdigit() or int(raw) <= 0:
+        raise ValueError(f"{MAX_FILE_BYTES_ENV}={raw!r}: expected a positive integer number of bytes")
+    return int(raw)
+
+
+@dataclass(frozen=True)
+class ConversionLimits:
+    """What a document file may cost to read. Every file of a document tree is checked against
+    ``max_file_bytes`` before it is read; DOCX and PPTX files (zip packages) against the unpacked
+    limits before a part is decompressed (a zip bomb is refused from its directory alone).
+
+    Attributes:
+        max_file_bytes: the largest file read, in bytes (default 256 MiB, or
+            ``LATECHUNK_MAX_DOCUMENT_BYTES``); a larger one is ``too_large``.
+        max_unpacked_bytes: the most bytes a zip package's parts may declare unpacked, together
+            (default 512 MiB); more is ``too_large``.
+        max_ratio: the most a zip part over 1 MiB may expand (unpacked / packed size; default 200:
+            Office XML deflates ~5-20x, a bomb of zeros ~1000x); more is ``too_large``.
+    """
+
+    max_file_bytes: int = 256 << 20
+    max_unpacked_bytes: int = 512 << 20
+    max_ratio: float = 200.0
+
+    @classmethod
+    def from_env(cls) -> ConversionLimits:
+        """The defaults, with ``LATECHUNK_MAX_DOCUMENT_BYTES`` when set.
+
+        Raises:
+            ValueError: the variable is not a positive integer.
+        """
+        return cls(max_file_bytes=_env_bytes(cls.max_file_bytes))
+
+    def check_size(self, size: int) -> None:
+        """Raises :class:`Rejection` (``too_large``) when a file of ``size`` bytes is over ``max_file_bytes``."""
+        if size > self.max_file_bytes:
+            raise Rejection("too_large", f"{size:,} bytes, over the limit of {self.max_file_bytes:,} (max_file_bytes)")
+
+    def check_package(self, package: zipfile.ZipFile) -> None:
+        """Refuses a zip package (DOCX, PPTX) whose parts declare more than the unpacked limits.
+        Python's ``zipfile`` stops reading a part at its declared size (and fails its CRC beyond
+        it), so the declared sizes bound what is decompressed.
+
+        Raises:
+            Rejection: ``too_large``, naming the part.
+        """
+        total = 0
+        for item in package.infolist():
+            total += item.file_size
+            if item.file_size > 1 << 20 and item.file_size > self.max_ratio * max(item.compress_size, 1):
+                ratio = item.file_size / max(item.compress_size, 1)
+                raise Rejection(
+                    "too_large",
+                    f"part {item.filename!r} unpacks {item.compress_size:,} bytes into {item.file_size:,} "
+                    f"({ratio:,.0f}x, over max_ratio {self.max_ratio:g}): a zip bomb?",
+                )
+        if total > self.max_unpacked_bytes:
+            raise Rejection(
+                "too_large", f"its parts unpack to {total:,} bytes, over max_unpacked_bytes {self.max_unpacked_bytes:,}"
+            )
+
+
+def converter_name(fmt: str, rules: int, library: str) -> str:
+    """``"<fmt>/<rules> <library> <installed version>"``: ``rules`` is the version of our own
+    conversion rules for the format (raise it when they change the text)."""
+    return f"{fmt}/{rules} {library} {version(library)}"
+
+
+def table_markdown(rows: list[list[str]]) -> str:
+    """A GitHub pipe table of ``rows`` (the first is the header); cells on one line, ``|`` escaped."""
+    if not rows:
+        return ""
+    width = max(len(r) for r in rows)
+    cells = [[_cell(c) for c in r] + [""] * (width - len(r)) for r in rows]
+    lines = ["| " + " | ".join(r) + " |" for r in cells]
+    lines.insert(1, "|" + " --- |" * width)
+    return "\n".join(lines)
+
+
+def _cell(text: str) -> str:
+    return re.sub(r"\s+", " ", text).strip().replace("|", "\\|")
+
+
+def heading(level: int, title: str) -> str:
+    """A Markdown ATX heading line, level clamped to 1..6, the title on one line."""
+    return "#" * min(max(level, 1), 6) + " " + re.sub(r"\s+", " ", title).strip()
+
+
+def tidy(text: str) -> str:
+    """Line ends as ``\\n``, NULs removed, trailing spaces and runs of 3+ line breaks cut, no
+    leading or trailing blank lines: the one normal form of every converter's text."""
+    text = text.replace("\r\n", "\n").replace("\r", "\n").replace("\0", "")
+    text = re.sub(r"[ \t]+\n", "\n", text)
+    return re.sub(r"\n{3,}", "\n\n", text).strip("\n")

@@ -1,0 +1,204 @@
+"""A real Dagster materialization of a folder of PDF, DOCX, PPTX, HTML, Markdown and text files, with
+bad files among them: real vLLM engine, real LanceDB, temp DAGSTER_HOME.
+
+Hand-checked: each document's converted text is written out below from the words its file was made
+with; the chunk rows' headings are the document's own, their ranges index that text, the PDF chunks
+know their pages, and each bad file is a rejected row naming it and its reason while its neighbours
+are written.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import dagster as dg
+import pytest
+
+from latechunk_dagster import LateChunker, MarkdownSections, late_chunk_assets, sink
+from latechunk_dagster.integration.resources import DocumentStoreResource, LanceDBResource
+from latechunk_dagster.integration.sensors import sync_partitions
+from latechunk_dagster.sources.converters import pdf as pdf_converter
+from latechunk_dagster.sources.files import DocumentStore
+from tests.conftest import SHARED_ENGINE, session_engine_resource
+from tests.document_files import docx_bytes, html_page, pdf_bytes, pptx_bytes, zip_bomb_docx
+
+TABLE = late_chunk_assets(index=False, job_name="chunk", strategy=MarkdownSections(max_tokens=64), sensor=False)
+
+PDF_PAGES = [
+    ["Pumps in Rotterdam", "Acme builds pumps in Rotterdam.", "Each pump is tested before it ships."],
+    ["Maintenance", "The team repairs pumps within a day."],
+]
+
+#: doc_id -> (file bytes, its converted text written by hand)
+GOOD: dict[str, tuple[bytes, str]] = {
+    "docs/report.pdf": (
+        pdf_bytes(PDF_PAGES, outline=[(1, "Pumps in Rotterdam", 0), (2, "Maintenance", 1)]),
+        "# Pumps in Rotterdam\nAcme builds pumps in Rotterdam.\nEach pump is tested before it ships.\n\n"
+        "## Maintenance\nThe team repairs pumps within a day.",
+    ),
+    "docs/owls.docx": (
+        docx_bytes(
+            [("h1", "Owls"), ("p", "Owls hunt at night."), ("h2", "Feathers"), ("p", "Soft edges silence them.")]
+        ),
+        "# Owls\n\nOwls hunt at night.\n\n## Feathers\n\nSoft edges silence them.",
+    ),
+    "docs/tea.html": (
+        html_page("Tea", [(1, "Tea", "Green tea is steamed."), (2, "Storage", "Keep it dry and dark.")]).encode(),
+        "# Tea\n\nGreen tea is steamed.\n\n## Storage\n\nKeep it dry and dark.",
+    ),
+    "docs/deck.pptx": (
+        pptx_bytes([("Lighthouses", ["Keepers log the weather."]), ("Lamps", ["Lenses focus the light."])]),
+        "## Lighthouses\n\nKeepers log the weather.\n\n## Lamps\n\nLenses focus the light.",
+    ),
+    "docs/notes.md": (b"# Glaciers\n\nGlaciers carve valleys.", "# Glaciers\n\nGlaciers carve valleys."),
+    "docs/plain.txt": (b"Rivers carry sand to the sea.", "Rivers carry sand to the sea."),
+}
+
+#: doc_id -> (file bytes, reason)
+BAD: dict[str, tuple[bytes, str]] = {
+    "docs/locked.pdf": (pdf_bytes([["secret words"]], password="pw"), "encrypted"),
+    "docs/scan.pdf": (pdf_bytes([["scanned words"]], text_layer=False), "no_text_layer"),
+    "docs/cut.pdf": (pdf_bytes(PDF_PAGES)[:3000], "unreadable_file"),
+    "docs/bomb.docx": (zip_bomb_docx(300 << 20), "too_large"),
+}
+
+#: the headings of each good document's chunks, in chunk order (MarkdownSections: one chunk a section)
+HEADINGS = {
+    "docs/report.pdf": [["Pumps in Rotterdam"], ["Pumps in Rotterdam", "Maintenance"]],
+    "docs/owls.docx": [["Owls"], ["Owls", "Feathers"]],
+    "docs/tea.html": [["Tea"], ["Tea", "Storage"]],
+    "docs/deck.pptx": [["Lighthouses"], ["Lamps"]],
+    "docs/notes.md": [["Glaciers"]],
+    "docs/plain.txt": [[]],
+}
+
+
+def make_defs(store: Path, db: Path) -> dg.Definitions:
+    return dg.Definitions(
+        assets=TABLE.assets,
+        asset_checks=TABLE.asset_checks,
+        jobs=TABLE.jobs,
+        resources={
+            "engine": session_engine_resource(SHARED_ENGINE["chunker"]),
+            "lancedb": LanceDBResource(uri=str(db)),
+            "store": DocumentStoreResource(path=str(store)),
+        },
+    )
+
+
+def run(defs: dg.Definitions, instance: dg.DagsterInstance) -> dg.ExecuteInProcessResult:
+    return defs.resolve_job_def("chunk").execute_in_process(
+        instance=instance, partition_key="docs", raise_on_error=False
+    )
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory, chunker: LateChunker) -> Iterator[dict[str, Any]]:
+    SHARED_ENGINE["chunker"] = chunker
+    root = tmp_path_factory.mktemp("converted")
+    store, db = root / "store", root / "lancedb"
+    (store / "docs").mkdir(parents=True)
+    for doc_id, (data, _) in {**GOOD, **BAD}.items():
+        (store / doc_id).write_bytes(data)
+    (root / "home").mkdir()
+    with dg.instance_for_test(temp_dir=str(root / "home")) as instance:
+        sync_partitions(instance, DocumentStore.from_path(store), TABLE.partitions_def)
+        defs = make_defs(store, db)
+        yield {"store": store, "db": db, "defs": defs, "instance": instance, "first": run(defs, instance)}
+
+
+def chunk_rows(db: Path) -> list[dict]:
+    return (
+        sink.connect(str(db))
+        .open_table("chunks")
+        .to_arrow()
+        .sort_by([("doc_id", "ascending"), ("chunk_index", "ascending")])
+        .to_pylist()
+    )
+
+
+def test_a_mixed_folder_is_chunked_by_its_own_headings_with_ranges_into_the_converted_text(env) -> None:
+    result = env["first"]
+    assert result.success
+    meta = result.get_asset_materialization_events()[0].event_specific_data.materialization.metadata
+    assert meta["documents_in"].value == len(GOOD) + len(BAD) and meta["documents_rejected"].value == len(BAD)
+    rows = chunk_rows(env["db"])
+    by_doc: dict[str, list[dict]] = {}
+    for row in rows:
+        by_doc.setdefault(row["doc_id"], []).append(row)
+    assert sorted(by_doc) == sorted(GOOD)
+    for doc_id, (_, text) in GOOD.items():
+        chunks = by_doc[doc_id]
+        assert [c["headings"] for c in chunks] == HEADINGS[doc_id], doc_id
+        for c in chunks:  # a hit is shown from the converted text: text[char_start:char_end]
+            assert text[c["char_start"] : c["char_end"]] == c["text"], doc_id
+        assert chunks[0]["char_start"] == 0 and chunks[-1]["char_end"] == len(text), doc_id
+    assert [c["text"] for c in by_doc["docs/tea.html"]] == [
+        "# Tea\n\nGreen tea is steamed.",
+        "## Storage\n\nKeep it dry and dark.",
+    ]
+    # pages (PDF) and slides (PPTX), from 1; none for text read as it is
+    assert [(c["page_start"], c["page_end"]) for c in by_doc["docs/report.pdf"]] == [(1, 1), (2, 2)]
+    assert [(c["page_start"], c["page_end"]) for c in by_doc["docs/deck.pptx"]] == [(1, 1), (2, 2)]
+    assert {(c["page_start"], c["page_end"]) for c in by_doc["docs/notes.md"] + by_doc["docs/owls.docx"]} == {
+        (None, None)
+    }
+    # the converter and its version are the rows' lineage; they count in vector_config
+    assert by_doc["docs/report.pdf"][0]["converter"].startswith("pdf/1 pypdfium2 ")
+    assert by_doc["docs/owls.docx"][0]["converter"].startswith("docx/1 python-docx ")
+    assert by_doc["docs/notes.md"][0]["converter"] is None
+    configs = {d: by_doc[d][0]["vector_config"] for d in GOOD}
+    assert configs["docs/notes.md"] == configs["docs/plain.txt"]
+    assert len({configs[d] for d in ("docs/notes.md", "docs/report.pdf", "docs/owls.docx", "docs/tea.html")}) == 4
+    rejected = sink.connect(str(env["db"])).open_table("rejected_documents").to_arrow().to_pylist()
+    assert {(r["doc_id"], r["reason"]) for r in rejected} == {(d, reason) for d, (_, reason) in BAD.items()}
+    for r in rejected:
+        assert r["detail"].startswith(str(env["store"] / r["doc_id"]) + ": ")
+    checks = result.get_asset_check_evaluations()
+    assert checks and all(c.passed for c in checks), [(c.check_name, c.metadata) for c in checks if not c.passed]
+
+
+def test_a_converter_upgrade_re_encodes_its_documents_only(env, monkeypatch: pytest.MonkeyPatch) -> None:
+    again = run(env["defs"], env["instance"])
+    meta = again.get_asset_materialization_events()[0].event_specific_data.materialization.metadata
+    assert again.success and meta["documents_skipped"].value == len(GOOD)
+    before = {r["chunk_id"]: r for r in chunk_rows(env["db"])}
+    monkeypatch.setattr(pdf_converter, "RULES", pdf_converter.RULES + 1)  # a new PDF converter: same text
+    upgraded = run(env["defs"], env["instance"])
+    meta = upgraded.get_asset_materialization_events()[0].event_specific_data.materialization.metadata
+    assert upgraded.success
+    assert (meta["documents_skipped"].value, meta["documents_reencoded"].value) == (len(GOOD) - 1, 1)
+    after = {r["chunk_id"]: r for r in chunk_rows(env["db"])}
+    changed = {r["doc_id"] for k, r in after.items() if r["run_id"] != before[k]["run_id"]}
+    assert changed == {"docs/report.pdf"}
+    assert {r["converter"] for r in after.values() if r["doc_id"] == "docs/report.pdf"} == {
+        before_row["converter"].replace("pdf/1 ", "pdf/2 ")
+        for before_row in before.values()
+        if before_row["doc_id"] == "docs/report.pdf"
+    }
+
+
+def test_host_workers_write_the_same_converter_and_pages(env, tmp_path: Path, chunker: LateChunker) -> None:
+    """A host worker rebuilds each document from its fields: a converted one keeps its converter and pages."""
+    from latechunk_dagster.pipeline import materialize_partition
+
+    db = sink.connect(str(tmp_path / "db"))
+    table = sink.open_or_create(db, sink.CHUNK_TABLE, sink.chunk_schema(chunker.embedding_dim))
+    rejected = sink.open_or_create(db, sink.REJECTED_TABLE, sink.REJECTED_SCHEMA)
+    store = DocumentStore.from_path(env["store"])
+    report = materialize_partition(
+        chunker, store.iter_shard("docs"), "docs", MarkdownSections(max_tokens=64),
+        chunk_table=table, rejected_table=rejected, run_id="pooled", host_workers=1,
+    )  # fmt: skip
+    assert report.rejected == len(BAD)
+    # the converter column is compared by format: the upgrade test above left "pdf/2" rows in env's table
+    columns = ["chunk_id", "text", "char_start", "char_end", "headings", "converter", "page_start", "page_end"]
+    pooled = table.to_arrow().select(columns).sort_by("chunk_id").to_pylist()
+    dagster_rows = sorted(({k: r[k] for k in columns} for r in chunk_rows(env["db"])), key=lambda r: r["chunk_id"])
+    for rows in (pooled, dagster_rows):
+        for r in rows:
+            r["converter"] = r["converter"] and r["converter"].split("/")[0]
+    assert pooled == dagster_rows and any(r["page_start"] == 2 for r in pooled)
+    assert {r["converter"] for r in pooled} == {"pdf", "docx", "html", "pptx", None}
