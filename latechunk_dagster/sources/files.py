@@ -54,8 +54,8 @@ Rules, the same for every store kind:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
-from pathlib import Path
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from pathlib import Path, PurePath
 
 from latechunk_dagster.sources.chunk_column import check_chunks_column
 from latechunk_dagster.sources.documents import (
@@ -64,6 +64,7 @@ from latechunk_dagster.sources.documents import (
     UnknownShardError,
     fingerprint_of,
     first_of_each_id,
+    key_of,
     printable,
     text_sha256,
 )
@@ -93,6 +94,7 @@ from latechunk_dagster.sources.readers import (
     read_text_file,
     shard_of_row,
 )
+from latechunk_dagster.sources.storage import ObjectPath, kind_of_location, location, open_input, stat_of
 
 __all__ = [
     "ROOT_SHARD",
@@ -123,7 +125,9 @@ class DocumentStore:
             ``text`` or ``shard``.
     """
 
-    def __init__(self, path: Path, kind: str, chunks_column: str | None = None) -> None:
+    def __init__(
+        self, path: PurePath, kind: str, chunks_column: str | None = None, *, single_file: bool | None = None
+    ) -> None:
         check_chunks_column(chunks_column)
         if chunks_column is not None and kind == "text":
             why = "has no columns (JSONL and Parquet stores do)"
@@ -132,14 +136,32 @@ class DocumentStore:
         self.kind = kind
         self.uri = str(path)
         self.chunks_column = chunks_column
+        self._single = single_file
+
+    def _is_file(self) -> bool:
+        """A single-file store (a local one is looked at each time: it may be replaced by a directory)."""
+        if isinstance(self.path, ObjectPath):
+            if self._single is None:
+                self._single = kind_of_location(self.path) == "file"
+            return self._single
+        return Path(self.path).is_file()
 
     def __repr__(self) -> str:
         chunks = f", chunks_column={self.chunks_column!r}" if self.chunks_column is not None else ""
         return f"DocumentStore(kind={self.kind!r}, uri={self.uri!r}{chunks})"
 
     @classmethod
-    def from_path(cls, path: str | Path, chunks_column: str | None = None) -> DocumentStore:
+    def from_path(
+        cls, path: str | PurePath, chunks_column: str | None = None, storage_options: Mapping[str, str] | None = None
+    ) -> DocumentStore:
         """Open a store, detecting its kind from the file suffix or the files in the directory.
+
+        ``path``: a local path, or an ``s3://``, ``gs://``, ``az://`` / ``abfs://`` URI (a prefix of
+        objects is a directory): :func:`~latechunk_dagster.sources.storage.location`.
+        ``storage_options``: the object store's settings in LanceDB's form (keys, endpoint, region;
+        :data:`~latechunk_dagster.sources.storage.OPTION_KEYS`); none: each cloud's standard chain
+        (``AWS_*`` variables including ``AWS_ENDPOINT_URL``, instance roles). They are held by the
+        store's filesystem only: never in :attr:`uri`, a message or a row.
 
         A directory of one table kind (``.jsonl`` or ``.parquet``) may also hold ``.txt``/``.md``
         files at its top level (a dataset card, a README): they are not documents, and
@@ -148,36 +170,47 @@ class DocumentStore:
         ``chunks_column``: the column holding each document's own chunks (see the class).
 
         Raises:
-            FileNotFoundError: ``path`` does not exist.
+            FileNotFoundError: ``path`` does not exist (nothing under an object-store prefix).
+            IncompleteListingError: an object store that cannot be listed (unreachable, refused,
+                throttled, a listing cut short), so its kind cannot be told.
             ValueError: a file that is not a regular ``.jsonl``/``.parquet`` file, or a directory
                 holding no supported file or more than one kind of them (naming a file of each);
-                a ``chunks_column`` the store cannot have (see the class).
+                a ``chunks_column`` the store cannot have (see the class); ``storage_options``
+                that are not known or not for this cloud (naming the key).
         """
-        path = Path(path).expanduser().resolve()
-        if not path.exists():
+        path = location(path, storage_options)
+        try:
+            what = kind_of_location(path)
+        except OSError as exc:
+            raise IncompleteListingError(str(exc)) from None
+        if what == "missing":
             raise FileNotFoundError(f"document store not found: {path}")
-        if not path.is_dir():
+        if what == "file":
             kind = TABLE_SUFFIXES.get(path.suffix.lower())
             what = is_regular(path)
             if kind is None or what is not None:
                 why = f"it is {what}" if what else "expected a .jsonl or .parquet file"
                 raise ValueError(f"unknown document store kind for file {path}: {why}")
-            return cls(path, kind, chunks_column)
-        kinds = {file: kind for file in walk(path).files if (kind := kind_of(file))}
+            return cls(path, kind, chunks_column, single_file=True)
+        found = walk(path)
+        unseen = [row.detail for where, row in found.gaps if where == path]
+        if unseen and not found.files:
+            raise IncompleteListingError(unseen[0])
+        kinds = {file: kind for file in found.files if (kind := kind_of(file))}
         tables = set(kinds.values()) - {"text"}
         if len(tables) == 1 and all(f.parent == path for f, k in kinds.items() if k == "text"):
-            return cls(path, tables.pop(), chunks_column)  # text files at the top of a table store: a dataset card
+            return cls(path, tables.pop(), chunks_column, single_file=False)  # text at the top: a dataset card
         if len(set(kinds.values())) != 1:
             # a file of each kind; of the text files, one below the top (the one a table store cannot hold)
             order = sorted(kinds, key=lambda f: (kinds[f] == "text" and f.parent == path,))
             examples = {k: f for f in reversed(order) for k in (kinds[f],)}
-            found = ", ".join(f"{k} ({printable(str(examples[k]))})" for k in sorted(examples)) or "none"
+            found_kinds = ", ".join(f"{k} ({printable(str(examples[k]))})" for k in sorted(examples)) or "none"
             raise ValueError(
                 f"unknown document store kind for directory {path}: expected only .txt/.md, only .jsonl "
                 f"or only .parquet files (a table store may hold .txt/.md files at its top level), "
-                f"found kinds: {found}"
+                f"found kinds: {found_kinds}"
             )
-        return cls(path, kinds.popitem()[1], chunks_column)
+        return cls(path, kinds.popitem()[1], chunks_column, single_file=False)
 
     # -- shards ----------------------------------------------------------------------------------
 
@@ -199,7 +232,7 @@ class DocumentStore:
           or unreadable (half written) is a gap, and then no shard is listed. A ``shard`` value that
           cannot be a partition key puts its row into the file stem's shard as a ``bad_shard`` row.
         """
-        if self.path.is_file():
+        if self._is_file():
             shards: set[str] = set()
             gaps = []
             for shard, item in self._single_file_rows(columns=("shard",)):
@@ -248,7 +281,7 @@ class DocumentStore:
 
         A file that cannot be read is one ``unreadable_file`` row per shard, as with :meth:`iter_shard`.
         """
-        if not self.path.is_file():
+        if not self._is_file():
             tree = self._layout()  # the tree is listed once, not once per shard
             for shard in shards:
                 if shard in tree.groups:
@@ -293,7 +326,7 @@ class DocumentStore:
     def count_shards(self, shards: Sequence[str]) -> dict[str, int | None]:
         """:meth:`count_documents` of each of ``shards``, listing a directory store once (not once
         per shard, as a run over many partitions would)."""
-        if self.path.is_file():
+        if self._is_file():
             first = next(iter(self._single_file_rows(("shard",))), None)
             if first is None or (isinstance(first[1], Row) and "shard" in first[1].values):
                 return dict.fromkeys(shards)
@@ -312,9 +345,10 @@ class DocumentStore:
                 if self.kind == "parquet":
                     import pyarrow.parquet as pq
 
-                    total += pq.ParquetFile(file).metadata.num_rows
+                    with open_input(file, random_access=True) as handle:
+                        total += pq.ParquetFile(handle).metadata.num_rows
                 else:
-                    with file.open("rb") as handle:
+                    with open_input(file) as handle:
                         total += sum(chunk.count(b"\n") for chunk in iter(lambda: handle.read(1 << 20), b""))
             except (OSError, ValueError):
                 continue
@@ -323,18 +357,28 @@ class DocumentStore:
     def shard_fingerprint(self, shard: str) -> str:
         """Hex sha256 over the sorted (doc_id, sha256) pairs of a shard (rejected rows included):
         changes iff a document of the shard is added, removed, renamed or edited, or a bad row
-        appears, changes or is fixed. Streams (only) that shard's files (a whole single file)."""
+        appears, changes or is fixed. Streams (only) that shard's files (a whole single file).
+
+        In an object store nothing is read: the fingerprint is :meth:`listed_fingerprints`'."""
+        if isinstance(self.path, ObjectPath):
+            every = self.listed_fingerprints()
+            if shard not in every:
+                raise UnknownShardError(f"unknown shard {shard!r} in document store {self.uri}")
+            return every[shard]
         return fingerprint_of(self.iter_shard(shard))
 
     def fingerprints(self) -> dict[str, str]:
         """{shard: :meth:`shard_fingerprint`} for every shard of :meth:`shards`, in one pass: a
         single-file store is read once for all its shards (memory: a doc_id and a hash per row, no
         text), a directory store's files are listed once and each read once. Time is linear in rows.
+        In an object store: :meth:`listed_fingerprints` (one listing, no object read).
 
         Raises:
             OSError: the store's files cannot be listed.
         """
-        if not self.path.is_file():
+        if isinstance(self.path, ObjectPath):
+            return self.listed_fingerprints()
+        if not self._is_file():
             tree = self._layout()
             return {
                 shard: fingerprint_of(
@@ -350,10 +394,37 @@ class DocumentStore:
             groups[self.path.stem] = []
         return {shard: fingerprint_of(first_of_each_id(rows, self._scope(shard))) for shard, rows in groups.items()}
 
+    def listed_fingerprints(self) -> dict[str, str]:
+        """{shard: fingerprint} from what one listing says of each file, reading no object: hex
+        :func:`~latechunk_dagster.sources.documents.key_of` of the shard's sorted (path below the
+        root, size, modification time in ns) per file, and its gaps. Changes iff a file of the
+        shard is added, removed, renamed or rewritten (every PUT sets a new modification time; a
+        rewrite of the same size in the same second as the last is seen at the next change:
+        S3 times are whole seconds and pyarrow's listing has no ETag). A single-file store: its
+        (size, mtime) for each of its shards (listed by a scan of the ``shard`` column).
+
+        Raises:
+            OSError: the store's files cannot be listed.
+        """
+        if self._is_file():
+            st = stat_of(self.path)
+            return {shard: key_of("file", shard, st.size, st.mtime_ns) for shard in self.shards()}
+        tree = self._layout()
+        out = {}
+        for shard, files in sorted(tree.groups.items()):
+            stats = [tree.stats.get(f) for f in files]
+            entries = [
+                [f.relative_to(self.path).as_posix(), st.size if st else None, st.mtime_ns if st else None]
+                for f, st in zip(files, stats)
+            ]
+            gaps = sorted([g.where, g.sha256] for g in tree.gaps_of.get(shard, ()))
+            out[shard] = key_of("listing", shard, sorted(entries), gaps)
+        return out
+
     # -- layout ----------------------------------------------------------------------------------
 
     def _raw_shard(self, shard: str) -> Iterator[tuple[Document, str] | RejectedRow]:
-        if self.path.is_file():
+        if self._is_file():
             matched = False
             for row_shard, item in self._single_file_rows():
                 if row_shard == shard:
@@ -450,10 +521,10 @@ class DocumentStore:
         yield from first_of_each_id((item for _, item in rows), self._scope(shard))
 
 
-def _stamp(path: Path) -> tuple[int, int]:
+def _stamp(path: PurePath) -> tuple[int | None, int | None]:
     """(size, mtime in ns) of a file: whether it changed since an index of it was made."""
-    st = path.stat()
-    return st.st_size, st.st_mtime_ns
+    st = stat_of(path)
+    return st.size, st.mtime_ns
 
 
 def _light(doc: Document) -> Document:

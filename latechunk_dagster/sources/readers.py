@@ -24,6 +24,7 @@ in UTF-16 or UTF-32 is found by :func:`~latechunk_dagster.core.encoding.foreign_
 
 from __future__ import annotations
 
+import io
 import json
 import sys
 from collections import Counter
@@ -49,6 +50,7 @@ from latechunk_dagster.sources.documents import (
     strip_bom,
 )
 from latechunk_dagster.sources.listing import key_problem
+from latechunk_dagster.sources.storage import open_input, read_bytes
 
 #: Rows per Parquet record batch read at a time.
 PARQUET_BATCH_ROWS = 1024
@@ -135,7 +137,10 @@ def read_text_file(file: Path, doc_id: str) -> Document | RejectedRow:
     """One text-tree document (BOM removed), or a ``RejectedRow`` when the file cannot be read
     (``unreadable_file``), is UTF-16 / UTF-32 (``bad_encoding``, naming the encoding), or its
     path (the doc_id) is not valid UTF-8 (reason ``bad_id``; the id and file named with
-    :func:`~latechunk_dagster.sources.documents.printable` escapes, e.g. ``r\\xe9sum\\xe9.txt``)."""
+    :func:`~latechunk_dagster.sources.documents.printable` escapes, e.g. ``r\\xe9sum\\xe9.txt``).
+
+    The file (local or an object) is read once, whole, through
+    :func:`~latechunk_dagster.sources.storage.read_bytes`; its bytes go to :func:`text_document`."""
     where = printable(str(file))
     if not is_valid_unicode(doc_id):
         detail = (
@@ -144,9 +149,16 @@ def read_text_file(file: Path, doc_id: str) -> Document | RejectedRow:
         )
         return RejectedRow(printable(doc_id), where, "bad_id", detail)
     try:
-        data = file.read_bytes()
+        data = read_bytes(file)
     except OSError as exc:
         return RejectedRow(doc_id, where, "unreadable_file", f"{where}: cannot be read: {exc}")
+    return text_document(data, doc_id, where)
+
+
+def text_document(data: bytes, doc_id: str, where: str) -> Document | RejectedRow:
+    """The seam where a document file's bytes become its text: ``data`` (the whole file, named
+    ``where``) as UTF-8 text (``.txt``/``.md``), or ``bad_encoding`` for UTF-16 / UTF-32 bytes.
+    A converter of other formats (PDF, DOCX, HTML) plugs in here, by the file's name."""
     encoding = foreign_encoding(data)
     if encoding is not None:
         return RejectedRow(doc_id, where, "bad_encoding", encoding.file_detail(where))
@@ -165,7 +177,7 @@ def jsonl_rows(file: Path, lines: Iterable[tuple[int, int]] | None = None) -> It
     """
     name = printable(str(file))
     try:
-        handle = file.open("rb")
+        handle = open_input(file, random_access=lines is not None)
     except OSError as exc:
         yield RejectedRow("*", name, "unreadable_file", f"{name}: cannot be read: {exc}")
         return
@@ -181,15 +193,14 @@ def jsonl_rows(file: Path, lines: Iterable[tuple[int, int]] | None = None) -> It
                 yield row
 
 
-def _foreign_jsonl(handle: BinaryIO, name: str) -> RejectedRow | None:
-    """The ``unreadable_file`` row of a JSONL file in UTF-16 / UTF-32 (by its first bytes), else
-    ``None``; the handle is left at the start of the file.
+def _foreign_jsonl(handle: io.BufferedReader, name: str) -> RejectedRow | None:
+    """The ``unreadable_file`` row of a JSONL file in UTF-16 / UTF-32 (by its first bytes, peeked at
+    in the buffer: an object's stream cannot seek back), else ``None``; nothing is consumed.
 
     Raises:
         OSError: the file cannot be read.
     """
-    head = handle.read(SAMPLE_BYTES)
-    handle.seek(0)
+    head = handle.peek(SAMPLE_BYTES)[:SAMPLE_BYTES]
     encoding = foreign_encoding(head)
     return None if encoding is None else RejectedRow("*", name, "unreadable_file", encoding.file_detail(name))
 
@@ -209,7 +220,7 @@ def jsonl_lines(file: Path) -> Iterator[tuple[int, int, Row | RejectedRow]]:
         OSError: the file cannot be read.
     """
     name = printable(str(file))
-    with file.open("rb") as handle:
+    with open_input(file) as handle:
         refused = _foreign_jsonl(handle, name)
         if refused is not None:
             yield 1, 0, refused
@@ -292,7 +303,17 @@ def parquet_rows(file: Path, columns: tuple[str, ...] = ("id", "text", "shard"))
     (:func:`~latechunk_dagster.sources.chunk_column.arrow_chunks`)."""
     name = printable(str(file))
     try:
-        parquet = pq.ParquetFile(file)
+        handle = open_input(file, random_access=True)
+    except OSError as exc:
+        yield RejectedRow("*", name, "unreadable_file", f"{name}: not a readable Parquet file: {exc}")
+        return
+    with handle:
+        yield from _parquet_rows(handle, name, columns)
+
+
+def _parquet_rows(handle: BinaryIO, name: str, columns: tuple[str, ...]) -> Iterator[Row | RejectedRow]:
+    try:
+        parquet = pq.ParquetFile(handle)
         names = parquet.schema_arrow.names
     except (OSError, ValueError) as exc:  # pyarrow raises ArrowInvalid (a ValueError) on a bad file
         yield RejectedRow("*", name, "unreadable_file", f"{name}: not a readable Parquet file: {exc}")
