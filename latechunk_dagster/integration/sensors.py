@@ -148,7 +148,10 @@ def build_store_sensor(w: TableWiring, name: str) -> dg.SensorDefinition:
     )
     # direct invocation (tests, `sensor(context)`) also passes the required resources as keywords
     def _sensor(context: dg.SensorEvaluationContext, **_resources: object) -> dg.SensorResult | dg.SkipReason:
-        st = w.resource(context, w.store_key).get_store()
+        try:
+            st = w.resource(context, w.store_key).get_store()
+        except IncompleteListingError as exc:  # an unreachable or half-listed bucket: nothing is read as removed
+            return dg.SkipReason(f"{exc}; no partition is added or removed")
         lancedb = w.resource(context, w.lancedb_key)
         generation, previous = read_cursor(context.cursor)
         listing = st.listing()

@@ -81,6 +81,7 @@ from latechunk_dagster.sources.listing import (
     INCOMPLETE_READS,
     IncompleteListingError,
     Listing,
+    Walk,
     is_regular,
     not_regular_row,
     walk,
@@ -137,6 +138,7 @@ class DocumentStore:
         self.uri = str(path)
         self.chunks_column = chunks_column
         self._single = single_file
+        self._opened: Walk | None = None
 
     def _is_file(self) -> bool:
         """A single-file store (a local one is looked at each time: it may be replaced by a directory)."""
@@ -199,7 +201,9 @@ class DocumentStore:
         kinds = {file: kind for file in found.files if (kind := kind_of(file))}
         tables = set(kinds.values()) - {"text"}
         if len(tables) == 1 and all(f.parent == path for f, k in kinds.items() if k == "text"):
-            return cls(path, tables.pop(), chunks_column, single_file=False)  # text at the top: a dataset card
+            store = cls(path, tables.pop(), chunks_column, single_file=False)  # text at the top: a dataset card
+            store._opened = found
+            return store
         if len(set(kinds.values())) != 1:
             # a file of each kind; of the text files, one below the top (the one a table store cannot hold)
             order = sorted(kinds, key=lambda f: (kinds[f] == "text" and f.parent == path,))
@@ -210,7 +214,9 @@ class DocumentStore:
                 f"or only .parquet files (a table store may hold .txt/.md files at its top level), "
                 f"found kinds: {found_kinds}"
             )
-        return cls(path, kinds.popitem()[1], chunks_column, single_file=False)
+        store = cls(path, kinds.popitem()[1], chunks_column, single_file=False)
+        store._opened = found  # an object store's first listing serves the first call that lists
+        return store
 
     # -- shards ----------------------------------------------------------------------------------
 
@@ -470,7 +476,10 @@ class DocumentStore:
 
     def _layout(self) -> Layout:
         """A directory store's files by shard, with the entries not read (:meth:`listing`)."""
-        return directory_layout(self.path, self.kind)
+        found, self._opened = self._opened, None
+        if not isinstance(self.path, ObjectPath):
+            found = None  # a local walk is cheap: every call sees the current files
+        return directory_layout(self.path, self.kind, found)
 
     def _shard_of(self, file: Path) -> str:
         return shard_of(self.path, self.kind, file)

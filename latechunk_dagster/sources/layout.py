@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from latechunk_dagster.sources.documents import RejectedRow, printable
-from latechunk_dagster.sources.listing import key_problem, walk
+from latechunk_dagster.sources.listing import Walk, key_problem, walk
 from latechunk_dagster.sources.storage import ObjectStat
 
 TEXT_SUFFIXES = (".txt", ".md")
@@ -53,13 +53,14 @@ class Layout:
             self.held.add(shard)
 
 
-def directory_layout(root: Path, kind: str) -> Layout:
+def directory_layout(root: Path, kind: str, found: Walk | None = None) -> Layout:
     """A directory store's files by shard, with the entries not read (``DocumentStore.listing``).
 
     Args:
-        root: the store's directory; kind: ``"text"``, ``"jsonl"`` or ``"parquet"``.
+        root: the store's directory; kind: ``"text"``, ``"jsonl"`` or ``"parquet"``; found: a
+            :func:`~latechunk_dagster.sources.listing.walk` of ``root`` just made (default: walk it now).
     """
-    found = walk(root)
+    found = walk(root) if found is None else found
     out = Layout(stats=found.stats)
     for path, row in found.gaps:
         out.gaps.append(row)
