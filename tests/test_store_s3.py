@@ -247,3 +247,56 @@ def test_bad_storage_options_are_refused_by_name(s3, monkeypatch: pytest.MonkeyP
         DocumentStore.from_path("/tmp", storage_options={"aws_region": "us-east-1"})
     with pytest.raises(FileNotFoundError, match="document store not found: s3://docs/nothing-here"):
         DocumentStore.from_path(f"s3://{BUCKET}/nothing-here", storage_options=_options(srv.url))
+
+
+def test_dagster_materializes_a_store_in_a_bucket(s3, proxy: S3Proxy, chunker, tmp_path) -> None:  # noqa: ANN001
+    """A real run over a store in the bucket (credentials in storage_options): rows for every document,
+    an edited object re-encoded alone, a sensor tick that reads no object, and the credentials in no
+    event of the run, no row and no metadata."""
+    from latechunk_dagster import late_chunk_assets
+    from latechunk_dagster.integration.resources import DocumentStoreResource, LanceDBResource
+    from latechunk_dagster.integration.sensors import sync_partitions
+    from tests.conftest import session_engine_resource
+
+    srv, _ = s3
+    _upload(srv.url, "run", {k: v for k, v in TREE.items() if not k.startswith(".")})
+    uri = f"s3://{BUCKET}/run"
+    store_resource = DocumentStoreResource(path=uri, storage_options=_options(proxy.url))
+    lancedb = LanceDBResource(uri=str(tmp_path / "db"))
+    table = late_chunk_assets(table_name="chunks", index=False, parity_check=False, job_name="chunk")
+    defs = table.to_definitions(
+        resources={"engine": session_engine_resource(chunker), "lancedb": lancedb, "store": store_resource}
+    )
+    [sensor] = [s for s in table.sensors if s.name.endswith("store_sensor")]
+    both = {"store": store_resource, "lancedb": lancedb}
+    tags = {"dagster/asset_partition_range_start": "_root", "dagster/asset_partition_range_end": "beta"}
+    (tmp_path / "home").mkdir()
+    with dg.instance_for_test(temp_dir=str(tmp_path / "home")) as instance:
+        proxy.reset()
+        with dg.build_sensor_context(instance=instance, resources=both) as ctx:
+            tick = sensor(ctx)
+        assert proxy.counts["get"] == 0  # the tick listed the bucket, read no object
+        [add] = tick.dynamic_partitions_requests
+        assert sorted(add.partition_keys) == ["_root", "alpha", "beta"]
+        sync_partitions(instance, store_resource.get_store(), table.partitions_def)
+        first = defs.resolve_job_def("chunk").execute_in_process(instance=instance, tags=tags, raise_on_error=False)
+        assert first.success and all(c.passed for c in first.get_asset_check_evaluations())
+        _upload(srv.url, "run", {"alpha/b.md": "# Rivers\n\nThe Tiber flows through Rome."})
+        proxy.reset()
+        with dg.build_sensor_context(instance=instance, cursor=tick.cursor, resources=both) as ctx:
+            again = sensor(ctx)
+        assert [r.partition_key for r in again.run_requests] == ["alpha"] and proxy.counts["get"] == 0
+        second = defs.resolve_job_def("chunk").execute_in_process(instance=instance, tags=tags, raise_on_error=False)
+        assert second.success
+        events = [str(e) for run in (first, second) for e in instance.all_logs(run.run_id)]
+    mats = second.get_asset_materialization_events()
+    md = {e.partition: e.event_specific_data.materialization.metadata for e in mats}
+    assert md["alpha"]["documents_reencoded"].value == 1 and md["alpha"]["documents_skipped"].value == 1
+    assert md["beta"]["documents_skipped"].value == 1
+    with lancedb.get_connection() as db:
+        rows = db.open_table("chunks").to_arrow()
+    assert set(rows.column("doc_id").to_pylist()) == {d for docs in EXPECTED.values() for d in docs}
+    assert "Tiber" in "".join(rows.filter(pa.compute.equal(rows["doc_id"], "alpha/b.md"))["text"].to_pylist())
+    shown = "\n".join(events) + str(rows.drop_columns(["vector"]).to_pylist()) + str(md)
+    assert "alpha/b.md" in shown and "chunk_vectors" in shown  # the runs' events and rows are all here...
+    assert SECRET not in shown and KEY_ID not in shown  # ...and the credentials in none of them
