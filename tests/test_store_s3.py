@@ -70,10 +70,10 @@ def _client(url: str):  # noqa: ANN202 - boto3 client
     )
 
 
-def _upload(url: str, prefix: str, files: dict[str, str | bytes]) -> None:
+def _upload(url: str, prefix: str, files: dict[str, str | bytes], bucket: str = BUCKET) -> None:
     c = _client(url)
     for name, body in files.items():
-        c.put_object(Bucket=BUCKET, Key=f"{prefix}/{name}", Body=body.encode() if isinstance(body, str) else body)
+        c.put_object(Bucket=bucket, Key=f"{prefix}/{name}", Body=body.encode() if isinstance(body, str) else body)
 
 
 def _documents(store: DocumentStore) -> dict[str, dict[str, str]]:
