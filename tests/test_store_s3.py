@@ -300,3 +300,22 @@ def test_dagster_materializes_a_store_in_a_bucket(s3, proxy: S3Proxy, chunker, t
     shown = "\n".join(events) + str(rows.drop_columns(["vector"]).to_pylist()) + str(md)
     assert "alpha/b.md" in shown and "chunk_vectors" in shown  # the runs' events and rows are all here...
     assert SECRET not in shown and KEY_ID not in shown  # ...and the credentials in none of them
+
+
+def test_cli_sync_partitions_over_a_bucket_and_an_unreachable_one(s3, tmp_path: Path) -> None:
+    """``LATECHUNK_DOCUMENT_STORE=s3://...`` with the AWS_* chain (AWS_ENDPOINT_URL): the shards become
+    partitions; with the endpoint unreachable the command fails in one line and removes nothing."""
+    from tests.test_cli import run_cli
+
+    srv, _ = s3
+    _five_shards(srv.url, "cli")
+    env = {"LATECHUNK_DOCUMENT_STORE": f"s3://{BUCKET}/cli", "AWS_ENDPOINT_URL": srv.url, "AWS_ALLOW_HTTP": "true"}
+    out = run_cli(["sync-partitions"], tmp_path / "home", **env)
+    assert out.returncode == 0, out.stderr
+    assert "added ['s0', 's1', 's2', 's3', 's4']" in out.stdout
+    dead = {**env, "AWS_ENDPOINT_URL": f"http://127.0.0.1:{free_port()}"}
+    out = run_cli(["sync-partitions"], tmp_path / "home", **dead)
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert "latechunk sync-partitions: error: s3://docs/cli: cannot be reached" in out.stderr
+    out = run_cli(["sync-partitions"], tmp_path / "home", **env)
+    assert out.returncode == 0 and "added none; removed none" in out.stdout  # all five still partitions

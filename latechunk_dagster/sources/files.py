@@ -95,7 +95,15 @@ from latechunk_dagster.sources.readers import (
     read_text_file,
     shard_of_row,
 )
-from latechunk_dagster.sources.storage import ObjectPath, kind_of_location, location, open_input, stat_of
+from latechunk_dagster.sources.storage import (
+    ObjectPath,
+    first_line,
+    kind_of_location,
+    location,
+    open_input,
+    public_uri,
+    stat_of,
+)
 
 __all__ = [
     "ROOT_SHARD",
@@ -180,11 +188,12 @@ class DocumentStore:
                 a ``chunks_column`` the store cannot have (see the class); ``storage_options``
                 that are not known or not for this cloud (naming the key).
         """
-        path = location(path, storage_options)
         try:
+            path = location(path, storage_options)
             what = kind_of_location(path)
-        except OSError as exc:
-            raise IncompleteListingError(str(exc)) from None
+        except OSError as exc:  # e.g. the bucket's region could not be resolved: named without credentials
+            where = path if isinstance(path, PurePath) else public_uri(str(path))
+            raise IncompleteListingError(f"{where}: cannot be reached: {first_line(exc)}") from None
         if what == "missing":
             raise FileNotFoundError(f"document store not found: {path}")
         if what == "file":

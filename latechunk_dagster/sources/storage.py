@@ -185,7 +185,7 @@ def list_files(root: ObjectPath) -> tuple[list[ObjectPath], dict[PurePath, Objec
         infos = fs.get_file_info(pafs.FileSelector(root.key, recursive=True, allow_not_found=True))
     except OSError as exc:
         where = printable(str(root))
-        return [], {}, [RejectedRow("*", where, "unlistable", f"{where}: cannot be listed: {_message(exc)}")]
+        return [], {}, [RejectedRow("*", where, "unlistable", f"{where}: cannot be listed: {first_line(exc)}")]
     files: list[ObjectPath] = []
     stats: dict[PurePath, ObjectStat] = {}
     for info in infos:
@@ -199,7 +199,7 @@ def list_files(root: ObjectPath) -> tuple[list[ObjectPath], dict[PurePath, Objec
     return sorted(files, key=str), stats, []
 
 
-def _message(exc: BaseException) -> str:
+def first_line(exc: BaseException) -> str:
     """An error's message, first line (pyarrow's AWS errors carry the request's details after it)."""
     return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
 
@@ -208,16 +208,13 @@ def kind_of_location(path: PurePath) -> str:
     """``"file"``, ``"directory"`` or ``"missing"``: what is at a store's location.
 
     Raises:
-        OSError: the object store cannot be reached or refuses (named, without credentials).
+        OSError: the object store cannot be reached or refuses (pyarrow's error).
     """
     if not isinstance(path, ObjectPath):
         return "directory" if Path(path).is_dir() else ("file" if Path(path).exists() else "missing")
     fs = path.filesystem
     assert fs is not None
-    try:
-        info = fs.get_file_info(path.key)
-    except OSError as exc:
-        raise OSError(f"{path}: cannot be reached: {_message(exc)}") from None
+    info = fs.get_file_info(path.key)
     return {pafs.FileType.File: "file", pafs.FileType.Directory: "directory"}.get(info.type, "missing")
 
 
