@@ -52,6 +52,12 @@ def _handler(proxy: S3Proxy) -> type[BaseHTTPRequestHandler]:
             pass
 
         def _forward(self) -> None:
+            try:
+                self._exchange()
+            except (BrokenPipeError, ConnectionResetError):  # the client hung up (e.g. after reading enough)
+                self.close_connection = True
+
+        def _exchange(self) -> None:
             parts = urlsplit(self.path)
             query = parse_qsl(parts.query, keep_blank_values=True)
             keys = dict(query)

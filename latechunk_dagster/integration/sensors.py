@@ -102,11 +102,16 @@ def shard_fingerprints(st: DocumentStore, shards: Iterable[str] | None = None) -
     """{shard: fingerprint} of ``shards`` (default: every shard); a shard that cannot be read gets
     ``"unreadable:<error>"`` so that it is still requested, and its run records why (see
     ``chunk_vectors``). Errors are told apart by :data:`SHARD_ERRORS` (bad data); any other error
-    is a bug and fails the tick."""
+    is a bug and fails the tick.
+
+    Raises:
+        IncompleteListingError: an object store's listing failed (no shard is read as changed)."""
     wanted = list(st.shards() if shards is None else shards)
     try:
         every = st.fingerprints()
         return {k: every[k] for k in wanted if k in every}
+    except IncompleteListingError:  # the store, not a shard, cannot be read (an object store's listing failed)
+        raise
     except SHARD_ERRORS:
         out = {}
         for shard in wanted:
@@ -159,7 +164,10 @@ def build_store_sensor(w: TableWiring, name: str) -> dg.SensorDefinition:
             context.log.warning(line)
         if listing.gaps and not listing.shards:
             return dg.SkipReason(listing.incomplete_reason())
-        current = shard_fingerprints(st, listing.shards)
+        try:
+            current = shard_fingerprints(st, listing.shards)
+        except IncompleteListingError as exc:  # an object store's second listing failed: read nothing as changed
+            return dg.SkipReason(f"{exc}; no partition is added or removed")
         known_order = context.instance.get_dynamic_partitions(pname)
         known = set(known_order)
         new = sorted(set(current) - known)

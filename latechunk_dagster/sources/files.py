@@ -419,12 +419,15 @@ class DocumentStore:
         (size, mtime) for each of its shards (listed by a scan of the ``shard`` column).
 
         Raises:
-            OSError: the store's files cannot be listed.
+            IncompleteListingError: the listing failed (an error, throttling, a listing cut short).
+            OSError: the store's file cannot be reached.
         """
         if self._is_file():
             st = stat_of(self.path)
             return {shard: key_of("file", shard, st.size, st.mtime_ns) for shard in self.shards()}
         tree = self._layout()
+        if tree.gaps:  # an object store's listing failed: no shard can be told unchanged (or gone)
+            raise IncompleteListingError(Listing((), gaps=tuple(tree.gaps)).incomplete_reason())
         out = {}
         for shard, files in sorted(tree.groups.items()):
             stats = [tree.stats.get(f) for f in files]
