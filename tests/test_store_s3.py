@@ -98,7 +98,7 @@ def test_text_tree_in_a_bucket_reads_as_on_disk(s3, tmp_path: Path) -> None:
         assert store.read_shard(shard) == local.read_shard(shard)
 
 
-def test_table_stores_in_a_bucket(s3) -> None:
+def test_table_stores_in_a_bucket(s3, proxy: S3Proxy) -> None:
     srv, _ = s3
     lines = [{"id": 1, "text": "one", "shard": "x"}, {"id": "2", "text": "two", "shard": "y"}, "not json"]
     body = "\n".join(json.dumps(r) if isinstance(r, dict) else r for r in lines) + "\n"
@@ -111,6 +111,12 @@ def test_table_stores_in_a_bucket(s3) -> None:
     docs, rejected = jsonl.read_shard_with_rejections("jan")
     assert [(d.doc_id, d.text) for d in docs] == [("1", "one"), ("2", "two")]
     assert [(r.where, r.reason) for r in rejected] == [("s3://docs/tables/jan.jsonl: row 3", "invalid_json")]
+    counted = DocumentStore.from_path(f"s3://{BUCKET}/tables", storage_options=_options(proxy.url))
+    proxy.reset()
+    assert counted.count_shards(["jan"]) == {"jan": None}  # newlines are not counted by downloading
+    for _, items in counted.iter_shards(counted.shards()):
+        list(items)
+    assert dict(proxy.gets) == {"tables/jan.jsonl": 1, "tables/feb/week1.jsonl": 1}  # each object read once
     single = DocumentStore.from_path(f"s3://{BUCKET}/single/corpus.parquet", storage_options=_options(srv.url))
     assert (single.kind, single.shards()) == ("parquet", ["s1", "s2"])
     assert [(d.doc_id, d.text) for d in single.read_shard("s2")] == [("q", "queue")]

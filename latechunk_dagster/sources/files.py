@@ -1,6 +1,8 @@
 """Document stores: a text tree, JSONL or Parquet, split into shards (the partition keys), read as streams.
 
-Store kinds (:attr:`DocumentStore.kind`), detected by :meth:`DocumentStore.from_path`:
+Store kinds (:attr:`DocumentStore.kind`), detected by :meth:`DocumentStore.from_path`, on a local
+disk or in an object store (``s3://``, ``gs://``, ``az://``: :mod:`latechunk_dagster.sources.storage`,
+where every file is opened):
 
 * ``"text"``: a directory tree of ``.txt`` / ``.md`` files. Shard = first-level subdirectory name
   (files directly in the root: shard ``"_root"``); doc_id = path relative to the root, ``/``-separated.
@@ -120,12 +122,15 @@ __all__ = [
 
 class DocumentStore:
     """Reads the documents of one store, shard by shard. Nothing is cached: every call sees the
-    current files, so new or changed documents show up (e.g. in a sensor).
+    current files, so new or changed documents show up (e.g. in a sensor). (One exception: the
+    listing :meth:`from_path` makes of an object store serves the first call that lists.)
 
     Attributes:
         kind: ``"text"``, ``"jsonl"`` or ``"parquet"``.
-        uri: absolute path of the store (file or directory) as a string.
-        path: the same as a :class:`~pathlib.Path`.
+        uri: absolute path of the store (file or directory) as a string, or its URI
+            (``s3://bucket/prefix``, never with credentials).
+        path: the same as a :class:`~pathlib.Path` (an
+            :class:`~latechunk_dagster.sources.storage.ObjectPath` in an object store).
         chunks_column: the column (JSONL key) holding each document's own chunks, or ``None``
             (module docstring).
 
@@ -340,7 +345,10 @@ class DocumentStore:
 
     def count_shards(self, shards: Sequence[str]) -> dict[str, int | None]:
         """:meth:`count_documents` of each of ``shards``, listing a directory store once (not once
-        per shard, as a run over many partitions would)."""
+        per shard, as a run over many partitions would). JSONL in an object store: ``None`` (its
+        newlines cannot be counted without downloading the object a run then reads)."""
+        if isinstance(self.path, ObjectPath) and self.kind == "jsonl":
+            return dict.fromkeys(shards)
         if self._is_file():
             first = next(iter(self._single_file_rows(("shard",))), None)
             if first is None or (isinstance(first[1], Row) and "shard" in first[1].values):
