@@ -101,3 +101,25 @@ def test_airflow_materializes_a_store_in_a_bucket_and_a_half_listing_deletes_not
         proxy.page_size = proxy.fail_page = None
     assert str(dr.state) == "failed" and states(dr)[("list_shards", -1)] == "failed"
     assert sink.connect(str(db)).open_table("chunks").to_arrow().sort_by("chunk_id").equals(rows.sort_by("chunk_id"))
+
+
+def test_a_store_connection_in_the_amazon_form_becomes_storage_options() -> None:
+    from airflow.models.connection import Connection
+
+    from latechunk_dagster.airflow.hooks.store import storage_options_from_connection
+
+    extra = {"endpoint_url": "http://127.0.0.1:9000", "region_name": "eu-west-1", "aws_session_token": "tok"}
+    conn = Connection(conn_id="s", conn_type="aws", login=KEY_ID, password=SECRET, extra=json.dumps(extra))
+    assert storage_options_from_connection(conn) == {
+        "aws_access_key_id": KEY_ID,
+        "aws_secret_access_key": SECRET,
+        "aws_session_token": "tok",
+        "aws_region": "eu-west-1",
+        "aws_endpoint": "http://127.0.0.1:9000",
+        "allow_http": "true",
+    }
+    gcs = Connection(conn_id="g", conn_type="aws", extra=json.dumps({"storage_options": '{"google_endpoint": "x"}'}))
+    assert storage_options_from_connection(gcs) == {"google_endpoint": "x"}
+    typo = Connection(conn_id="t", conn_type="aws", extra=json.dumps({"endpoint": "x"}))
+    with pytest.raises(ValueError, match="unknown extra"):
+        storage_options_from_connection(typo)

@@ -249,6 +249,8 @@ def test_bad_storage_options_are_refused_by_name(s3, monkeypatch: pytest.MonkeyP
         DocumentStore.from_path(f"s3://{BUCKET}/x", storage_options={"azure_storage_account_key": "k"})
     with pytest.raises(ValueError, match="allow_http"):
         DocumentStore.from_path(f"s3://{BUCKET}/x", storage_options={"aws_endpoint": srv.url})
+    with pytest.raises(ValueError, match="'soon' is not a duration"):
+        DocumentStore.from_path(f"s3://{BUCKET}/x", storage_options={**_options(srv.url), "timeout": "soon"})
     with pytest.raises(ValueError, match="not the local path"):
         DocumentStore.from_path("/tmp", storage_options={"aws_region": "us-east-1"})
     with pytest.raises(FileNotFoundError, match="document store not found: s3://docs/nothing-here"):

@@ -54,6 +54,8 @@ OPTION_KEYS: dict[str, tuple[str, str]] = {
     **{k: ("s3", "region") for k in ("aws_region", "region", "aws_default_region")},
     **{k: ("s3", "endpoint_override") for k in ("aws_endpoint", "aws_endpoint_url", "endpoint", "endpoint_url")},
     **{k: ("s3", "allow_http") for k in ("allow_http", "aws_allow_http")},
+    **{k: ("s3", "request_timeout") for k in ("timeout",)},  # object_store's form: "30s", "500ms", "2m"
+    **{k: ("s3", "connect_timeout") for k in ("connect_timeout",)},
     **{k: ("azure", "account_name") for k in ("azure_storage_account_name", "account_name")},
     **{k: ("azure", "account_key") for k in ("azure_storage_account_key", "account_key", "access_key")},
     **{k: ("azure", "sas_token") for k in ("azure_storage_sas_token", "sas_token", "sas_key")},
@@ -149,6 +151,9 @@ def filesystem(uri: str, storage_options: Mapping[str, str]) -> pafs.FileSystem:
 
 
 def _s3_arguments(kwargs: dict[str, Any]) -> dict[str, Any]:
+    for name in ("request_timeout", "connect_timeout"):
+        if name in kwargs:
+            kwargs[name] = seconds(kwargs[name])
     allow_http = str(kwargs.pop("allow_http", os.environ.get("AWS_ALLOW_HTTP", "false"))).lower() == "true"
     endpoint = kwargs.get("endpoint_override")
     if endpoint and "://" in endpoint:
@@ -160,6 +165,20 @@ def _s3_arguments(kwargs: dict[str, Any]) -> dict[str, Any]:
     if kwargs.get("scheme") == "http" and not allow_http:
         raise ValueError("storage_options: an http:// endpoint needs allow_http 'true' (as LanceDB asks)")
     return kwargs
+
+
+def seconds(value: str) -> float:
+    """A duration in object_store's form (``"30s"``, ``"500ms"``, ``"2m"``, or plain seconds) in seconds.
+
+    Raises:
+        ValueError: not a duration (naming the value: durations are not secret)."""
+    text = str(value).strip().lower()
+    for suffix, scale in (("ms", 1e-3), ("s", 1.0), ("m", 60.0), ("h", 3600.0)):
+        if text.endswith(suffix) and text[: -len(suffix)].replace(".", "", 1).isdigit():
+            return float(text[: -len(suffix)]) * scale
+    if text.replace(".", "", 1).isdigit():
+        return float(text)
+    raise ValueError(f"storage_options: {value!r} is not a duration (e.g. '30s', '500ms')")
 
 
 @dataclass(frozen=True)
