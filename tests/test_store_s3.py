@@ -134,6 +134,9 @@ def test_fingerprints_come_from_the_listing_and_a_run_reads_each_object_once(s3,
     assert store.fingerprints() == before  # unchanged: the same, from a new listing, still no read
     assert proxy.counts["get"] == 0 and proxy.counts["list"] >= 1
     assert store.shard_fingerprint("beta") == before["beta"]
+    proxy.reset()
+    assert store.listing().fingerprints == before  # the listing carries them: a tick lists once
+    assert proxy.counts["get"] == 0
     _upload(srv.url, "fp", {"alpha/b.md": "# Rivers\n\nThe Tiber flows through Rome."})  # rewritten
     after = store.fingerprints()
     assert after["alpha"] != before["alpha"]

@@ -263,7 +263,10 @@ class DocumentStore:
                 return Listing((), gaps=tuple(gaps))
             return Listing(tuple(sorted(shards or {self.path.stem})))
         layout = self._layout()
-        return Listing(tuple(sorted(layout.groups)), tuple(layout.skipped), frozenset(layout.held), tuple(layout.gaps))
+        listed = self._fingerprints_of(layout) if isinstance(self.path, ObjectPath) and not layout.gaps else None
+        return Listing(
+            tuple(sorted(layout.groups)), tuple(layout.skipped), frozenset(layout.held), tuple(layout.gaps), listed
+        )
 
     def bad_shards(self) -> list[RejectedRow]:
         """Every entry :meth:`listing` skipped (``doc_id`` ``"*"``), in path order: shards whose name
@@ -436,6 +439,10 @@ class DocumentStore:
         tree = self._layout()
         if tree.gaps:  # an object store's listing failed: no shard can be told unchanged (or gone)
             raise IncompleteListingError(Listing((), gaps=tuple(tree.gaps)).incomplete_reason())
+        return self._fingerprints_of(tree)
+
+    def _fingerprints_of(self, tree: Layout) -> dict[str, str]:
+        """:meth:`listed_fingerprints` of one listing of a directory store."""
         out = {}
         for shard, files in sorted(tree.groups.items()):
             stats = [tree.stats.get(f) for f in files]

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -64,12 +64,16 @@ class Listing:
         skipped: one :class:`RejectedRow` (doc_id ``"*"``) per entry not read, naming it and why.
         held: shard names that a skipped entry stands for; never read as removed.
         gaps: one :class:`RejectedRow` per part of the store the listing could not see.
+        fingerprints: an object store's ``{shard: fingerprint}`` from this same listing (keys,
+            sizes, modification times: ``DocumentStore.listed_fingerprints``), so a sensor tick
+            needs no second listing; ``None`` for a local store (read to fingerprint) or a gap.
     """
 
     shards: tuple[str, ...]
     skipped: tuple[RejectedRow, ...] = ()
     held: frozenset[str] = field(default_factory=frozenset)
     gaps: tuple[RejectedRow, ...] = ()
+    fingerprints: Mapping[str, str] | None = None
 
     @property
     def complete(self) -> bool:
