@@ -125,7 +125,9 @@ def table_names(table_name: str, granularities: Iterable[str] = ()) -> list[str]
     return [granularity_table(table_name, g) for g in names] if names else [table_name]
 
 
-def list_shards(store_path: str, log: logging.Logger | Any | None = None) -> Listing:
+def list_shards(
+    store_path: str, log: logging.Logger | Any | None = None, storage_options: Mapping[str, str] | None = None
+) -> Listing:
     """The store's :class:`~latechunk_dagster.sources.listing.Listing` (its ``shards``, sorted: one
     mapped late-chunk task per shard).
 
@@ -133,12 +135,16 @@ def list_shards(store_path: str, log: logging.Logger | Any | None = None) -> Lis
     FIFO...) and every part of the store that could not be listed gets a warning on ``log``
     (default: this module's logger), as Dagster's partition sync does.
 
+    ``store_path``: a local path or an ``s3://``, ``gs://``, ``az://`` URI, read with
+    ``storage_options`` (LanceDB's form; none: the cloud's standard chain).
+
     Raises:
         FileNotFoundError: nothing at ``store_path``. ValueError: no documents of a known kind there.
         IncompleteListingError: the store could not be listed at all (a single-file store cut off
-            while it is rewritten); the message names the file.
+            while it is rewritten, a bucket that cannot be reached or listed whole); the message
+            names the file or bucket.
     """
-    listing = DocumentStore.from_path(store_path).listing()
+    listing = DocumentStore.from_path(store_path, storage_options=storage_options).listing()
     for line in listing.warnings():
         (log or logging.getLogger(__name__)).warning(line)
     if listing.gaps and not listing.shards:
@@ -195,6 +201,7 @@ def chunk_shard(
     run_id: str,
     settings: ShardSettings | None = None,
     log: logging.Logger | Any | None = None,
+    storage_options: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """Late-chunk one shard of a store into ``table_name``: the shard run both orchestrators call
     (:func:`~latechunk_dagster.pipeline.shard.run_shard`).
@@ -220,7 +227,7 @@ def chunk_shard(
     # under generations (the definition's log exists): the generation of this run's vector configuration
     target = open_run_tables(db, table_name, rejected_table_name, strategy, chunker, run_id=run_id)
     tables, rejected_table, table_name = target.chunk_table, target.rejected_table, target.table_name
-    store = DocumentStore.from_path(store_path, chunks_column=settings.chunks_column)
+    store = DocumentStore.from_path(store_path, chunks_column=settings.chunks_column, storage_options=storage_options)
     report = run_shard(
         chunker,
         store.iter_shard(shard),
@@ -257,6 +264,7 @@ def check_shards(
     granularity: str = "",
     parent: str | None = None,
     chunks_column: str | None = None,
+    storage_options: Mapping[str, str] | None = None,
 ) -> dict[str, validation.Outcome]:
     """The Dagster asset checks' assertions (:data:`validation.CHECKS`) over the shards of ``results``,
     in one table: ``table_name``, or the table of ``granularity`` of the table definition ``table_name``
@@ -299,7 +307,7 @@ def check_shards(
         partitions,
         dim=dim,
         expected_rows={p: (int(own[p]["partition_rows"]) if p in own else None) for p in partitions},
-        store=DocumentStore.from_path(store_path, chunks_column=chunks_column),
+        store=DocumentStore.from_path(store_path, chunks_column=chunks_column, storage_options=storage_options),
     )
     if parent is not None:
         coarse_name = granularity_table(table_name, parent)
@@ -322,6 +330,7 @@ def check_granularities(
     results: Iterable[Mapping[str, Any] | None] = (),
     shards: Iterable[str] = (),
     chunks_column: str | None = None,
+    storage_options: Mapping[str, str] | None = None,
 ) -> dict[str, dict[str, validation.Outcome]]:
     """:func:`check_shards` of every granularity table of a table definition, finest first, each
     granularity but the last with ``parents_exist`` against the next one's table.
@@ -349,6 +358,7 @@ def check_granularities(
             granularity=g,
             parent=names[i + 1] if i + 1 < len(names) else None,
             chunks_column=chunks_column,
+            storage_options=storage_options,
         )
         for i, g in enumerate(names)
     }

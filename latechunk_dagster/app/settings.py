@@ -2,7 +2,9 @@
 
 ``LATECHUNK_HOME`` (default ``./data``) holds ``lancedb/``, ``dagster/`` (``DAGSTER_HOME``),
 ``queries/`` and ``documents/`` (the demo store). ``LATECHUNK_DOCUMENT_STORE`` points at another
-store instead (a directory, JSONL or Parquet); the demo corpus is then not built, and that
+store instead (a directory, JSONL or Parquet; a local path or an ``s3://``, ``gs://``, ``az://`` URI
+whose credentials come from the cloud's standard chain, e.g. ``AWS_*``); the demo corpus is then
+not built, and that
 store's ``lancedb/``, ``dagster/`` and ``queries/`` live apart from the demo's, in
 ``$LATECHUNK_HOME/stores/<name>-<hash of its path>/`` (:func:`store_home`): pointing the default
 at your own folder never syncs it against the demo's tables.
@@ -63,7 +65,9 @@ def document_store() -> tuple[str, bool]:
     """``(path, build_demo)``: the configured store, or the demo store to build under ``home()``."""
     configured = os.environ.get("LATECHUNK_DOCUMENT_STORE")
     if configured:
-        return str(Path(configured).resolve()), False
+        from latechunk_dagster.sources.storage import is_object_uri
+
+        return (configured if is_object_uri(configured) else str(Path(configured).resolve())), False
     return str(home() / "documents"), True
 
 

@@ -9,7 +9,6 @@ The resources know no defaults of the embedded app (model, ``./data``): those ar
 from collections.abc import Iterator
 from contextlib import contextmanager
 from enum import StrEnum
-from pathlib import Path
 from typing import Any
 
 from dagster import ConfigurableResource, InitResourceContext
@@ -237,7 +236,7 @@ class LanceDBResource(ConfigurableResource):
 
     uri: str = Field(description="Local directory, object-store URI (s3://, gs://, az://) or LanceDB Cloud (db://).")
     storage_options: dict[str, str] = Field(
-        default_factory=dict, description="Object-store options for lancedb.connect (keys, endpoint, region...)."
+        default={}, description="Object-store options for lancedb.connect (keys, endpoint, region...)."
     )
     api_key: str | None = Field(default=None, description="LanceDB Cloud API key (use dg.EnvVar).")
     region: str | None = Field(default=None, description="LanceDB Cloud region.")
@@ -297,20 +296,32 @@ class LanceDBResource(ConfigurableResource):
 
 
 class DocumentStoreResource(ConfigurableResource):
-    """Where documents come from: ``.txt``/``.md`` trees, JSONL or Parquet (:mod:`latechunk_dagster.sources.files`).
+    """Where documents come from: ``.txt``/``.md`` trees, JSONL or Parquet (:mod:`latechunk_dagster.sources.files`),
+    on a local disk or in an object store (``s3://``, ``gs://``, ``az://``: :mod:`latechunk_dagster.sources.storage`).
 
     Example::
 
         from latechunk_dagster.integration.resources import DocumentStoreResource
 
         store = DocumentStoreResource(path="/tmp/latechunk-example/corpus.jsonl")
+        # in a bucket, credentials from the AWS_* environment (or storage_options, LanceDB's keys):
+        bucket = DocumentStoreResource(path="s3://my-bucket/documents")
     """
 
-    path: str = Field(description="Store location: a directory, a .jsonl or a .parquet file or directory of them.")
+    path: str = Field(
+        description="Store location: a directory, a .jsonl or a .parquet file or directory of them; local or "
+        "an s3://, gs://, az:// (abfs://) URI."
+    )
     chunks_column: str | None = Field(
         default=None,
         description="JSONL/Parquet column of each document's own chunks (ranges or texts) for the given_chunks "
         "strategy; empty: none.",
+    )
+    storage_options: dict[str, str] = Field(
+        default={},
+        description="Object-store settings in LanceDB's form (aws_access_key_id, aws_secret_access_key, "
+        "aws_endpoint, aws_region, allow_http...; use dg.EnvVar for secrets); empty: each cloud's standard "
+        "credential chain (AWS_* variables incl. AWS_ENDPOINT_URL, instance roles).",
     )
 
     def get_store(self) -> DocumentStore:
@@ -318,6 +329,9 @@ class DocumentStoreResource(ConfigurableResource):
 
         Raises:
             FileNotFoundError: nothing at ``path``. ValueError: no documents of a known kind there;
-            ``chunks_column`` on a text tree or naming a column the documents are read from.
+            ``chunks_column`` on a text tree or naming a column the documents are read from; a
+            ``storage_options`` key that is not known. IncompleteListingError: an object store that
+            cannot be reached or listed.
         """
-        return DocumentStore.from_path(Path(self.path), chunks_column=self.chunks_column)
+        options = self.storage_options
+        return DocumentStore.from_path(self.path, chunks_column=self.chunks_column, storage_options=options)

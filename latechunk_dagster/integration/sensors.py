@@ -116,11 +116,16 @@ def shard_fingerprints(st: DocumentStore, shards: Iterable[str] | None = None) -
     """{shard: fingerprint} of ``shards`` (default: every shard); a shard that cannot be read gets
     ``"unreadable:<error>"`` so that it is still requested, and its run records why (see
     ``chunk_vectors``). Errors are told apart by :data:`SHARD_ERRORS` (bad data); any other error
-    is a bug and fails the tick."""
+    is a bug and fails the tick.
+
+    Raises:
+        IncompleteListingError: an object store's listing failed (no shard is read as changed)."""
     wanted = list(st.shards() if shards is None else shards)
     try:
         every = st.fingerprints()
         return {k: every[k] for k in wanted if k in every}
+    except IncompleteListingError:  # the store, not a shard, cannot be read (an object store's listing failed)
+        raise
     except SHARD_ERRORS:
         out = {}
         for shard in wanted:
@@ -183,7 +188,10 @@ def build_store_sensor(w: TableWiring, name: str) -> dg.SensorDefinition:
     )
     # direct invocation (tests, `sensor(context)`) also passes the required resources as keywords
     def _sensor(context: dg.SensorEvaluationContext, **_resources: object) -> dg.SensorResult | dg.SkipReason:
-        st = w.resource(context, w.store_key).get_store()
+        try:
+            st = w.resource(context, w.store_key).get_store()
+        except IncompleteListingError as exc:  # an unreachable or half-listed bucket: nothing is read as removed
+            return dg.SkipReason(f"{exc}; no partition is added or removed")
         lancedb = w.resource(context, w.lancedb_key)
         generation, previous = read_cursor(context.cursor)
         listing = st.listing()
@@ -198,7 +206,11 @@ def build_store_sensor(w: TableWiring, name: str) -> dg.SensorDefinition:
         gone = listing.removed(known, stored)
         # too many at once: the tick fails whole (no partition, run or row changes), naming them
         check_removals(gone, known | stored, how=SENSOR_HOW, db=db, table_names=w.table_names)
-        current = shard_fingerprints(st, listing.shards)
+        try:  # an object store's fingerprints come with its listing (no second listing, no read)
+            listed = listing.fingerprints
+            current = dict(listed) if listed is not None else shard_fingerprints(st, listing.shards)
+        except IncompleteListingError as exc:  # an object store's second listing failed: read nothing as changed
+            return dg.SkipReason(f"{exc}; no partition is added or removed")
         new = sorted(set(current) - known)
         changed = sorted(k for k, fp in current.items() if previous.get(k) != fp)
         if gone:

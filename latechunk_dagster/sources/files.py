@@ -1,6 +1,8 @@
 """Document stores: a text tree, JSONL or Parquet, split into shards (the partition keys), read as streams.
 
-Store kinds (:attr:`DocumentStore.kind`), detected by :meth:`DocumentStore.from_path`:
+Store kinds (:attr:`DocumentStore.kind`), detected by :meth:`DocumentStore.from_path`, on a local
+disk or in an object store (``s3://``, ``gs://``, ``az://``: :mod:`latechunk_dagster.sources.storage`,
+where every file is opened):
 
 * ``"text"``: a directory tree of ``.txt`` / ``.md`` files and document files (``.pdf``, ``.docx``,
   ``.pptx``, ``.html`` / ``.htm``, converted to Markdown: :mod:`latechunk_dagster.sources.converters`).
@@ -59,8 +61,8 @@ Rules, the same for every store kind:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
-from pathlib import Path
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from pathlib import Path, PurePath
 
 from latechunk_dagster.sources.chunk_column import check_chunks_column
 from latechunk_dagster.sources.converters import ConversionLimits
@@ -70,6 +72,7 @@ from latechunk_dagster.sources.documents import (
     UnknownShardError,
     fingerprint_of,
     first_of_each_id,
+    key_of,
     printable,
     text_sha256,
 )
@@ -87,6 +90,7 @@ from latechunk_dagster.sources.listing import (
     INCOMPLETE_READS,
     IncompleteListingError,
     Listing,
+    Walk,
     is_regular,
     not_regular_row,
     walk,
@@ -101,6 +105,15 @@ from latechunk_dagster.sources.readers import (
     parquet_rows,
     read_text_file,
     shard_of_row,
+)
+from latechunk_dagster.sources.storage import (
+    ObjectPath,
+    first_line,
+    kind_of_location,
+    location,
+    open_input,
+    public_uri,
+    stat_of,
 )
 
 __all__ = [
@@ -118,12 +131,15 @@ __all__ = [
 
 class DocumentStore:
     """Reads the documents of one store, shard by shard. Nothing is cached: every call sees the
-    current files, so new or changed documents show up (e.g. in a sensor).
+    current files, so new or changed documents show up (e.g. in a sensor). (One exception: the
+    listing :meth:`from_path` makes of an object store serves the first call that lists.)
 
     Attributes:
         kind: ``"text"``, ``"jsonl"`` or ``"parquet"``.
-        uri: absolute path of the store (file or directory) as a string.
-        path: the same as a :class:`~pathlib.Path`.
+        uri: absolute path of the store (file or directory) as a string, or its URI
+            (``s3://bucket/prefix``, never with credentials).
+        path: the same as a :class:`~pathlib.Path` (an
+            :class:`~latechunk_dagster.sources.storage.ObjectPath` in an object store).
         chunks_column: the column (JSONL key) holding each document's own chunks, or ``None``
             (module docstring).
 
@@ -133,7 +149,13 @@ class DocumentStore:
     """
 
     def __init__(
-        self, path: Path, kind: str, chunks_column: str | None = None, limits: ConversionLimits | None = None
+        self,
+        path: PurePath,
+        kind: str,
+        chunks_column: str | None = None,
+        limits: ConversionLimits | None = None,
+        *,
+        single_file: bool | None = None,
     ) -> None:
         check_chunks_column(chunks_column)
         if chunks_column is not None and kind == "text":
@@ -144,6 +166,16 @@ class DocumentStore:
         self.uri = str(path)
         self.chunks_column = chunks_column
         self.limits = ConversionLimits.from_env() if limits is None else limits
+        self._single = single_file
+        self._opened: Walk | None = None
+
+    def _is_file(self) -> bool:
+        """A single-file store (a local one is looked at each time: it may be replaced by a directory)."""
+        if isinstance(self.path, ObjectPath):
+            if self._single is None:
+                self._single = kind_of_location(self.path) == "file"
+            return self._single
+        return Path(self.path).is_file()
 
     def __repr__(self) -> str:
         chunks = f", chunks_column={self.chunks_column!r}" if self.chunks_column is not None else ""
@@ -151,9 +183,20 @@ class DocumentStore:
 
     @classmethod
     def from_path(
-        cls, path: str | Path, chunks_column: str | None = None, limits: ConversionLimits | None = None
+        cls,
+        path: str | PurePath,
+        chunks_column: str | None = None,
+        storage_options: Mapping[str, str] | None = None,
+        limits: ConversionLimits | None = None,
     ) -> DocumentStore:
         """Open a store, detecting its kind from the file suffix or the files in the directory.
+
+        ``path``: a local path, or an ``s3://``, ``gs://``, ``az://`` / ``abfs://`` URI (a prefix of
+        objects is a directory): :func:`~latechunk_dagster.sources.storage.location`.
+        ``storage_options``: the object store's settings in LanceDB's form (keys, endpoint, region;
+        :data:`~latechunk_dagster.sources.storage.OPTION_KEYS`); none: each cloud's standard chain
+        (``AWS_*`` variables including ``AWS_ENDPOINT_URL``, instance roles). They are held by the
+        store's filesystem only: never in :attr:`uri`, a message or a row.
 
         A directory of one table kind (``.jsonl`` or ``.parquet``) may also hold ``.txt``/``.md``
         files at its top level (a dataset card, a README): they are not documents, and
@@ -164,38 +207,53 @@ class DocumentStore:
         default :meth:`~latechunk_dagster.sources.converters.ConversionLimits.from_env`).
 
         Raises:
-            FileNotFoundError: ``path`` does not exist.
+            FileNotFoundError: ``path`` does not exist (nothing under an object-store prefix).
+            IncompleteListingError: an object store that cannot be listed (unreachable, refused,
+                throttled, a listing cut short), so its kind cannot be told.
             ValueError: a file that is not a regular ``.jsonl``/``.parquet`` file, or a directory
                 holding no supported file or more than one kind of them (naming a file of each);
-                a ``chunks_column`` the store cannot have (see the class).
+                a ``chunks_column`` the store cannot have (see the class); ``storage_options``
+                that are not known or not for this cloud (naming the key).
         """
-        path = Path(path).expanduser().resolve()
-        if not path.exists():
+        try:
+            path = location(path, storage_options)
+            what = kind_of_location(path)
+        except OSError as exc:  # e.g. the bucket's region could not be resolved: named without credentials
+            where = path if isinstance(path, PurePath) else public_uri(str(path))
+            raise IncompleteListingError(f"{where}: cannot be reached: {first_line(exc)}") from None
+        if what == "missing":
             raise FileNotFoundError(f"document store not found: {path}")
-        if not path.is_dir():
+        if what == "file":
             kind = kind_of(path) if kind_of(path) in TABLE_SUFFIXES.values() else None
             what = is_regular(path)
             if kind is None or what is not None:
                 why = f"it is {what}" if what else "expected a .jsonl (.jsonl.gz, .jsonl.zst) or .parquet file"
                 raise ValueError(f"unknown document store kind for file {path}: {why}")
-            return cls(path, kind, chunks_column, limits)
-        kinds = {file: kind for file in walk(path).files if (kind := kind_of(file))}
+            return cls(path, kind, chunks_column, limits, single_file=True)
+        found = walk(path)
+        unseen = [row.detail for where, row in found.gaps if where == path]
+        if unseen and not found.files:
+            raise IncompleteListingError(unseen[0])
+        kinds = {file: kind for file in found.files if (kind := kind_of(file))}
         tables = set(kinds.values()) - {"text"}
         if len(tables) == 1 and all(f.parent == path for f, k in kinds.items() if k == "text"):
-            # text files at the top of a table store: a dataset card
-            return cls(path, tables.pop(), chunks_column, limits)
+            store = cls(path, tables.pop(), chunks_column, limits, single_file=False)  # text at the top: a dataset card
+            store._opened = found
+            return store
         if len(set(kinds.values())) != 1:
             # a file of each kind; of the text files, one below the top (the one a table store cannot hold)
             order = sorted(kinds, key=lambda f: (kinds[f] == "text" and f.parent == path,))
             examples = {k: f for f in reversed(order) for k in (kinds[f],)}
-            found = ", ".join(f"{k} ({printable(str(examples[k]))})" for k in sorted(examples)) or "none"
+            found_kinds = ", ".join(f"{k} ({printable(str(examples[k]))})" for k in sorted(examples)) or "none"
             raise ValueError(
                 f"unknown document store kind for directory {path}: expected only text and document files "
                 f"({'/'.join(TREE_SUFFIXES)}), only .jsonl or only .parquet files (a table store may hold "
                 f"text and document files at its top level), "
-                f"found kinds: {found}"
+                f"found kinds: {found_kinds}"
             )
-        return cls(path, kinds.popitem()[1], chunks_column, limits)
+        store = cls(path, kinds.popitem()[1], chunks_column, limits, single_file=False)
+        store._opened = found  # an object store's first listing serves the first call that lists
+        return store
 
     # -- shards ----------------------------------------------------------------------------------
 
@@ -217,7 +275,7 @@ class DocumentStore:
           or unreadable (half written) is a gap, and then no shard is listed. A ``shard`` value that
           cannot be a partition key puts its row into the file stem's shard as a ``bad_shard`` row.
         """
-        if self.path.is_file():
+        if self._is_file():
             shards: set[str] = set()
             gaps = []
             for shard, item in self._single_file_rows(columns=("shard",)):
@@ -228,7 +286,10 @@ class DocumentStore:
                 return Listing((), gaps=tuple(gaps))
             return Listing(tuple(sorted(shards or {self._stem})))
         layout = self._layout()
-        return Listing(tuple(sorted(layout.groups)), tuple(layout.skipped), frozenset(layout.held), tuple(layout.gaps))
+        listed = self._fingerprints_of(layout) if isinstance(self.path, ObjectPath) and not layout.gaps else None
+        return Listing(
+            tuple(sorted(layout.groups)), tuple(layout.skipped), frozenset(layout.held), tuple(layout.gaps), listed
+        )
 
     def bad_shards(self) -> list[RejectedRow]:
         """Every entry :meth:`listing` skipped (``doc_id`` ``"*"``), in path order: shards whose name
@@ -266,7 +327,7 @@ class DocumentStore:
 
         A file that cannot be read is one ``unreadable_file`` row per shard, as with :meth:`iter_shard`.
         """
-        if not self.path.is_file():
+        if not self._is_file():
             tree = self._layout()  # the tree is listed once, not once per shard
             for shard in shards:
                 if shard in tree.groups:
@@ -310,8 +371,11 @@ class DocumentStore:
 
     def count_shards(self, shards: Sequence[str]) -> dict[str, int | None]:
         """:meth:`count_documents` of each of ``shards``, listing a directory store once (not once
-        per shard, as a run over many partitions would)."""
-        if self.path.is_file():
+        per shard, as a run over many partitions would). JSONL in an object store: ``None`` (its
+        newlines cannot be counted without downloading the object a run then reads)."""
+        if isinstance(self.path, ObjectPath) and self.kind == "jsonl":
+            return dict.fromkeys(shards)
+        if self._is_file():
             first = next(iter(self._single_file_rows(("shard",))), None)
             if first is None or (isinstance(first[1], Row) and "shard" in first[1].values):
                 return dict.fromkeys(shards)
@@ -330,7 +394,8 @@ class DocumentStore:
                 if self.kind == "parquet":
                     import pyarrow.parquet as pq
 
-                    total += pq.ParquetFile(file).metadata.num_rows
+                    with open_input(file, random_access=True) as handle:
+                        total += pq.ParquetFile(handle).metadata.num_rows
                 else:
                     with open_jsonl(file) as handle:
                         total += sum(chunk.count(b"\n") for chunk in iter(lambda: handle.read(1 << 20), b""))
@@ -341,18 +406,28 @@ class DocumentStore:
     def shard_fingerprint(self, shard: str) -> str:
         """Hex sha256 over the sorted (doc_id, sha256) pairs of a shard (rejected rows included):
         changes iff a document of the shard is added, removed, renamed or edited, or a bad row
-        appears, changes or is fixed. Streams (only) that shard's files (a whole single file)."""
+        appears, changes or is fixed. Streams (only) that shard's files (a whole single file).
+
+        In an object store nothing is read: the fingerprint is :meth:`listed_fingerprints`'."""
+        if isinstance(self.path, ObjectPath):
+            every = self.listed_fingerprints()
+            if shard not in every:
+                raise UnknownShardError(f"unknown shard {shard!r} in document store {self.uri}")
+            return every[shard]
         return fingerprint_of(self.iter_shard(shard))
 
     def fingerprints(self) -> dict[str, str]:
         """{shard: :meth:`shard_fingerprint`} for every shard of :meth:`shards`, in one pass: a
         single-file store is read once for all its shards (memory: a doc_id and a hash per row, no
         text), a directory store's files are listed once and each read once. Time is linear in rows.
+        In an object store: :meth:`listed_fingerprints` (one listing, no object read).
 
         Raises:
             OSError: the store's files cannot be listed.
         """
-        if not self.path.is_file():
+        if isinstance(self.path, ObjectPath):
+            return self.listed_fingerprints()
+        if not self._is_file():
             tree = self._layout()
             return {
                 shard: fingerprint_of(
@@ -368,10 +443,44 @@ class DocumentStore:
             groups[self._stem] = []
         return {shard: fingerprint_of(first_of_each_id(rows, self._scope(shard))) for shard, rows in groups.items()}
 
+    def listed_fingerprints(self) -> dict[str, str]:
+        """{shard: fingerprint} from what one listing says of each file, reading no object: hex
+        :func:`~latechunk_dagster.sources.documents.key_of` of the shard's sorted (path below the
+        root, size, modification time in ns) per file, and its gaps. Changes iff a file of the
+        shard is added, removed, renamed or rewritten (every PUT sets a new modification time; a
+        rewrite of the same size in the same second as the last is seen at the next change:
+        S3 times are whole seconds and pyarrow's listing has no ETag). A single-file store: its
+        (size, mtime) for each of its shards (listed by a scan of the ``shard`` column).
+
+        Raises:
+            IncompleteListingError: the listing failed (an error, throttling, a listing cut short).
+            OSError: the store's file cannot be reached.
+        """
+        if self._is_file():
+            st = stat_of(self.path)
+            return {shard: key_of("file", shard, st.size, st.mtime_ns) for shard in self.shards()}
+        tree = self._layout()
+        if tree.gaps:  # an object store's listing failed: no shard can be told unchanged (or gone)
+            raise IncompleteListingError(Listing((), gaps=tuple(tree.gaps)).incomplete_reason())
+        return self._fingerprints_of(tree)
+
+    def _fingerprints_of(self, tree: Layout) -> dict[str, str]:
+        """:meth:`listed_fingerprints` of one listing of a directory store."""
+        out = {}
+        for shard, files in sorted(tree.groups.items()):
+            stats = [tree.stats.get(f) for f in files]
+            entries = [
+                [f.relative_to(self.path).as_posix(), st.size if st else None, st.mtime_ns if st else None]
+                for f, st in zip(files, stats)
+            ]
+            gaps = sorted([g.where, g.sha256] for g in tree.gaps_of.get(shard, ()))
+            out[shard] = key_of("listing", shard, sorted(entries), gaps)
+        return out
+
     # -- layout ----------------------------------------------------------------------------------
 
     def _raw_shard(self, shard: str) -> Iterator[tuple[Document, str] | RejectedRow]:
-        if self.path.is_file():
+        if self._is_file():
             matched = False
             for row_shard, item in self._single_file_rows():
                 if row_shard == shard:
@@ -422,7 +531,10 @@ class DocumentStore:
 
     def _layout(self) -> Layout:
         """A directory store's files by shard, with the entries not read (:meth:`listing`)."""
-        return directory_layout(self.path, self.kind)
+        found, self._opened = self._opened, None
+        if not isinstance(self.path, ObjectPath):
+            found = None  # a local walk is cheap: every call sees the current files
+        return directory_layout(self.path, self.kind, found)
 
     def _shard_of(self, file: Path) -> str:
         return shard_of(self.path, self.kind, file)
@@ -473,10 +585,10 @@ class DocumentStore:
         yield from first_of_each_id((item for _, item in rows), self._scope(shard))
 
 
-def _stamp(path: Path) -> tuple[int, int]:
+def _stamp(path: PurePath) -> tuple[int | None, int | None]:
     """(size, mtime in ns) of a file: whether it changed since an index of it was made."""
-    st = path.stat()
-    return st.st_size, st.st_mtime_ns
+    st = stat_of(path)
+    return st.size, st.mtime_ns
 
 
 def _light(doc: Document) -> Document:

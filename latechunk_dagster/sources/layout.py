@@ -12,7 +12,8 @@ from pathlib import Path
 
 from latechunk_dagster.sources.converters import CONVERTED_SUFFIXES
 from latechunk_dagster.sources.documents import RejectedRow, printable
-from latechunk_dagster.sources.listing import key_problem, walk
+from latechunk_dagster.sources.listing import Walk, key_problem, walk
+from latechunk_dagster.sources.storage import ObjectStat
 
 TEXT_SUFFIXES = (".txt", ".md")
 #: The files of a text tree: text, and document files converted to Markdown
@@ -44,13 +45,15 @@ def looks_like_a_document(file: Path) -> bool:
 
 @dataclass
 class Layout:
-    """A directory store's files by shard (``groups``), the entries not read, and the gaps."""
+    """A directory store's files by shard (``groups``), the entries not read, and the gaps (``stats``:
+    what an object store's listing said of each file, :attr:`~latechunk_dagster.sources.listing.Walk.stats`)."""
 
     groups: dict[str, list[Path]] = field(default_factory=dict)
     skipped: list[RejectedRow] = field(default_factory=list)
     held: set[str] = field(default_factory=set)
     gaps: list[RejectedRow] = field(default_factory=list)
     gaps_of: dict[str, list[RejectedRow]] = field(default_factory=dict)
+    stats: dict[Path, ObjectStat] = field(default_factory=dict)
 
     def skip(self, row: RejectedRow, shard: str | None) -> None:
         self.skipped.append(row)
@@ -58,14 +61,15 @@ class Layout:
             self.held.add(shard)
 
 
-def directory_layout(root: Path, kind: str) -> Layout:
+def directory_layout(root: Path, kind: str, found: Walk | None = None) -> Layout:
     """A directory store's files by shard, with the entries not read (``DocumentStore.listing``).
 
     Args:
-        root: the store's directory; kind: ``"text"``, ``"jsonl"`` or ``"parquet"``.
+        root: the store's directory; kind: ``"text"``, ``"jsonl"`` or ``"parquet"``; found: a
+            :func:`~latechunk_dagster.sources.listing.walk` of ``root`` just made (default: walk it now).
     """
-    found = walk(root)
-    out = Layout()
+    found = walk(root) if found is None else found
+    out = Layout(stats=found.stats)
     for path, row in found.gaps:
         out.gaps.append(row)
         if path != root:  # a run of the shard must not read the part it cannot see as deleted

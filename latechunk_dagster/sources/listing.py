@@ -20,11 +20,12 @@ from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from latechunk_dagster.sources.documents import RejectedRow, is_valid_unicode, printable
+from latechunk_dagster.sources.storage import ObjectPath, ObjectStat, list_files
 
 #: Substrings a partition key cannot hold: Dagster's own list (``INVALID_PARTITION_SUBSTRINGS`` in
 #: ``dagster._core.definitions.partitions.utils.base``, checked by a test); NUL also stops
@@ -63,12 +64,16 @@ class Listing:
         skipped: one :class:`RejectedRow` (doc_id ``"*"``) per entry not read, naming it and why.
         held: shard names that a skipped entry stands for; never read as removed.
         gaps: one :class:`RejectedRow` per part of the store the listing could not see.
+        fingerprints: an object store's ``{shard: fingerprint}`` from this same listing (keys,
+            sizes, modification times: ``DocumentStore.listed_fingerprints``), so a sensor tick
+            needs no second listing; ``None`` for a local store (read to fingerprint) or a gap.
     """
 
     shards: tuple[str, ...]
     skipped: tuple[RejectedRow, ...] = ()
     held: frozenset[str] = field(default_factory=frozenset)
     gaps: tuple[RejectedRow, ...] = ()
+    fingerprints: Mapping[str, str] | None = None
 
     @property
     def complete(self) -> bool:
@@ -98,22 +103,33 @@ class Listing:
 
 @dataclass
 class Walk:
-    """The regular and other files under a directory store (:func:`walk`), with what was not read."""
+    """The regular and other files under a directory store (:func:`walk`), with what was not read.
+
+    ``stats``: what an object store's listing said of each file (size, modification time), the
+    fingerprint of an object without reading it; empty for a local directory (read to fingerprint)."""
 
     files: list[Path] = field(default_factory=list)
     skipped: list[tuple[Path, RejectedRow]] = field(default_factory=list)
     gaps: list[tuple[Path, RejectedRow]] = field(default_factory=list)
+    stats: dict[Path, ObjectStat] = field(default_factory=dict)
 
 
 def walk(root: Path) -> Walk:
     """Every non-hidden file under ``root`` in sorted order, following symbolic links to directories
     (a shard moved to another disk and linked back is read where it is) with a guard against loops.
 
+    An object-store prefix (:class:`~latechunk_dagster.sources.storage.ObjectPath`) is listed in one
+    paginated listing (:func:`~latechunk_dagster.sources.storage.list_files`): a listing that fails
+    at any page is one gap at ``root`` and lists no file.
+
     ``files`` holds every entry that is not a directory, special files (a FIFO, a socket) included:
     the reader names those (:func:`is_regular`) instead of opening them, which would block.
     A directory that cannot be listed, and a link whose target is gone, are ``gaps``; a link back to
     a directory on the current path (a loop) is ``skipped``.
     """
+    if isinstance(root, ObjectPath):
+        files, stats, gaps = list_files(root)
+        return Walk(files, [], [(root, row) for row in gaps], stats)  # type: ignore[arg-type]
     out = Walk()
     seen: set[tuple[int, int]] = set()
 
@@ -171,7 +187,10 @@ def _on_path(path: Path, st: os.stat_result) -> bool:
 
 def is_regular(path: Path) -> str | None:
     """``None`` for a regular file (after links); else what it is (``"a FIFO"``, ``"a socket"``...)
-    for a message: reading a FIFO blocks until a writer comes, so only regular files are opened."""
+    for a message: reading a FIFO blocks until a writer comes, so only regular files are opened.
+    An object in an object store is a regular file."""
+    if isinstance(path, ObjectPath):
+        return None
     try:
         mode = os.stat(path).st_mode
     except OSError:

@@ -35,7 +35,7 @@ import sys
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import Any, BinaryIO
 
 import pyarrow as pa
@@ -56,6 +56,7 @@ from latechunk_dagster.sources.documents import (
     strip_bom,
 )
 from latechunk_dagster.sources.listing import key_problem
+from latechunk_dagster.sources.storage import ObjectPath, open_input
 
 #: What a decompressor raises on a cut-off or corrupt stream (gzip: ``EOFError``, ``BadGzipFile``;
 #: zstandard's ``ZstdError`` is a plain ``Exception``, named when zstandard is installed).
@@ -166,14 +167,16 @@ def decode(data: bytes) -> str:
     return strip_bom(data.decode("utf-8", errors="surrogateescape"))
 
 
-def read_text_file(file: Path, doc_id: str, limits: ConversionLimits | None = None) -> Document | RejectedRow:
+def read_text_file(file: PurePath, doc_id: str, limits: ConversionLimits | None = None) -> Document | RejectedRow:
     """One text-tree document (BOM removed), or a ``RejectedRow`` when the file cannot be read
     (``unreadable_file``), is UTF-16 / UTF-32 (``bad_encoding``, naming the encoding), or its
     path (the doc_id) is not valid UTF-8 (reason ``bad_id``; the id and file named with
     :func:`~latechunk_dagster.sources.documents.printable` escapes, e.g. ``r\\xe9sum\\xe9.txt``).
 
     ``limits`` (default :meth:`ConversionLimits.from_env`): a file over ``max_file_bytes`` is
-    ``too_large`` before it is read; the bytes become text in :func:`document_of_file`."""
+    ``too_large``, found without holding more than that many bytes. The file (local or an object)
+    is read once, whole, through :func:`~latechunk_dagster.sources.storage.open_input`; its bytes
+    become text in :func:`document_of_file`."""
     where = printable(str(file))
     if not is_valid_unicode(doc_id):
         detail = (
@@ -183,8 +186,12 @@ def read_text_file(file: Path, doc_id: str, limits: ConversionLimits | None = No
         return RejectedRow(printable(doc_id), where, "bad_id", detail)
     limits = ConversionLimits.from_env() if limits is None else limits
     try:
-        limits.check_size(file.stat().st_size)
-        data = file.read_bytes()
+        if not isinstance(file, ObjectPath):  # a local file's size costs nothing: refused before it is read
+            limits.check_size(Path(file).stat().st_size)
+        with open_input(file) as handle:  # an object's size: one bounded read, no request of its own
+            data = handle.read(limits.max_file_bytes + 1)
+        if len(data) > limits.max_file_bytes:
+            raise Rejection("too_large", f"over the limit of {limits.max_file_bytes:,} bytes (max_file_bytes)")
     except OSError as exc:
         return RejectedRow(doc_id, where, "unreadable_file", f"{where}: cannot be read: {exc}")
     except Rejection as exc:
@@ -219,26 +226,29 @@ def document_of_file(
     return Document.from_text(doc_id, decode(data))
 
 
-def open_jsonl(file: Path) -> BinaryIO:
-    """A binary handle on a JSONL file's lines: ``.jsonl.gz`` through ``gzip``, ``.jsonl.zst`` through
-    ``zstandard``, any other file as it is.
+def open_jsonl(file: PurePath, *, random_access: bool = False) -> BinaryIO:
+    """A binary handle on a JSONL file's lines (local or an object, through
+    :func:`~latechunk_dagster.sources.storage.open_input`): ``.jsonl.gz`` through ``gzip``,
+    ``.jsonl.zst`` through ``zstandard``, any other file as it is (seekable with ``random_access``).
 
     Raises:
         OSError: the file cannot be opened.
     """
     name = file.name.lower()
     if name.endswith(".gz"):
-        return gzip.open(file, "rb")  # type: ignore[return-value]
+        stream = gzip.GzipFile(fileobj=open_input(file), mode="rb")
+        stream.myfileobj = stream.fileobj  # type: ignore[attr-defined]  # closed with it, as gzip.open's own file
+        return stream  # type: ignore[return-value]
     if name.endswith(".zst"):
         import zstandard
 
         # zstandard's reader has no readline: buffered, it iterates lines (it cannot seek back)
-        raw = zstandard.ZstdDecompressor().stream_reader(file.open("rb"), closefd=True)
+        raw = zstandard.ZstdDecompressor().stream_reader(open_input(file), closefd=True)
         return io.BufferedReader(raw, buffer_size=1 << 16)  # type: ignore[arg-type]
-    return file.open("rb")
+    return open_input(file, random_access=random_access)
 
 
-def is_compressed(file: Path) -> bool:
+def is_compressed(file: PurePath) -> bool:
     """Whether :func:`open_jsonl` decompresses ``file`` (its lines cannot be found by byte offset)."""
     return file.name.lower().endswith((".gz", ".zst"))
 
@@ -256,7 +266,12 @@ def jsonl_rows(file: Path, lines: Iterable[tuple[int, int]] | None = None) -> It
     name = printable(str(file))
     number = 0
     try:
-        with open_jsonl(file) as handle:
+        handle = open_jsonl(file, random_access=lines is not None)
+    except OSError as exc:
+        yield RejectedRow("*", name, "unreadable_file", f"{name}: cannot be read: {exc}")
+        return
+    try:
+        with handle:
             refused = _foreign_jsonl(handle, name)
             if refused is not None:
                 yield refused
@@ -271,18 +286,14 @@ def jsonl_rows(file: Path, lines: Iterable[tuple[int, int]] | None = None) -> It
         yield RejectedRow("*", name, "unreadable_file", f"{name}: cannot be read{after}: {type(exc).__name__}: {exc}")
 
 
-def _foreign_jsonl(handle: BinaryIO, name: str) -> RejectedRow | None:
-    """The ``unreadable_file`` row of a JSONL file in UTF-16 / UTF-32 (by its first bytes), else
-    ``None``; the handle is left at the start of the file.
+def _foreign_jsonl(handle: io.BufferedReader, name: str) -> RejectedRow | None:
+    """The ``unreadable_file`` row of a JSONL file in UTF-16 / UTF-32 (by its first bytes, peeked at
+    in the buffer: an object's stream cannot seek back), else ``None``; nothing is consumed.
 
     Raises:
         OSError: the file cannot be read.
     """
-    if handle.seekable():
-        head = handle.read(SAMPLE_BYTES)
-        handle.seek(0)
-    else:  # a zstd stream: look without consuming
-        head = handle.peek(SAMPLE_BYTES)[:SAMPLE_BYTES]  # type: ignore[attr-defined]
+    head = handle.peek(SAMPLE_BYTES)[:SAMPLE_BYTES]
     encoding = foreign_encoding(head)
     return None if encoding is None else RejectedRow("*", name, "unreadable_file", encoding.file_detail(name))
 
@@ -302,7 +313,7 @@ def jsonl_lines(file: Path) -> Iterator[tuple[int, int, Row | RejectedRow]]:
         OSError: the file cannot be read.
     """
     name = printable(str(file))
-    with file.open("rb") as handle:
+    with open_input(file) as handle:
         refused = _foreign_jsonl(handle, name)
         if refused is not None:
             yield 1, 0, refused
@@ -385,7 +396,17 @@ def parquet_rows(file: Path, columns: tuple[str, ...] = ("id", "text", "shard"))
     (:func:`~latechunk_dagster.sources.chunk_column.arrow_chunks`)."""
     name = printable(str(file))
     try:
-        parquet = pq.ParquetFile(file)
+        handle = open_input(file, random_access=True)
+    except OSError as exc:
+        yield RejectedRow("*", name, "unreadable_file", f"{name}: not a readable Parquet file: {exc}")
+        return
+    with handle:
+        yield from _parquet_rows(handle, name, columns)
+
+
+def _parquet_rows(handle: BinaryIO, name: str, columns: tuple[str, ...]) -> Iterator[Row | RejectedRow]:
+    try:
+        parquet = pq.ParquetFile(handle)
         names = parquet.schema_arrow.names
     except (OSError, ValueError) as exc:  # pyarrow raises ArrowInvalid (a ValueError) on a bad file
         yield RejectedRow("*", name, "unreadable_file", f"{name}: not a readable Parquet file: {exc}")

@@ -25,6 +25,7 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from latechunk_dagster.airflow.engine import EngineSpec, open_chunker, task_settings
 from latechunk_dagster.airflow.hooks.lancedb import LanceDBHook
+from latechunk_dagster.airflow.hooks.store import store_storage_options
 from latechunk_dagster.airflow.tasks import (
     ChecksFailedError,
     check_granularities,
@@ -73,7 +74,7 @@ class ListShardsOperator(BaseOperator):
         granularities: the granularity names of a table definition of several strategies (the keys
             of the late-chunk task's ``strategies``): the removed shards are dropped from each
             granularity's table (``table_name_<granularity>``). Templated.
-        rejected_table_name, lancedb_conn_id: as :class:`LateChunkShardOperator`.
+        rejected_table_name, lancedb_conn_id, store_conn_id: as :class:`LateChunkShardOperator`.
         max_delete: the share of the table's partitions that may be removed at once (``0.5``,
             ``"50%"``; ``None``: ``$LATECHUNK_MAX_DELETE``, default 50%). More fails the task
             (no retry) naming the partitions and their rows, and deletes nothing. Templated.
@@ -90,10 +91,12 @@ class ListShardsOperator(BaseOperator):
         rejected_table_name: str = REJECTED_TABLE,
         lancedb_conn_id: str = LanceDBHook.default_conn_name,
         max_delete: float | str | None = None,
+        store_conn_id: str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self.store_path = store_path
+        self.store_conn_id = store_conn_id
         self.table_name = table_name
         self.granularities = granularities
         self.rejected_table_name = rejected_table_name
@@ -101,7 +104,7 @@ class ListShardsOperator(BaseOperator):
         self.max_delete = max_delete
 
     def execute(self, context: Context) -> list[str]:
-        listing = list_shards(self.store_path, self.log)
+        listing = list_shards(self.store_path, self.log, store_storage_options(self.store_conn_id))
         shards = list(listing.shards)
         self.log.info("%d shards in %s: %s", len(shards), self.store_path, shards[:20])
         check_map_length(len(shards), self.store_path)
@@ -183,6 +186,9 @@ class LateChunkShardOperator(BaseOperator):
         model: the model directory (templated); for a server, its local copy (default: the
             connection's extra ``model``).
         lancedb_conn_id: a ``lancedb`` connection (:class:`~latechunk_dagster.airflow.hooks.lancedb.LanceDBHook`).
+        store_conn_id: the connection of a store in an object store (``s3://``, ``gs://``, ``az://``):
+            Amazon's ``aws`` form, :mod:`latechunk_dagster.airflow.hooks.store`; ``None``: the
+            cloud's standard chain (the worker's ``AWS_*`` variables, its instance role).
         vllm_conn_id: a ``vllm_server`` connection to encode on that server; ``None`` (default):
             an in-process engine on ``model``, started for the task and shut down after it.
         settings: everything else, as one dict (:func:`~latechunk_dagster.airflow.engine.task_settings`
@@ -233,12 +239,14 @@ class LateChunkShardOperator(BaseOperator):
         lancedb_conn_id: str = LanceDBHook.default_conn_name,
         vllm_conn_id: str | None = None,
         settings: Mapping[str, Any] | None = None,
+        store_conn_id: str | None = None,
         **kwargs: Any,
     ) -> None:
         kwargs.setdefault("outlets", [table_asset(table_name, lancedb_conn_id)])
         check_one_strategy_form(kwargs.get("task_id"), strategy, strategy_params, strategies)
         super().__init__(**kwargs)
         self.store_path = store_path
+        self.store_conn_id = store_conn_id
         self.shard = shard
         self.table_name = table_name
         self.rejected_table_name = rejected_table_name
@@ -315,6 +323,7 @@ class LateChunkShardOperator(BaseOperator):
                     run_id=run_id,
                     settings=settings,
                     log=self.log,
+                    storage_options=store_storage_options(self.store_conn_id),
                 )
             except SystemicFailureError as exc:
                 raise AirflowFailException(str(exc)) from exc
@@ -353,7 +362,7 @@ class LateChunkChecksOperator(BaseOperator):
         granularities: the granularity names, finest first (templated); empty: those the results name.
         chunks_column: the store column of the documents' own chunks, as the late-chunk tasks'
             ``settings["chunks_column"]`` (templated; a document's ``doc_sha256`` covers its chunks).
-        table_name, rejected_table_name, lancedb_conn_id: as :class:`LateChunkShardOperator`.
+        table_name, rejected_table_name, lancedb_conn_id, store_conn_id: as :class:`LateChunkShardOperator`.
     """
 
     template_fields: Sequence[str] = (
@@ -377,10 +386,12 @@ class LateChunkChecksOperator(BaseOperator):
         table_name: str = CHUNK_TABLE,
         rejected_table_name: str = REJECTED_TABLE,
         lancedb_conn_id: str = LanceDBHook.default_conn_name,
+        store_conn_id: str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self.store_path = store_path
+        self.store_conn_id = store_conn_id
         self.results = results
         self.shards = shards
         self.granularities = granularities
@@ -399,6 +410,7 @@ class LateChunkChecksOperator(BaseOperator):
             results=xcom_list(self.results),
             shards=xcom_list(self.shards),
             chunks_column=self.chunks_column or None,
+            storage_options=store_storage_options(self.store_conn_id),
         )
         failures = []
         for g, outcomes in per.items():

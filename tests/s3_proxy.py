@@ -1,0 +1,134 @@
+"""A loopback HTTP proxy in front of moto's S3 server: counts requests by kind and fails listings on demand.
+
+Real S3 traffic (pyarrow's client speaks to it as to S3, path-style); the proxy only forwards, counts
+and, when told, answers a listing page itself: ``page_size`` makes moto paginate small listings
+(``max-keys``), ``fail_page`` fails the listing request of that number (1: the first page) with
+``fault``: ``"error"`` (500 InternalError), ``"throttle"`` (503 SlowDown, every retry too) or
+``"cut"`` (the page's response cut off mid-body, then the connection closed).
+"""
+
+from __future__ import annotations
+
+import http.client
+import threading
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qsl, urlencode, urlsplit
+
+_ERRORS = {
+    "error": (500, "InternalError", "We encountered an internal error. Please try again."),
+    "throttle": (503, "SlowDown", "Please reduce your request rate."),
+}
+
+
+class S3Proxy:
+    """The proxy's state: ``counts`` by kind (``list``, ``get``, ``head``, ``other``) and ``gets`` by key."""
+
+    def __init__(self, upstream: str) -> None:
+        self.upstream = urlsplit(upstream).netloc
+        self.counts: Counter[str] = Counter()
+        self.gets: Counter[str] = Counter()
+        self.page_size: int | None = None
+        self.fail_page: int | None = None
+        self.fault = "error"
+        self.list_requests = 0
+        self.lock = threading.Lock()
+        self.url = ""
+
+    def reset(self) -> None:
+        with self.lock:
+            self.counts.clear()
+            self.gets.clear()
+            self.list_requests = 0
+
+
+def _handler(proxy: S3Proxy) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *args: object) -> None:  # quiet
+            pass
+
+        def _forward(self) -> None:
+            try:
+                self._exchange()
+            except (BrokenPipeError, ConnectionResetError):  # the client hung up (e.g. after reading enough)
+                self.close_connection = True
+
+        def _exchange(self) -> None:
+            parts = urlsplit(self.path)
+            query = parse_qsl(parts.query, keep_blank_values=True)
+            keys = dict(query)
+            segments = [s for s in parts.path.split("/") if s]
+            listing = self.command == "GET" and (len(segments) <= 1 or "list-type" in keys)
+            kind = "list" if listing else {"GET": "get", "HEAD": "head"}.get(self.command, "other")
+            with proxy.lock:
+                proxy.counts[kind] += 1
+                if kind == "get":
+                    proxy.gets["/".join(segments[1:])] += 1
+                if listing:
+                    proxy.list_requests += 1
+                    number = proxy.list_requests
+            if listing and proxy.page_size is not None:
+                size = min(proxy.page_size, int(keys.get("max-keys") or proxy.page_size))
+                query = [(k, v) for k, v in query if k != "max-keys"] + [("max-keys", str(size))]
+            if listing and proxy.fail_page is not None and number >= proxy.fail_page and proxy.fault in _ERRORS:
+                status, code, message = _ERRORS[proxy.fault]
+                body = f"<?xml version='1.0'?><Error><Code>{code}</Code><Message>{message}</Message></Error>"
+                self._answer(status, body.encode(), {"Content-Type": "application/xml"})
+                return
+            length = int(self.headers.get("Content-Length") or 0)
+            body = self.rfile.read(length) if length else None
+            conn = http.client.HTTPConnection(proxy.upstream, timeout=60)
+            headers = {k: v for k, v in self.headers.items() if k.lower() not in ("host", "connection")}
+            conn.request(self.command, parts.path + ("?" + urlencode(query) if query else ""), body, headers)
+            resp = conn.getresponse()
+            data = resp.read()
+            conn.close()
+            out = {k: v for k, v in resp.getheaders() if k.lower() not in ("transfer-encoding", "connection")}
+            if listing and proxy.fail_page is not None and number >= proxy.fail_page and proxy.fault == "cut":
+                out["Content-Length"] = str(len(data))
+                self.send_response(resp.status)
+                for k, v in out.items():
+                    self.send_header(k, v)
+                self.end_headers()
+                self.wfile.write(data[: len(data) // 2])
+                self.wfile.flush()
+                self.close_connection = True
+                self.connection.shutdown(2)
+                return
+            self._answer(resp.status, data, out)
+
+        def _answer(self, status: int, data: bytes, headers: dict[str, str]) -> None:
+            self.send_response(status)
+            for k, v in headers.items():
+                if k.lower() != "content-length" or self.command == "HEAD":  # a HEAD's length is the object's
+                    self.send_header(k, v)
+            if self.command != "HEAD":
+                self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            if self.command != "HEAD":
+                self.wfile.write(data)
+
+        do_GET = do_HEAD = do_PUT = do_POST = do_DELETE = _forward
+
+    return Handler
+
+
+@contextmanager
+def s3_proxy(upstream: str) -> Iterator[S3Proxy]:
+    """A proxy on 127.0.0.1 in front of ``upstream`` (moto's URL), stopped on exit; ``.url`` is its address."""
+    proxy = S3Proxy(upstream)
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(proxy))
+    server.daemon_threads = True
+    proxy.url = f"http://127.0.0.1:{server.server_address[1]}"
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield proxy
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(10)
