@@ -27,7 +27,6 @@ in UTF-16 or UTF-32 is found by :func:`~latechunk_dagster.core.encoding.foreign_
 
 from __future__ import annotations
 
-import gzip
 import io
 import json
 import math
@@ -58,15 +57,9 @@ from latechunk_dagster.sources.documents import (
 from latechunk_dagster.sources.listing import key_problem
 from latechunk_dagster.sources.storage import ObjectPath, open_input
 
-#: What a decompressor raises on a cut-off or corrupt stream (gzip: ``EOFError``, ``BadGzipFile``;
-#: zstandard's ``ZstdError`` is a plain ``Exception``, named when zstandard is installed).
-_DECOMPRESS_ERRORS: tuple[type[Exception], ...] = (EOFError, gzip.BadGzipFile)
-try:
-    from zstandard import ZstdError
-
-    _DECOMPRESS_ERRORS += (ZstdError,)
-except ImportError:  # pragma: no cover - zstandard is in the documents extra
-    pass
+#: What reading a JSONL stream raises where it breaks (pyarrow: a compressed stream cut off or corrupt,
+#: "Truncated compressed stream"; an object's connection lost): the rest of the file is not read.
+_DECOMPRESS_ERRORS: tuple[type[Exception], ...] = (OSError, EOFError)
 
 #: Rows per Parquet record batch read at a time.
 PARQUET_BATCH_ROWS = 1024
@@ -227,25 +220,15 @@ def document_of_file(
 
 
 def open_jsonl(file: PurePath, *, random_access: bool = False) -> BinaryIO:
-    """A binary handle on a JSONL file's lines (local or an object, through
-    :func:`~latechunk_dagster.sources.storage.open_input`): ``.jsonl.gz`` through ``gzip``,
-    ``.jsonl.zst`` through ``zstandard``, any other file as it is (seekable with ``random_access``).
+    """A binary handle on a JSONL file's lines, local or an object: :func:`~latechunk_dagster.sources.
+    storage.open_input`, whose stream pyarrow decompresses by the name's suffix (``.jsonl.gz``: gzip,
+    ``.jsonl.zst``: zstd; a cut or corrupt stream raises ``OSError`` where it breaks); seekable with
+    ``random_access`` (never a compressed file: :func:`is_compressed`).
 
     Raises:
         OSError: the file cannot be opened.
     """
-    name = file.name.lower()
-    if name.endswith(".gz"):
-        stream = gzip.GzipFile(fileobj=open_input(file), mode="rb")
-        stream.myfileobj = stream.fileobj  # type: ignore[attr-defined]  # closed with it, as gzip.open's own file
-        return stream  # type: ignore[return-value]
-    if name.endswith(".zst"):
-        import zstandard
-
-        # zstandard's reader has no readline: buffered, it iterates lines (it cannot seek back)
-        raw = zstandard.ZstdDecompressor().stream_reader(open_input(file), closefd=True)
-        return io.BufferedReader(raw, buffer_size=1 << 16)  # type: ignore[arg-type]
-    return open_input(file, random_access=random_access)
+    return open_input(file, random_access=random_access and not is_compressed(file))
 
 
 def is_compressed(file: PurePath) -> bool:
