@@ -25,11 +25,11 @@ from latechunk_dagster.app.demo_corpus import build_demo_store
 from latechunk_dagster.clients import LangChainEmbeddings, LlamaIndexEmbedding
 from latechunk_dagster.evaluation import LabeledQuery, Passage, evaluate_table
 from latechunk_dagster.pipeline import materialize_partition
+from latechunk_dagster.sink.creation import migrate
 from latechunk_dagster.sink.database import LanceDBSettings
 from latechunk_dagster.sink.indexing import refresh_indexes
 from latechunk_dagster.sink.schema import METADATA_FIELDS
 from latechunk_dagster.sink.search import search
-from latechunk_dagster.sink.writes import migrate
 from latechunk_dagster.sources.files import DocumentStore
 from tests.doc_examples import example, lend_engine
 

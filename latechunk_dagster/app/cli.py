@@ -306,11 +306,12 @@ def _table_names(uri: str, where: str, name: str) -> list[str]:
     """The tables at ``uri``; one line (not a traceback) for a directory that is not there or a
     store that cannot be listed (an unknown bucket, no credentials)."""
     from latechunk_dagster import sink
+    from latechunk_dagster.sink.catalog import table_names
 
     if "://" not in uri and not Path(uri).is_dir():
         raise ValueError(f"no table {name!r} at {uri} ({where}): no such directory (run the chunk job first)")
     try:
-        return list(sink.connect(uri).list_tables().tables)
+        return table_names(sink.connect(uri))
     except Exception as exc:  # the store's own error, first line: the user's to fix
         raise ValueError(f"cannot list the tables at {uri} ({where}): {str(exc).splitlines()[0]}") from None
 

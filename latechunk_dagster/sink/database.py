@@ -14,8 +14,10 @@ from typing import Any
 
 import pyarrow as pa
 
+from latechunk_dagster.sink.catalog import has_table
+from latechunk_dagster.sink.creation import open_or_create
 from latechunk_dagster.sink.schema import REJECTED_SCHEMA, chunk_schema
-from latechunk_dagster.sink.writes import connect, delete_partitions, open_or_create
+from latechunk_dagster.sink.writes import connect, delete_partitions
 
 
 def check_read_consistency_interval(value: object, owner: str = "LanceDB") -> float | None:
@@ -103,8 +105,10 @@ class LanceDBSettings:
         """The chunk table ``name`` for vectors of ``dim`` floats, created empty if missing.
 
         Raises:
-            ValueError: the table exists with another schema (another model: use another name), or
-                the database cannot be opened (a path that is a file, no permission, a bucket out of reach).
+            ValueError: the table exists with a schema the pipeline cannot write (names the missing,
+                retyped and NOT NULL extra columns: :func:`~latechunk_dagster.sink.creation.schema_difference`;
+                nullable columns a user added are kept), or the database cannot be opened (a path that
+                is a file, no permission, a bucket out of reach).
         """
         return self._open_or_create(name, chunk_schema(dim))
 
@@ -121,7 +125,7 @@ class LanceDBSettings:
     def open_table(self, name: str) -> Any | None:
         """Table ``name`` if it exists, else ``None``."""
         db = self.connect()
-        return db.open_table(name) if name in db.list_tables().tables else None
+        return db.open_table(name) if has_table(db, name) else None
 
     def drop_partitions(self, table_names: list[str], partitions: list[str]) -> int:
         """Delete the rows of ``partitions`` (shards gone from the store) from the tables; rows deleted."""

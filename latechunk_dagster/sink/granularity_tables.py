@@ -16,6 +16,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from latechunk_dagster.core.granularities import GRANULARITY_NAME
+from latechunk_dagster.sink.catalog import table_names
 from latechunk_dagster.sink.schema import granularity_table, sql_in
 
 
@@ -49,7 +50,7 @@ def granularity_tables(db: Any, name: str, *, ordered: bool = True) -> dict[str,
     Raises:
         ValueError: with ``ordered``, granularity tables whose parent links do not make one chain (names them).
     """
-    listed = db.list_tables().tables
+    listed = table_names(db)
     if name in listed:
         return {"": db.open_table(name)}
     found: dict[str, Any] = {}

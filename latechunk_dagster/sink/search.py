@@ -12,6 +12,7 @@ import numpy as np
 from latechunk_dagster import sink
 from latechunk_dagster.core.chunker import query_chunker
 from latechunk_dagster.core.tokenization import check_query
+from latechunk_dagster.sink.catalog import table_names
 from latechunk_dagster.sink.granularity_tables import granularity_names
 from latechunk_dagster.sink.hits import SEARCH_MODES, Hit, cosine_distances, ranked_hits
 from latechunk_dagster.sink.indexing import has_fts_index
@@ -128,7 +129,7 @@ def search(
         raise ValueError(f"k must be >= 1, got {k}")
     db = sink.connect(uri, **(connect_kwargs or {}))
     name = table_name if granularity is None else granularity_table(table_name, granularity)
-    tables = db.list_tables().tables
+    tables = table_names(db)
     if name not in tables:
         known = _granularities(tables, table_name)
         raise ValueError(f"no table {name!r} at {uri}: materialize chunk_vectors first{known}")
