@@ -196,7 +196,9 @@ def chunk_shard(
     rejected_table = db.rejected_table(rejected_table_name)  # a bad URI fails before the shard is read
     settings = settings or ShardSettings()
     settings.check_strategies(strategy)  # given_chunks without a chunks_column: before the shard is read
-    tables = open_chunk_tables(db, table_name, strategy, chunker.embedding_dim)
+    tables = open_chunk_tables(
+        db, table_name, strategy, chunker.embedding_dim, (log or logging.getLogger(__name__)).warning
+    )
     store = DocumentStore.from_path(store_path, chunks_column=settings.chunks_column)
     report = run_shard(
         chunker,

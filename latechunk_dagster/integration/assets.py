@@ -171,7 +171,7 @@ def materialize_chunks(
         )
         raise ValueError(f"{exc}: {where}") from None
     chunker = engine.get_chunker()
-    opened = open_chunk_tables(lancedb, w.table_name, strategy, chunker.embedding_dim)
+    opened = open_chunk_tables(lancedb, w.table_name, strategy, chunker.embedding_dim, context.log.warning)
     tables = {SINGLE: opened} if w.single else dict(opened)
     table_uri = f"{lancedb.uri}/{w.table_name}"
     totals = {

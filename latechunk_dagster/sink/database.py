@@ -8,6 +8,7 @@ connect, create and refuse tables the same way.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -16,6 +17,7 @@ import pyarrow as pa
 
 from latechunk_dagster.sink.catalog import has_table
 from latechunk_dagster.sink.creation import open_or_create
+from latechunk_dagster.sink.granularity_tables import drop_leftover_tables
 from latechunk_dagster.sink.schema import REJECTED_SCHEMA, chunk_schema
 from latechunk_dagster.sink.writes import connect, delete_partitions
 
@@ -130,3 +132,11 @@ class LanceDBSettings:
     def drop_partitions(self, table_names: list[str], partitions: list[str]) -> int:
         """Delete the rows of ``partitions`` (shards gone from the store) from the tables; rows deleted."""
         return delete_partitions(self.connect(), table_names, partitions)
+
+    def drop_leftover_tables(
+        self, definition: str, granularities: list[str], warn: Callable[[str], None] | None = None
+    ) -> list[str]:
+        """Drop the tables of the table definition ``definition`` that none of ``granularities`` writes
+        any more (a granularity removed from it), one warning each on ``warn``; the tables dropped
+        (:func:`~latechunk_dagster.sink.granularity_tables.drop_leftover_tables`)."""
+        return drop_leftover_tables(self.connect(), definition, granularities, warn)
