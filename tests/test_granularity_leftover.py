@@ -82,7 +82,11 @@ def test_a_removed_granularitys_table_is_named_then_dropped(
     assert "dropped LanceDB table 'chunks_tiny'" in caplog.text
     assert "chunks_tiny" not in table_names(conn) and list(granularity_tables(conn, "chunks")) == ["small", "big"]
 
+    # a table whose rows say it is a granularity of 'chunks' but link with none of its tables (another
+    # definition that shares the name, like the demo's tables beside a user's own 'chunks'): kept
+    shard_run(chunker, db, {"alien": FixedTokens(chunk_size=4), "zeta": BIG}, "x", log)
+    conn.create_table("chunks_alien", data=conn.open_table("x_alien").to_arrow())
     shard_run(chunker, db, {"small": SMALL}, "chunks", log)  # 'big' removed from the definition
-    assert "dropped LanceDB table 'chunks_big'" in caplog.text
+    assert "dropped LanceDB table 'chunks_big'" in caplog.text and "'chunks_alien'" not in caplog.text
     tables = set(table_names(conn))
-    assert {"chunks_small", "other_tiny", "other_big"} <= tables and "chunks_big" not in tables
+    assert {"chunks_small", "chunks_alien", "other_tiny", "other_big"} <= tables and "chunks_big" not in tables

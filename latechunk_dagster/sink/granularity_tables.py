@@ -107,9 +107,36 @@ def granularity_tables(db: Any, name: str, *, ordered: bool = True) -> dict[str,
 
 def leftover_tables(db: Any, name: str, granularities: Iterable[str]) -> list[str]:
     """The granularity tables of the table definition ``name`` (by their rows:
-    :func:`definition_granularities`) that none of ``granularities`` writes any more, sorted."""
+    :func:`definition_granularities`) that none of ``granularities`` writes any more, sorted.
+
+    Only a table linked by parent ids with one of the tables ``granularities`` still write counts
+    (its rows' parents lie in one of them, or theirs in it: :func:`_linked`): that is a granularity
+    removed from this definition. A table of another definition that happens to share the name
+    (the demo's ``chunks_sentences32`` beside a user's own definition ``chunks`` of other
+    granularities) links with none of them and is left alone, as is everything on a first run
+    (nothing written yet to link with) and every granularity table beside a single strategy's table.
+    """
     keep = set(granularities)
-    return sorted(granularity_table(name, g) for g in definition_granularities(db, name) if g not in keep)
+    found = definition_granularities(db, name)
+    current = {g: t for g, t in found.items() if g in keep}
+    return sorted(granularity_table(name, g) for g, t in found.items() if g not in keep and _linked(t, current))
+
+
+def _linked(table: Any, others: Mapping[str, Any]) -> bool:
+    """Whether one parent id of ``table`` lies in one of ``others``, or one of ``others``' in ``table``
+    (one probe row each, then one count per table: :func:`parent_holders`)."""
+    probe = _parent_probe(table)
+    if probe and any(other.count_rows(sql_in("chunk_id", probe)) for other in others.values()):
+        return True
+    return any((ids := _parent_probe(other)) and table.count_rows(sql_in("chunk_id", ids)) for other in others.values())
+
+
+def _parent_probe(table: Any) -> list[str]:
+    """One ``parent_chunk_id`` of ``table`` (``[]``: none, or no such column)."""
+    if "parent_chunk_id" not in table.schema.names:
+        return []
+    probe = table.search().where("parent_chunk_id IS NOT NULL").select(["parent_chunk_id"]).limit(1).to_arrow()
+    return probe.column("parent_chunk_id").to_pylist()
 
 
 def drop_leftover_tables(db: Any, name: str, granularities: Iterable[str], warn: Any = None) -> list[str]:
