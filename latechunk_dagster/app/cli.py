@@ -326,7 +326,7 @@ def _no_table(name: str, definition: str, uri: str, where: str, tables: list[str
     from latechunk_dagster import sink
     from latechunk_dagster.sink.granularity_tables import definition_granularities
 
-    known = sorted(definition_granularities(sink.connect(uri), definition))  # by their rows, not names
+    known = sorted(definition_granularities(sink.connect(uri), definition, empty=True))  # by their rows, not names
     if known:
         hint = f"; {definition!r} is a table definition of granularities {', '.join(known)}: pass --granularity NAME"
     else:

@@ -47,15 +47,17 @@ def rows_granularity(table: Any) -> str | None:
     return values[0] if values else None
 
 
-def definition_granularities(db: Any, name: str) -> dict[str, Any]:
+def definition_granularities(db: Any, name: str, *, empty: bool = False) -> dict[str, Any]:
     """``{granularity: open table}`` of every table ``granularity_table(name, g)`` (by name,
     :func:`granularity_names`) whose rows say they are granularity ``g`` (:func:`rows_granularity`),
     by name. Another definition's table that merely starts with ``name_`` (``chunks_minilm``, a
-    single strategy's table, whose rows say ``""``) is not one of them (issue 40)."""
+    single strategy's table, whose rows say ``""``) is not one of them (issue 40). With ``empty``,
+    an empty table of such a name counts too (no row says otherwise: the listing of an error message)."""
     found: dict[str, Any] = {}
     for g in granularity_names(table_names(db), name):
         table = db.open_table(granularity_table(name, g))
-        if rows_granularity(table) == g:
+        says = rows_granularity(table)
+        if says == g or (empty and says is None and table.count_rows() == 0):
             found[g] = table
     return found
 
@@ -69,7 +71,7 @@ def granularity_table_of(db: Any, name: str, granularity: str) -> Any:
             message names the table, what its rows say and the definition's granularities.
     """
     table_name = granularity_table(name, granularity)
-    known = sorted(definition_granularities(db, name))
+    known = sorted(definition_granularities(db, name, empty=True))
     listing = f"tables of granularities of {name!r}: {', '.join(known)}" if known else f"{name!r} has none"
     if table_name not in table_names(db):
         raise ValueError(f"no table {table_name!r} ({listing})")

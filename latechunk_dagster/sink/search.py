@@ -222,5 +222,5 @@ def _search(
 def _granularities(db: Any, table_name: str) -> str:
     """``" (tables of granularities of 'chunks': a, b)"`` where granularity tables of ``table_name`` exist
     (by their rows: :func:`~latechunk_dagster.sink.granularity_tables.definition_granularities`), else ``""``."""
-    names = sorted(definition_granularities(db, table_name))
+    names = sorted(definition_granularities(db, table_name, empty=True))
     return f" (tables of granularities of {table_name!r}: {', '.join(names)})" if names else ""
