@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 import pytest
 
 from latechunk_dagster import LateChunker, Sentences, sink
@@ -62,7 +63,12 @@ def project(tmp_path_factory: pytest.TempPathFactory, chunker: LateChunker) -> P
         OLD, chunks.to_arrow().drop_columns(["id", "metadata", "granularity", "parent_chunk_id"])
     )
     refresh_indexes(old)
-    refresh_indexes(settings.connect().create_table(README_TABLE, chunks.to_arrow()))
+    # the demo's granularity table: its rows say granularity "sentences128" (issue 40: rows, not names, decide)
+    rows = chunks.to_arrow()
+    rows = rows.set_column(
+        rows.schema.get_field_index("granularity"), "granularity", pa.array(["sentences128"] * rows.num_rows)
+    )
+    refresh_indexes(settings.connect().create_table(README_TABLE, rows))
     return root
 
 
