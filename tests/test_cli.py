@@ -77,6 +77,24 @@ def test_search_arguments_are_checked_before_the_model_loads(tmp_path: Path) -> 
         assert "Traceback" not in out.stderr and message in out.stderr.strip().splitlines()[-1], out.stderr
 
 
+def single_strategy_row(dim: int) -> object:
+    """One row of a single strategy's chunk table (``granularity`` ``""``), as the pipeline writes it."""
+    from datetime import UTC, datetime
+
+    import pyarrow as pa
+
+    from latechunk_dagster.sink import chunk_schema
+
+    schema = chunk_schema(dim)
+    row: dict[str, object] = {f.name: None for f in schema}
+    row |= {"chunk_id": "c", "doc_id": "d", "partition": "p", "chunk_index": 0, "token_start": 0, "token_end": 1}
+    row |= {"vector": [0.0] * dim, "doc_sha256": "s", "doc_tokens": 1, "windows": 1, "id": "c", "granularity": ""}
+    strings = ["model_name", "model_sha256", "head", "opt_ins", "strategy", "strategy_params", "engine_path"]
+    row |= {k: "x" for k in [*strings, "vllm_version", "package_version", "run_id"]}
+    row |= {"materialized_at": datetime(2026, 12, 4, tzinfo=UTC)}
+    return pa.Table.from_pylist([row], schema=schema)
+
+
 def test_search_on_a_definition_of_granularities_names_them(tmp_path: Path) -> None:
     """From a user trial: after the demo (tables chunks_sentences32, chunks_sentences128) a plain
     search, or a misspelt --granularity, said only "materialize the chunk asset first"."""
@@ -87,6 +105,15 @@ def test_search_on_a_definition_of_granularities_names_them(tmp_path: Path) -> N
     db = tmp_path / "db"
     for name in ("chunks_small", "chunks_large"):
         lancedb.connect(str(db)).create_table(name, schema=chunk_schema(384))
+    # issue 40: the README's own Dagster table beside them, a single strategy's (its rows say granularity ""):
+    # not listed as a granularity of 'chunks', and --granularity minilm is refused naming what its rows say
+    lancedb.connect(str(db)).create_table("chunks_minilm", data=single_strategy_row(384))
+    out = run_cli(["search", "pumps", "--uri", str(db), "--granularity", "minilm"], tmp_path / "home")
+    assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
+    assert out.stderr.strip().splitlines()[-1].endswith(
+        "table 'chunks_minilm' is not granularity 'minilm' of 'chunks': its rows say granularity '' "
+        "(another table definition's table; tables of granularities of 'chunks': large, small)"
+    ), out.stderr
     for args in (["search", "pumps", "--uri", str(db)], ["search", "pumps", "--uri", str(db), "--granularity", "tiny"]):
         out = run_cli(args, tmp_path / "home")
         assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr

@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 import pytest
 
 from latechunk_dagster import LateChunker, Sentences, sink
@@ -25,11 +26,11 @@ from latechunk_dagster.app.demo_corpus import build_demo_store
 from latechunk_dagster.clients import LangChainEmbeddings, LlamaIndexEmbedding
 from latechunk_dagster.evaluation import LabeledQuery, Passage, evaluate_table
 from latechunk_dagster.pipeline import materialize_partition
+from latechunk_dagster.sink.creation import migrate
 from latechunk_dagster.sink.database import LanceDBSettings
 from latechunk_dagster.sink.indexing import refresh_indexes
 from latechunk_dagster.sink.schema import METADATA_FIELDS
 from latechunk_dagster.sink.search import search
-from latechunk_dagster.sink.writes import migrate
 from latechunk_dagster.sources.files import DocumentStore
 from tests.doc_examples import example, lend_engine
 
@@ -62,7 +63,12 @@ def project(tmp_path_factory: pytest.TempPathFactory, chunker: LateChunker) -> P
     refresh_indexes(chunks)
     old = settings.connect().create_table(OLD, chunks.to_arrow().drop_columns(NEWER_COLUMNS))
     refresh_indexes(old)
-    refresh_indexes(settings.connect().create_table(README_TABLE, chunks.to_arrow()))
+    # the demo's granularity table: its rows say granularity "sentences128" (issue 40: rows, not names, decide)
+    rows = chunks.to_arrow()
+    rows = rows.set_column(
+        rows.schema.get_field_index("granularity"), "granularity", pa.array(["sentences128"] * rows.num_rows)
+    )
+    refresh_indexes(settings.connect().create_table(README_TABLE, rows))
     return root
 
 

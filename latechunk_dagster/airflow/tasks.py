@@ -225,7 +225,15 @@ def chunk_shard(
     settings = settings or ShardSettings()
     settings.check_strategies(strategy)  # given_chunks without a chunks_column: before the shard is read
     # under generations (the definition's log exists): the generation of this run's vector configuration
-    target = open_run_tables(db, table_name, rejected_table_name, strategy, chunker, run_id=run_id)
+    target = open_run_tables(
+        db,
+        table_name,
+        rejected_table_name,
+        strategy,
+        chunker,
+        run_id=run_id,
+        warn=(log or logging.getLogger(__name__)).warning,
+    )
     tables, rejected_table, table_name = target.chunk_table, target.rejected_table, target.table_name
     store = DocumentStore.from_path(store_path, chunks_column=settings.chunks_column, storage_options=storage_options)
     report = run_shard(

@@ -295,6 +295,10 @@ def _run_command(args: argparse.Namespace, query_process: QueryProcess | None) -
         raise _no_table(name, args.table or sink.CHUNK_TABLE, uri, where, tables)
     if args.command == "migrate":
         return _migrate(sink.connect(uri), name)
+    if getattr(args, "granularity", None) is not None:  # by its rows: not another definition's table
+        from latechunk_dagster.sink.granularity_tables import granularity_table_of
+
+        granularity_table_of(sink.connect(uri), args.table or sink.CHUNK_TABLE, args.granularity)
     table = sink.connect(uri).open_table(name)
     _check_chunk_table(table, name, args.dimensions)  # before the model loads, in one line
     _check_where(table, args.where)  # a bad filter fails before the model loads, in one line
@@ -411,11 +415,12 @@ def _table_names(uri: str, where: str, name: str) -> list[str]:
     """The tables at ``uri``; one line (not a traceback) for a directory that is not there or a
     store that cannot be listed (an unknown bucket, no credentials)."""
     from latechunk_dagster import sink
+    from latechunk_dagster.sink.catalog import table_names
 
     if "://" not in uri and not Path(uri).is_dir():
         raise ValueError(f"no table {name!r} at {uri} ({where}): no such directory (run the chunk job first)")
     try:
-        return list(sink.connect(uri).list_tables().tables)
+        return table_names(sink.connect(uri))
     except Exception as exc:  # the store's own error, first line: the user's to fix
         raise ValueError(f"cannot list the tables at {uri} ({where}): {str(exc).splitlines()[0]}") from None
 
@@ -423,9 +428,10 @@ def _table_names(uri: str, where: str, name: str) -> list[str]:
 def _no_table(name: str, definition: str, uri: str, where: str, tables: list[str]) -> ValueError:
     """The error for a chunk table ``name`` that is not at ``uri``: names the granularities of the
     table definition ``definition`` where it has some (tables ``definition_<g>``)."""
-    from latechunk_dagster.sink.granularity_tables import granularity_names
+    from latechunk_dagster import sink
+    from latechunk_dagster.sink.granularity_tables import definition_granularities
 
-    known = granularity_names(tables, definition)
+    known = sorted(definition_granularities(sink.connect(uri), definition, empty=True))  # by their rows, not names
     if known:
         hint = f"; {definition!r} is a table definition of granularities {', '.join(known)}: pass --granularity NAME"
     else:

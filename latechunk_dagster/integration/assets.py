@@ -180,6 +180,7 @@ def materialize_chunks(
         chunker,
         run_id=context.run.run_id,
         generations=w.generations,
+        warn=context.log.warning,
     )
     opened, rejected_table = target.chunk_table, target.rejected_table
     tables = {SINGLE: opened} if w.single else dict(opened)

@@ -294,6 +294,11 @@ class LanceDBResource(ConfigurableResource):
         """Delete the rows of ``partitions`` (shards gone from the store) from the tables; rows deleted."""
         return self.settings().drop_partitions(table_names, partitions)
 
+    def drop_leftover_tables(self, definition: str, granularities: list[str], warn: Any = None) -> list[str]:
+        """Drop the definition's tables that no granularity writes any more (:meth:`LanceDBSettings.drop_leftover_tables
+        <latechunk_dagster.sink.database.LanceDBSettings.drop_leftover_tables>`)."""
+        return self.settings().drop_leftover_tables(definition, granularities, warn)
+
 
 class DocumentStoreResource(ConfigurableResource):
     """Where documents come from: ``.txt``/``.md`` trees, JSONL or Parquet (:mod:`latechunk_dagster.sources.files`),

@@ -199,6 +199,8 @@ def build_store_sensor(w: TableWiring, name: str) -> dg.SensorDefinition:
             context.log.warning(line)
         if listing.gaps and not listing.shards:
             return dg.SkipReason(listing.incomplete_reason())
+        # a granularity removed from the definition: its table goes before rows are compared (contract 7)
+        lancedb.drop_leftover_tables(w.table_name, [g.name for g in w.granularities if g.name], context.log.warning)
         known_order = context.instance.get_dynamic_partitions(pname)
         known = set(known_order)
         db = lancedb.settings().connect()

@@ -53,6 +53,7 @@ def open_run_tables(
     *,
     run_id: str,
     generations: bool = False,
+    warn: Any = None,
 ) -> RunTables:
     """Open (or create) the chunk and rejected tables a run of ``chunker`` and ``strategy`` writes.
 
@@ -64,6 +65,8 @@ def open_run_tables(
 
     Args:
         db: a ``LanceDBSettings``, ``LanceDBResource`` or ``LanceDBHook`` (``chunk_table``, ``rejected_table``).
+        warn: where a removed granularity's dropped table is named (:func:`~latechunk_dagster.pipeline.
+            shard.open_chunk_tables`).
 
     Raises:
         ValueError: as ``db.chunk_table`` (a table of another schema), a bad granularity mapping.
@@ -74,7 +77,7 @@ def open_run_tables(
     key = definition_key(granularity_configs(chunker.settings, strategy))
     name, rejected, generation = writing_tables(conn, table_name, rejected_name, key, run_id=run_id)
     return RunTables(
-        chunk_table=open_chunk_tables(db, name, strategy, chunker.embedding_dim),
+        chunk_table=open_chunk_tables(db, name, strategy, chunker.embedding_dim, warn),
         rejected_table=db.rejected_table(rejected),
         table_name=name,
         rejected_name=rejected,

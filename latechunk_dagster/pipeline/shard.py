@@ -240,10 +240,12 @@ class ShardSettings:
         return granularities
 
 
-def open_chunk_tables(db: Any, table_name: str, strategy: Strategies, dim: int) -> Any:
+def open_chunk_tables(db: Any, table_name: str, strategy: Strategies, dim: int, warn: Any = None) -> Any:
     """The chunk table(s) of a run, opened or created: ``db.chunk_table(table_name, dim)`` for one
     strategy; ``{granularity: db.chunk_table(granularity_table(table_name, granularity), dim)}``
-    (finest first) for several.
+    (finest first) for several. First the definition's tables that no granularity writes any more
+    (a granularity removed from it) are dropped, one line each on ``warn`` (contract section 7),
+    where ``db`` can (``drop_leftover_tables``).
 
     Args:
         db: anything with ``chunk_table(name, dim)``: a
@@ -252,9 +254,13 @@ def open_chunk_tables(db: Any, table_name: str, strategy: Strategies, dim: int) 
     Raises:
         ValueError: as ``db.chunk_table`` (a table of another schema), a bad granularity mapping.
     """
+    granularities = [] if isinstance(strategy, ChunkingStrategy) else list(check_granularities(strategy))
+    drop = getattr(db, "drop_leftover_tables", None)
+    if drop is not None:
+        drop(table_name, granularities, warn)
     if isinstance(strategy, ChunkingStrategy):
         return db.chunk_table(table_name, dim)
-    return {g: db.chunk_table(granularity_table(table_name, g), dim) for g in check_granularities(strategy)}
+    return {g: db.chunk_table(granularity_table(table_name, g), dim) for g in granularities}
 
 
 def run_shard(
@@ -303,7 +309,7 @@ def run_shard(
     if chunk_table is None:
         if db is None or not table_name:
             raise ValueError("run_shard needs chunk_table, or db and table_name to open the chunk tables")
-        chunk_table = open_chunk_tables(db, table_name, strategy, chunker.embedding_dim)
+        chunk_table = open_chunk_tables(db, table_name, strategy, chunker.embedding_dim, log.warning)
     try:
         report = materialize_partition(
             chunker,

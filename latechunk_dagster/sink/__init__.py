@@ -5,6 +5,7 @@ Dagster-free. Rows are built in :mod:`~latechunk_dagster.sink.rows`, written in
 :mod:`~latechunk_dagster.sink.indexing` and searched in :mod:`~latechunk_dagster.sink.search`.
 """
 
+from latechunk_dagster.sink.creation import open_or_create
 from latechunk_dagster.sink.schema import (
     CHUNK_TABLE,
     REJECTED_SCHEMA,
@@ -15,7 +16,7 @@ from latechunk_dagster.sink.schema import (
     sql_in,
     sql_string,
 )
-from latechunk_dagster.sink.writes import WriteResult, connect, delete_partitions, open_or_create, replace_partition
+from latechunk_dagster.sink.writes import WriteResult, connect, delete_partitions, replace_partition
 
 __all__ = [
     "CHUNK_TABLE",

@@ -8,14 +8,18 @@ connect, create and refuse tables the same way.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
 import pyarrow as pa
 
+from latechunk_dagster.sink.catalog import has_table
+from latechunk_dagster.sink.creation import open_or_create
+from latechunk_dagster.sink.granularity_tables import drop_leftover_tables
 from latechunk_dagster.sink.schema import REJECTED_SCHEMA, chunk_schema
-from latechunk_dagster.sink.writes import connect, delete_partitions, open_or_create
+from latechunk_dagster.sink.writes import connect, delete_partitions
 
 
 def check_read_consistency_interval(value: object, owner: str = "LanceDB") -> float | None:
@@ -103,8 +107,10 @@ class LanceDBSettings:
         """The chunk table ``name`` for vectors of ``dim`` floats, created empty if missing.
 
         Raises:
-            ValueError: the table exists with another schema (another model: use another name), or
-                the database cannot be opened (a path that is a file, no permission, a bucket out of reach).
+            ValueError: the table exists with a schema the pipeline cannot write (names the missing,
+                retyped and NOT NULL extra columns: :func:`~latechunk_dagster.sink.creation.schema_difference`;
+                nullable columns a user added are kept), or the database cannot be opened (a path that
+                is a file, no permission, a bucket out of reach).
         """
         return self._open_or_create(name, chunk_schema(dim))
 
@@ -121,8 +127,16 @@ class LanceDBSettings:
     def open_table(self, name: str) -> Any | None:
         """Table ``name`` if it exists, else ``None``."""
         db = self.connect()
-        return db.open_table(name) if name in db.list_tables().tables else None
+        return db.open_table(name) if has_table(db, name) else None
 
     def drop_partitions(self, table_names: list[str], partitions: list[str]) -> int:
         """Delete the rows of ``partitions`` (shards gone from the store) from the tables; rows deleted."""
         return delete_partitions(self.connect(), table_names, partitions)
+
+    def drop_leftover_tables(
+        self, definition: str, granularities: list[str], warn: Callable[[str], None] | None = None
+    ) -> list[str]:
+        """Drop the tables of the table definition ``definition`` that none of ``granularities`` writes
+        any more (a granularity removed from it), one warning each on ``warn``; the tables dropped
+        (:func:`~latechunk_dagster.sink.granularity_tables.drop_leftover_tables`)."""
+        return drop_leftover_tables(self.connect(), definition, granularities, warn)

@@ -15,7 +15,8 @@ What LanceDB 0.40 (lance 13) does by itself, measured with 2-8 writer processes 
   lance: when several writers create a missing table at once (``create_table(exist_ok=True)``), the
   second create lands as version 2, and a writer whose handle read version 1 is refused so (seen
   in a CI run of ``tests/test_concurrent_writers.py``). Our commits replace one partition's rows
-  against the latest version, so they are retried too.
+  against the latest version, so they are retried too. (A create that lands after another
+  writer's rows would overwrite them: :mod:`latechunk_dagster.sink.creation` puts them back.)
 * Two ``merge_insert`` inserting the **same new keys** both commit (duplicate rows) unless the key
   column carries the ``lance-schema:unenforced-primary-key`` field metadata; with it the second
   one conflicts, retries and becomes an update (lance-format/lance#4585, #8949).

@@ -5,7 +5,7 @@ The chunk table also carries the two columns the stock LanceDB stores of LangCha
 ``id`` (the chunk id) and ``metadata`` (a struct of scalars: where the chunk lies). Both are
 functions of other columns (:data:`DERIVED_COLUMNS`), so a table written before they existed
 gains them by LanceDB's ``add_columns`` with SQL expressions: new column files beside the old
-ones, the vectors are not rewritten (:func:`latechunk_dagster.sink.writes.open_or_create`).
+ones, the vectors are not rewritten (:func:`latechunk_dagster.sink.creation.open_or_create`).
 """
 
 from __future__ import annotations

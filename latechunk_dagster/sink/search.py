@@ -12,8 +12,9 @@ import numpy as np
 from latechunk_dagster import sink
 from latechunk_dagster.core.chunker import query_chunker
 from latechunk_dagster.core.tokenization import check_query
+from latechunk_dagster.sink.catalog import table_names
 from latechunk_dagster.sink.generations import current_table
-from latechunk_dagster.sink.granularity_tables import granularity_names
+from latechunk_dagster.sink.granularity_tables import definition_granularities, granularity_table_of
 from latechunk_dagster.sink.hits import SEARCH_MODES, Hit, cosine_distances, ranked_hits
 from latechunk_dagster.sink.indexing import has_fts_index
 from latechunk_dagster.sink.schema import granularity_table
@@ -132,13 +133,16 @@ def search(
     if k < 1:
         raise ValueError(f"k must be >= 1, got {k}")
     db = sink.connect(uri, **(connect_kwargs or {}))
-    tables = db.list_tables().tables
+    tables = table_names(db)
     table_name = current_table(db, table_name, tables)  # under generations: the current generation's (one log read)
-    name = table_name if granularity is None else granularity_table(table_name, granularity)
-    if name not in tables:
-        known = _granularities(tables, table_name)
-        raise ValueError(f"no table {name!r} at {uri}: materialize chunk_vectors first{known}")
-    table = db.open_table(name)
+    if granularity is None:
+        name = table_name
+        if name not in tables:
+            raise ValueError(f"no table {name!r} at {uri}: materialize chunk_vectors first{_granularities(db, name)}")
+        table = db.open_table(name)
+    else:  # checked by its rows: another definition's table may carry the same name (issue 40)
+        name = granularity_table(table_name, granularity)
+        table = granularity_table_of(db, table_name, granularity)
     if mode == "hybrid" and not has_fts_index(table):
         raise ValueError(
             f"table {name!r} has no full-text index on text, which hybrid search needs: "
@@ -222,8 +226,8 @@ def _search(
     return ranked_hits(table, vec, query, k, **options)[0]
 
 
-def _granularities(tables: list[str], table_name: str) -> str:
+def _granularities(db: Any, table_name: str) -> str:
     """``" (tables of granularities of 'chunks': a, b)"`` where granularity tables of ``table_name`` exist
-    (:func:`~latechunk_dagster.sink.granularity_tables.granularity_names`), else ``""``."""
-    names = granularity_names(tables, table_name)
+    (by their rows: :func:`~latechunk_dagster.sink.granularity_tables.definition_granularities`), else ``""``."""
+    names = sorted(definition_granularities(db, table_name, empty=True))
     return f" (tables of granularities of {table_name!r}: {', '.join(names)})" if names else ""

@@ -32,8 +32,9 @@ import lancedb
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from latechunk_dagster.sink.retry import PRIMARY_KEY_METADATA, retry_commit
-from latechunk_dagster.sink.schema import DERIVED_COLUMNS, sql_in, sql_string
+from latechunk_dagster.sink.catalog import table_names
+from latechunk_dagster.sink.retry import retry_commit
+from latechunk_dagster.sink.schema import sql_in, sql_string
 
 
 @dataclass(frozen=True)
@@ -52,47 +53,6 @@ class WriteResult:
     version: int
     attempts: int = 1
     lance_attempts: int = 1
-
-
-def open_or_create(db: Any, name: str, schema: pa.Schema) -> Any:
-    """Open table ``name``, creating it empty with ``schema``; refuse an existing table whose schema differs.
-
-    A table created before its key column was marked as lance's unenforced primary key (the field
-    metadata of ``schema``'s first field) gains the mark (one metadata commit). A table written by
-    an earlier version, whose columns are a prefix of ``schema``'s, gains the trailing columns it
-    lacks (:func:`migrate`): nothing else about it changes, its vectors are not rewritten.
-
-    Raises:
-        ValueError: the table exists with another schema (e.g. another vector dimension: a
-            different model needs another table name).
-    """
-    if name in db.list_tables().tables:
-        table = db.open_table(name)
-        migrate(table, schema)
-        _mark_primary_key(table, schema)
-        if table.schema.remove_metadata() != schema.remove_metadata():
-            raise ValueError(
-                f"LanceDB table {name!r} at {db.uri} has another schema than this pipeline writes "
-                f"(vector: {table.schema.field('vector').type if 'vector' in table.schema.names else '?'} vs "
-                f"{schema.field('vector').type if 'vector' in schema.names else '-'}); use another table name"
-            )
-        return table
-    table = db.create_table(name, schema=schema, exist_ok=True)
-    _mark_primary_key(table, schema)  # exist_ok: another process may have created it first
-    return table
-
-
-def _mark_primary_key(table: Any, schema: pa.Schema) -> None:
-    key = schema.field(0)
-    if not key.metadata or key.metadata.get(b"lance-schema:unenforced-primary-key") is None:
-        return
-    have = table.schema.field(key.name).metadata or {}
-    if have.get(b"lance-schema:unenforced-primary-key") != b"true":
-        retry_commit(
-            lambda: table.update_field_metadata({"path": key.name, "metadata": dict(PRIMARY_KEY_METADATA)}),
-            what=f"mark {key.name} as primary key",
-            refresh=table.checkout_latest,
-        )
 
 
 def replace_partition(table: Any, key: str, partition: str, rows: pa.Table) -> WriteResult:
@@ -137,56 +97,6 @@ def _merge(
         attempts,
         int(getattr(result, "num_attempts", 1)),
     )
-
-
-def migrate(table: Any, schema: pa.Schema) -> list[str]:
-    """Add to ``table`` the trailing columns of ``schema`` it lacks; returns their names (``[]``: none).
-
-    A table written by an earlier version has a prefix of ``schema``'s columns. Nullable string
-    and int32 columns (``vector_config``, ``granularity``, ``parent_chunk_id``, ``converter``,
-    ``page_start``, ``page_end``) are added as nulls; the derived
-    ones (``id``, ``metadata``: :data:`~latechunk_dagster.sink.schema.DERIVED_COLUMNS`) are computed
-    from each row's other columns. All of them go in ONE LanceDB ``add_columns`` with SQL expressions
-    (``CAST(NULL AS STRING)`` for a null column), in the schema's order: one commit that writes new
-    column files beside the existing ones (the vectors and other columns are not rewritten); a
-    concurrent writer that migrates the same table first makes it a no-op. A table whose columns
-    are not such a prefix is left alone (:func:`open_or_create` then refuses it).
-    """
-    have = table.schema.names
-    if have != schema.names[: len(have)]:
-        return []
-    missing = schema.names[len(have) :]
-    expressions: dict[str, str] = {}
-    for name in missing:
-        field = schema.field(name)
-        if name in DERIVED_COLUMNS:
-            expressions[name] = DERIVED_COLUMNS[name]
-        elif field.nullable and field.type == pa.string():
-            expressions[name] = "CAST(NULL AS STRING)"
-        elif field.nullable and field.type == pa.int32():
-            expressions[name] = "CAST(NULL AS INT)"
-        else:
-            return []  # not an earlier layout of this schema: refused by the schema comparison
-    if expressions:
-        _add_columns(table, expressions, f"add columns {missing} to {table.name!r}")
-    return list(missing)
-
-
-def _add_columns(table: Any, columns: dict[str, str], what: str) -> None:
-    """``table.add_columns(columns)`` (one commit) unless another writer added them first; retried on conflicts."""
-    names = list(columns)
-
-    def commit() -> None:
-        if all(n in table.schema.names for n in names):
-            return
-        try:
-            table.add_columns(columns)
-        except Exception:
-            table.checkout_latest()  # lost the race to a writer that added them: nothing left to do
-            if not all(n in table.schema.names for n in names):
-                raise
-
-    retry_commit(commit, what=what, refresh=table.checkout_latest)
 
 
 def document_scope(partition: str, replaced: Collection[str], kept: Collection[str]) -> str:
@@ -245,22 +155,23 @@ def table_partitions(table: Any, batch_rows: int = 65_536) -> list[str]:
     return sorted(seen)
 
 
-def stored_partitions(db: Any, table_names: list[str]) -> set[str]:
-    """The ``partition`` values held by any of the existing tables ``table_names`` (one column read
+def stored_partitions(db: Any, names: list[str]) -> set[str]:
+    """The ``partition`` values held by any of the existing tables ``names`` (one column read
     each): what a partition sync compares with the store besides the orchestrator's partitions, so
     that rows committed by a run whose shard left the store meanwhile are found and removed."""
-    existing = set(db.list_tables().tables)
-    return {p for name in table_names if name in existing for p in table_partitions(db.open_table(name))}
+    existing = set(table_names(db))
+    return {p for name in names if name in existing for p in table_partitions(db.open_table(name))}
 
 
-def delete_partitions(db: Any, table_names: list[str], partitions: list[str]) -> int:
+def delete_partitions(db: Any, names: list[str], partitions: list[str]) -> int:
     """Delete every row of ``partitions`` from each existing table (one commit per table); rows deleted."""
     if not partitions:
         return 0
     where = sql_in("partition", partitions)
     deleted = 0
-    for name in table_names:
-        if name in db.list_tables().tables:
+    existing = set(table_names(db))
+    for name in names:
+        if name in existing:
             table = db.open_table(name)
             deleted += _delete(table, where, f"delete partitions from {name!r}").deleted
     return deleted

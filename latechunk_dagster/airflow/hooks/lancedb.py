@@ -28,6 +28,7 @@ from typing import Any
 
 from airflow.sdk import BaseHook
 
+from latechunk_dagster.sink.catalog import table_names
 from latechunk_dagster.sink.database import LanceDBSettings, check_read_consistency_interval
 from latechunk_dagster.sources.readers import loads_strict
 
@@ -142,7 +143,7 @@ class LanceDBHook(BaseHook):
     def test_connection(self) -> tuple[bool, str]:
         """The UI's "Test" button: list the database's tables."""
         try:
-            names = self.get_conn().list_tables().tables
+            names = table_names(self.get_conn())
         except Exception as exc:  # the UI shows the message
             return False, str(exc)
         return True, f"connected to {self.uri}: {len(names)} tables"
