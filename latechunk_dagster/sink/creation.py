@@ -191,15 +191,16 @@ def _mark_primary_key(table: Any, schema: pa.Schema) -> None:
 def migrate(table: Any, schema: pa.Schema) -> list[str]:
     """Add to ``table`` the trailing columns of ``schema`` it lacks; returns their names (``[]``: none).
 
-    A table written by an earlier version has a prefix of ``schema``'s columns (and maybe columns a
-    user added, not counted). Nullable string and int32 columns (``vector_config``, ``granularity``,
-    ``parent_chunk_id``, ``converter``, ``page_start``, ``page_end``) are added as nulls; the
-    derived ones (``id``, ``metadata``: :data:`~latechunk_dagster.sink.schema.DERIVED_COLUMNS`) are
-    computed from each row's other columns. All of them go in ONE LanceDB ``add_columns`` with SQL expressions (``CAST(NULL AS
-    STRING)`` for a null column), in the schema's order: one commit that writes new column files
-    beside the existing ones (the vectors and other columns are not rewritten); a concurrent writer
-    that migrates the same table first makes it a no-op. A table whose pipeline columns are not such
-    a prefix (a user dropped one) is left alone: :func:`open_or_create` refuses it, naming the column.
+    A table written by an earlier version has a prefix of ``schema``'s columns (and maybe columns a user
+    added, not counted). Nullable string and int32 columns (``vector_config``, ``granularity``,
+    ``parent_chunk_id``, ``converter``, ``page_start``, ``page_end``) are added as nulls; the derived
+    ones (``id``, ``metadata``: :data:`~latechunk_dagster.sink.schema.DERIVED_COLUMNS`) are computed
+    from each row's other columns. All of them go in ONE LanceDB ``add_columns`` with SQL expressions
+    (``CAST(NULL AS STRING)`` for a null column), in the schema's order: one commit that writes new
+    column files beside the existing ones (the vectors and other columns are not rewritten); a
+    concurrent writer that migrates the same table first makes it a no-op. A table whose pipeline
+    columns are not such a prefix (a user dropped one) is left alone: :func:`open_or_create` refuses it,
+    naming the column.
     """
     ours = [n for n in table.schema.names if n in schema.names]
     if ours != schema.names[: len(ours)]:
