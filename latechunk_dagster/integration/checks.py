@@ -22,7 +22,7 @@ from pydantic import Field
 
 from latechunk_dagster.core.chunking import GivenChunks, strategy_from_config
 from latechunk_dagster.integration.wiring import Granularity, TableWiring
-from latechunk_dagster.sink import validation
+from latechunk_dagster.sink import indexing, validation
 from latechunk_dagster.sink.parents import PARENT_CHECK, parents_exist
 from latechunk_dagster.sink.schema import sql_in, sql_string
 from latechunk_dagster.sink.writes import table_partitions
@@ -37,6 +37,17 @@ class CheckConfig(dg.Config):
 class ParityConfig(CheckConfig):
     docs_per_partition: int = Field(default=2, description="Documents re-embedded per partition.")
     atol: float = Field(default=1e-4, description="Largest allowed absolute deviation per vector value.")
+
+
+class IndexCoverageConfig(dg.Config):
+    max_unindexed_fraction: float = Field(
+        default=indexing.DEFAULT_POLICY.max_unindexed_fraction,
+        description="Share of the rows an index may leave uncovered (committed since the last refresh).",
+    )
+    max_small_fragments: int = Field(
+        default=indexing.DEFAULT_POLICY.max_small_fragments,
+        description="Small fragments the table may hold before the next refresh compacts them.",
+    )
 
 
 def run_partitions(
@@ -81,6 +92,7 @@ def build_checks(w: TableWiring, *, with_parity: bool = True) -> list[dg.AssetCh
     checks = [build_table_checks(w, g) for g in w.granularities]
     if with_parity and not w.documents_from_asset:
         checks.extend(build_parity_check(w, g) for g in w.granularities)
+    checks.extend(build_index_coverage_check(w, g) for g in w.granularities if g.index_key is not None)
     return checks
 
 
@@ -221,3 +233,41 @@ def build_parity_check(w: TableWiring, g: Granularity) -> dg.AssetChecksDefiniti
         )
 
     return parity_sample
+
+
+def build_index_coverage_check(w: TableWiring, g: Granularity) -> dg.AssetChecksDefinition:
+    """``index_coverage`` of one granularity table's index asset: the rows its indexes do not cover yet
+    and its small fragments, against :class:`IndexCoverageConfig` (a warning: searches stay right,
+    only slower, until the next refresh). It runs after each refresh and on its own (the UI, a schedule)."""
+    assert g.index_key is not None
+
+    @dg.asset_check(
+        asset=g.index_key,
+        name="index_coverage",
+        blocking=False,
+        description=f"Rows of {g.table_name!r} the indexes do not cover yet, and small fragments, "
+        "against thresholds (run config).",
+        required_resource_keys={w.lancedb_key},
+    )
+    def index_coverage(context: dg.AssetCheckExecutionContext, config: IndexCoverageConfig) -> dg.AssetCheckResult:
+        table = w.resource(context, w.lancedb_key).open_table(g.table_name)
+        if table is None:
+            return dg.AssetCheckResult(passed=False, metadata={"reason": f"no chunk table {g.table_name!r}"})
+        policy = indexing.IndexPolicy(
+            max_unindexed_fraction=config.max_unindexed_fraction, max_small_fragments=config.max_small_fragments
+        )
+        coverage = indexing.index_coverage(table, policy)
+        return dg.AssetCheckResult(
+            passed=coverage["ok"],
+            severity=dg.AssetCheckSeverity.WARN,
+            description="; ".join(coverage["problems"]) or None,
+            metadata={
+                "rows": dg.MetadataValue.int(coverage["rows"]),
+                "unindexed_rows": dg.MetadataValue.json(coverage["unindexed_rows"]),
+                "fragments": dg.MetadataValue.int(coverage["fragments"]),
+                "small_fragments": dg.MetadataValue.int(coverage["small_fragments"]),
+                "vector_segments": dg.MetadataValue.int(coverage["vector_segments"]),
+            },
+        )
+
+    return index_coverage

