@@ -107,6 +107,9 @@ def chunk_rows(vectors: np.ndarray, *, partitions: int = 12) -> pa.Table:
         "vector_config": ["bench"] * n,
         "granularity": [""] * n,
         "parent_chunk_id": [None] * n,
+        "converter": [None] * n,
+        "page_start": [None] * n,
+        "page_end": [None] * n,
     }
     cols["id"] = cols["chunk_id"]
     cols["metadata"] = [{name: cols[name][i] for name in METADATA_FIELDS} for i in range(n)]

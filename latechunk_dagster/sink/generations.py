@@ -37,9 +37,10 @@ from typing import Any
 
 import pyarrow as pa
 
+from latechunk_dagster.sink.creation import open_or_create
 from latechunk_dagster.sink.granularity_tables import granularity_tables
 from latechunk_dagster.sink.retry import retry_commit
-from latechunk_dagster.sink.writes import open_or_create, stored_partitions
+from latechunk_dagster.sink.writes import stored_partitions
 
 #: The log of a table definition ``t`` is the table ``f"{t}{LOG_SUFFIX}"``.
 LOG_SUFFIX = "__generations"
