@@ -9,9 +9,7 @@ the new rows hold.
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import dagster as dg
@@ -22,20 +20,11 @@ import pytest
 from latechunk_dagster import DocumentStoreResource, LanceDBResource, Sentences, VLLMEngineResource, late_chunk_assets
 from latechunk_dagster.sink import indexing
 from latechunk_dagster.sink.indexing import IndexPolicy, index_coverage, refresh_indexes
+from tests.test_ann_recall import bench  # bench/ann_recall.py, loaded once
 
 ROWS, ADD, DIM, TOPICS, ANN_MIN = 6_000, 600, 64, 60, 5_000
 
 
-def _bench() -> ModuleType:
-    path = Path(__file__).resolve().parents[1] / "bench" / "ann_recall.py"
-    spec = importlib.util.spec_from_file_location("bench_ann_recall_refresh", path)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-bench = _bench()
 VECTORS = bench.topic_vectors(ROWS + 3 * ADD, DIM, TOPICS)
 
 
