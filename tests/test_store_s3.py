@@ -330,3 +330,54 @@ def test_cli_sync_partitions_over_a_bucket_and_an_unreachable_one(s3, tmp_path: 
     assert "latechunk sync-partitions: error: s3://docs/cli: cannot be reached" in out.stderr
     out = run_cli(["sync-partitions"], tmp_path / "home", **env)
     assert out.returncode == 0 and "added none; removed none" in out.stdout  # all five still partitions
+
+
+def test_document_files_in_a_bucket_are_converted_as_on_disk(s3, chunker, tmp_path: Path) -> None:  # noqa: ANN001
+    """PDF, DOCX, PPTX, HTML, Markdown and text objects in a bucket, bad files among them (issue 38's
+    done-when): a real Dagster run writes each document's hand-checked converted text (its own
+    headings, ranges into that text, PDF pages, the converter in the lineage) and rejects each bad
+    object alone, by name and reason, with its neighbours written; no credential in any row."""
+    from latechunk_dagster import sink
+    from latechunk_dagster.integration.resources import DocumentStoreResource, LanceDBResource
+    from latechunk_dagster.integration.sensors import sync_partitions
+    from tests.conftest import session_engine_resource
+    from tests.test_converted_materialization import BAD, GOOD, HEADINGS, TABLE
+
+    srv, _ = s3
+    _upload(srv.url, "files", {doc_id: data for doc_id, (data, _) in {**GOOD, **BAD}.items()})
+    store = DocumentStoreResource(path=f"s3://{BUCKET}/files", storage_options=_options(srv.url))
+    db = tmp_path / "db"
+    defs = dg.Definitions(
+        assets=TABLE.assets,
+        asset_checks=TABLE.asset_checks,
+        jobs=TABLE.jobs,
+        resources={
+            "engine": session_engine_resource(chunker),
+            "lancedb": LanceDBResource(uri=str(db)),
+            "store": store,
+        },
+    )
+    (tmp_path / "home").mkdir()
+    with dg.instance_for_test(temp_dir=str(tmp_path / "home")) as instance:
+        sync_partitions(instance, store.get_store(), TABLE.partitions_def)
+        result = defs.resolve_job_def("chunk").execute_in_process(
+            instance=instance, partition_key="docs", raise_on_error=False
+        )
+    assert result.success
+    assert all(c.passed for c in result.get_asset_check_evaluations())
+    conn = sink.connect(str(db))
+    rows = conn.open_table("chunks").to_arrow().sort_by([("doc_id", "ascending"), ("chunk_index", "ascending")])
+    by_doc: dict[str, list[dict]] = {}
+    for row in rows.to_pylist():
+        by_doc.setdefault(row["doc_id"], []).append(row)
+    assert sorted(by_doc) == sorted(GOOD)
+    for doc_id, (_, text) in GOOD.items():
+        assert [c["headings"] for c in by_doc[doc_id]] == HEADINGS[doc_id], doc_id
+        assert all(text[c["char_start"] : c["char_end"]] == c["text"] for c in by_doc[doc_id]), doc_id
+    assert [(c["page_start"], c["page_end"]) for c in by_doc["docs/report.pdf"]] == [(1, 1), (2, 2)]
+    assert by_doc["docs/owls.docx"][0]["converter"].startswith("docx/1 python-docx ")
+    rejected = conn.open_table("rejected_documents").to_arrow().to_pylist()
+    assert {(r["doc_id"], r["reason"]) for r in rejected} == {(d, reason) for d, (_, reason) in BAD.items()}
+    assert all(r["doc_id"] in r["detail"] for r in rejected)
+    shown = str(rows.drop_columns(["vector"]).to_pylist()) + str(rejected)
+    assert SECRET not in shown and KEY_ID not in shown
