@@ -117,8 +117,10 @@ def test_one_asset_per_granularity_table_with_its_checks_and_index() -> None:
     for checks in table.asset_checks:
         for check in checks.check_keys:
             by_asset.setdefault(check.asset_key, set()).add(check.name)
-    assert set(by_asset) == set(keys)
-    assert all({"documents_accounted", "row_count_matches", "parity_sample"} <= names for names in by_asset.values())
+    index_keys = {dg.AssetKey(["kb", f"chunk_vectors_{g}_index"]) for g in GRANULARITIES}
+    assert set(by_asset) == set(keys) | index_keys
+    assert all({"documents_accounted", "row_count_matches", "parity_sample"} <= by_asset[k] for k in keys)
+    assert all(by_asset[k] == {"index_coverage"} for k in index_keys)  # a warning on each index asset
     versions = table.chunk_asset.code_versions_by_key
     # a fine granularity's code version names its parent's strategy (its links depend on it)
     assert "parent.given_chunks()" in versions[keys[0]] and "parent." not in versions[keys[2]]

@@ -9,6 +9,8 @@ the new rows hold.
 
 from __future__ import annotations
 
+import time
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -88,6 +90,25 @@ def test_an_index_that_no_longer_fits_is_built_again(table: Any, monkeypatch: py
     assert segments(table) == 1
     # asked for: every index is built again
     assert refresh_indexes(table, ann_min_rows=ANN_MIN, rebuild=True)["created"].count("(") == 3
+
+
+def test_a_refresh_prunes_old_versions_and_keeps_tagged_ones(table: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each run tags the version it committed; LanceDB's own optimize refuses to prune once a tagged
+    version is older than its cutoff ("tagged version(s) have been marked for cleanup"), which made
+    every refresh fail a day after a run. Pruned now with the tagged versions kept."""
+    tagged = table.version
+    table.tags.create("run-abc-0123", tagged)
+    add_rows(table, 0)
+    monkeypatch.setattr(indexing, "PRUNE_OLDER_THAN", timedelta(0))  # every older version is "a day old"
+    time.sleep(1.1)  # lance compares version times in whole seconds
+    with pytest.raises(Exception, match="tagged version"):  # what the refresh called before
+        table.optimize(cleanup_older_than=timedelta(0))
+    refresh_indexes(table, ann_min_rows=ANN_MIN)
+    versions = [v["version"] for v in table.list_versions()]
+    assert tagged in versions and versions[-1] == table.version and len(versions) == 2  # the tagged and the latest
+    table.checkout("run-abc-0123")
+    assert table.count_rows() == ROWS  # the tagged version still reads back
+    table.checkout_latest()
 
 
 def test_index_coverage_is_an_asset_check(tmp_path: Path) -> None:

@@ -35,7 +35,7 @@ TREE = {
     "top.txt": "A file at the top is shard _root.",
     ".hidden/x.txt": "hidden: not read",
     "alpha/.DS_Store": "hidden: not read",
-    "beta/d.jsonl.gz": "a compressed document file: skipped by name",
+    "beta/d.jsonl.xz": "a compressed file no reader takes: skipped by name",
 }
 #: what the tree's documents are (hand-written from TREE: BOM removed, hidden files left out)
 EXPECTED = {
@@ -87,7 +87,7 @@ def test_text_tree_in_a_bucket_reads_as_on_disk(s3, tmp_path: Path) -> None:
     assert (store.kind, store.uri) == ("text", "s3://docs/tree")
     assert _documents(store) == EXPECTED
     [skipped] = store.bad_shards()
-    assert (skipped.where, skipped.reason) == ("s3://docs/tree/beta/d.jsonl.gz", "other_kind")
+    assert (skipped.where, skipped.reason) == ("s3://docs/tree/beta/d.jsonl.xz", "other_kind")
     assert store.listing().held == {"beta"} and store.listing().complete
     # the same tree on disk: the same documents, the same document hashes
     for name, text in TREE.items():

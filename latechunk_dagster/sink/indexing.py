@@ -116,6 +116,28 @@ def measure_recall(table: Any, *, k: int = 10, sample: int = RECALL_SAMPLE, seed
     return float(np.mean([len(g & t) / max(1, len(t)) for g, t in zip(got, truth)]))
 
 
+#: Versions older than this are removed by a refresh (those a tag holds are kept: :func:`prune_versions`).
+PRUNE_OLDER_THAN = timedelta(days=1)
+#: LanceDB's ``optimize`` always prunes too, and refuses when a tagged version is older than its cutoff
+#: ("Cleanup error: ... tagged version(s) have been marked for cleanup"): a cutoff no version reaches
+#: leaves the pruning to :func:`prune_versions`.
+NO_PRUNE = timedelta(days=36_500)
+
+
+def prune_versions(table: Any, older_than: timedelta | None = None) -> None:
+    """Remove the table's versions older than ``older_than`` (default ``PRUNE_OLDER_THAN``), keeping every
+    version a tag holds (each run tags the version it committed:
+    :func:`~latechunk_dagster.sink.generations.tag_commit`), which LanceDB's own ``optimize`` refuses to do once
+    a tagged version is older than its cutoff. A table this process cannot open as a lance dataset (LanceDB
+    Cloud) is pruned by its service."""
+    to_lance = getattr(table, "to_lance", None)
+    if to_lance is None:
+        return
+    cutoff = PRUNE_OLDER_THAN if older_than is None else older_than
+    to_lance().cleanup_old_versions(older_than=cutoff, error_if_tagged_old_versions=False)
+    table.checkout_latest()
+
+
 def index_commit(table: Any, what: str, commit: Callable[[], T]) -> T:
     """Run one index or compaction commit of ``table``, retried while a concurrent writer's commit wins.
 
@@ -307,8 +329,9 @@ def refresh_indexes(
       ``RECALL_TARGET`` builds the index again (new centroids) and measures again.
     * ``text``: LanceDB full-text index; ``doc_id``: BTREE; ``partition``: BITMAP; created when
       missing (or with ``rebuild``), else brought up to date.
-    * LanceDB's ``optimize``: compacts small fragments, adds the rows committed since the last
-      refresh to every index, and removes versions older than one day.
+    * LanceDB's ``optimize``: compacts small fragments and adds the rows committed since the last
+      refresh to every index; then versions older than one day are removed, those a tag holds (a
+      run's) kept (:func:`prune_versions`).
 
     Each commit is retried when a writer's commit lands during it (:func:`index_commit`), so the
     refresh runs beside partition writers.
@@ -348,7 +371,8 @@ def refresh_indexes(
         report["vector_refresh"] = "delta"
     created = _ensure_indexes(table, have)
     # Compaction, the new rows into every index (a delta segment of the vector index), old versions pruned.
-    index_commit(table, "compaction", lambda: table.optimize(cleanup_older_than=timedelta(days=1)))
+    index_commit(table, "compaction", lambda: table.optimize(cleanup_older_than=NO_PRUNE))
+    prune_versions(table)
     if report["vector_refresh"] == "delta" and _merge_vector_segments(table, vector.name, policy) == 1:
         report["vector_refresh"] = "merged"
     if rows >= ann_min_rows:
