@@ -138,6 +138,21 @@ def start_moto_server(timeout_s: float = 60) -> ServerProcess:
     return _start(cmd, f"http://127.0.0.1:{port}", "/moto-api/", timeout_s)
 
 
+@contextlib.contextmanager
+def plugin_vllm_server(model_dir: Path) -> Iterator[ServerProcess]:
+    """A vLLM server of ``model_dir`` with the package's plugins (the span-sum route), stopped on exit;
+    or, for quicker local runs, an already running one at ``$LATECHUNK_TEST_VLLM_URL`` (started the
+    same way), which is left running."""
+    if url := os.environ.get("LATECHUNK_TEST_VLLM_URL"):
+        yield ServerProcess(None, url, Path(os.devnull))  # type: ignore[arg-type]
+        return
+    srv = start_vllm_server(model_dir, max_model_len=256, plugins=True)
+    try:
+        yield srv
+    finally:
+        srv.stop()
+
+
 #: moto's fixed test credentials, as LanceDB storage options and as the ``AWS_*`` environment.
 S3_KEYS = {"aws_access_key_id": "test", "aws_secret_access_key": "test", "aws_region": "us-east-1"}
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -37,7 +36,7 @@ from latechunk_dagster.integration.remote import VLLMServerEngineResource
 from latechunk_dagster.integration.resources import DocumentStoreResource, LanceDBResource
 from latechunk_dagster.vllm_plugin import span_sum_pairs
 from latechunk_dagster.vllm_plugin.protocol import DIGEST_BYTES, ROUTE
-from tests.servers import Proxy, ServerProcess, start_vllm_server
+from tests.servers import Proxy, ServerProcess, plugin_vllm_server
 
 #: width of the shipped model's token states
 DIM = 384
@@ -46,14 +45,9 @@ IDS = [101, 4068, 2003, 1996, 3007, 1997, 2762, 1012, 102]  # "berlin is the cap
 
 @pytest.fixture(scope="module")
 def server(minilm_dir: Path) -> Iterator[ServerProcess]:
-    """A vLLM server of the shipped model with the package's plugins, for this module (or one already
-    running at ``$LATECHUNK_TEST_VLLM_URL``, started the same way and left running)."""
-    if url := os.environ.get("LATECHUNK_TEST_VLLM_URL"):
-        yield ServerProcess(None, url, Path(os.devnull))  # type: ignore[arg-type]
-        return
-    srv = start_vllm_server(minilm_dir, max_model_len=256, plugins=True)
-    yield srv
-    srv.stop()
+    """The shipped model's plugin server for this module (:func:`tests.servers.plugin_vllm_server`)."""
+    with plugin_vllm_server(minilm_dir) as srv:
+        yield srv
 
 
 def span_answer(url: str, ids: list[int], spans: list[int]) -> np.ndarray:

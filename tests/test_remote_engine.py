@@ -16,7 +16,6 @@ whose tokenizer does not lowercase stands for a server running another tokenizer
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import time
@@ -49,7 +48,7 @@ from latechunk_dagster.core.errors import EngineAnswerError
 from latechunk_dagster.core.tokenization import Tokenization
 from latechunk_dagster.vllm_plugin.protocol import ROUTE
 from tests.reference import reference_chunk_vectors
-from tests.servers import Proxy, ServerProcess, free_port, start_vllm_server
+from tests.servers import Proxy, ServerProcess, free_port, plugin_vllm_server, start_vllm_server
 
 DOCS = [
     "Berlin is the capital of Germany. It has 3.8M people. The Spree flows through it.",
@@ -62,15 +61,9 @@ DOCS = [
 
 @pytest.fixture(scope="module")
 def server(minilm_dir: Path) -> Iterator[ServerProcess]:
-    """A vLLM server of the shipped model with the package's plugins (the span-sum route), started
-    for this module (or, for quicker local runs, an already running one at
-    ``$LATECHUNK_TEST_VLLM_URL``, started the same way, which is then left running)."""
-    if url := os.environ.get("LATECHUNK_TEST_VLLM_URL"):
-        yield ServerProcess(None, url, Path(os.devnull))  # type: ignore[arg-type]
-        return
-    srv = start_vllm_server(minilm_dir, max_model_len=256, plugins=True)
-    yield srv
-    srv.stop()
+    """The shipped model's plugin server for this module (:func:`tests.servers.plugin_vllm_server`)."""
+    with plugin_vllm_server(minilm_dir) as srv:
+        yield srv
 
 
 @pytest.fixture(scope="module")

@@ -353,8 +353,9 @@ def refresh_indexes(
     if rows == 0:
         report["indexes"] = "none (empty table)"
         return report
-    have = {} if rebuild else _indexes(table)  # with rebuild every index is built again (replaced)
-    vector = _indexes(table).get("vector")
+    indexes = _indexes(table)
+    have = {} if rebuild else indexes  # with rebuild every index is built again (replaced)
+    vector = indexes.get("vector")
     if rows < ann_min_rows:
         if vector is not None:  # a table that shrank: an old index would still be searched
             index_commit(table, f"drop index {vector.name!r}", lambda: table.drop_index(vector.name))

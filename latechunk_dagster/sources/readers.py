@@ -59,7 +59,7 @@ from latechunk_dagster.sources.storage import ObjectPath, open_input
 
 #: What reading a JSONL stream raises where it breaks (pyarrow: a compressed stream cut off or corrupt,
 #: "Truncated compressed stream"; an object's connection lost): the rest of the file is not read.
-_DECOMPRESS_ERRORS: tuple[type[Exception], ...] = (OSError, EOFError)
+_STREAM_ERRORS: tuple[type[Exception], ...] = (OSError, EOFError)
 
 #: Rows per Parquet record batch read at a time.
 PARQUET_BATCH_ROWS = 1024
@@ -264,7 +264,7 @@ def jsonl_rows(file: Path, lines: Iterable[tuple[int, int]] | None = None) -> It
                 row = jsonl_row(raw, number, name)
                 if row is not None:
                     yield row
-    except _DECOMPRESS_ERRORS as exc:  # a compressed file cut off or corrupt: the rest is not read
+    except _STREAM_ERRORS as exc:  # a compressed stream cut off or corrupt, a lost connection: the rest is not read
         after = f" after row {number}" if number else ""
         yield RejectedRow("*", name, "unreadable_file", f"{name}: cannot be read{after}: {type(exc).__name__}: {exc}")
 
