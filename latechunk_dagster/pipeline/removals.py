@@ -119,8 +119,9 @@ def _rows(db: Any, table_names: Sequence[str], partitions: Sequence[str]) -> dic
     """``{table: rows of partitions}`` for each existing table of ``table_names``."""
     if db is None:
         return {}
+    from latechunk_dagster.sink import catalog
     from latechunk_dagster.sink.schema import sql_in
 
-    existing = set(db.list_tables().tables)
+    existing = set(catalog.table_names(db))  # every page of the listing
     where = sql_in("partition", partitions)
     return {t: db.open_table(t).count_rows(where) for t in table_names if t in existing}

@@ -37,6 +37,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from latechunk_dagster.sink.catalog import table_names
 from latechunk_dagster.sink.creation import open_or_create
 from latechunk_dagster.sink.granularity_tables import granularity_tables
 from latechunk_dagster.sink.retry import retry_commit
@@ -166,7 +167,7 @@ def read_state(db: Any, table: str, listed: Collection[str] | None = None) -> Ge
             request on an object store).
     """
     name = log_table_name(table)
-    if name not in (db.list_tables().tables if listed is None else listed):
+    if name not in (table_names(db) if listed is None else listed):
         return None
     rows = db.open_table(name).to_arrow().sort_by([("seq", "ascending"), ("at", "ascending")]).to_pylist()
     return state_of(rows)
@@ -360,7 +361,7 @@ def clean(db: Any, table: str, *, retention: timedelta = DEFAULT_RETENTION, now:
     """
     state, now = _state(db, table), now or datetime.now(UTC)
     current, dropped = state.stack[-1:], []
-    listed = set(db.list_tables().tables)
+    listed = set(table_names(db))
     for g in state.generations.values():
         since = g.served_until or g.opened_at
         if g.dropped or g.number in current or now - since < retention:
@@ -383,7 +384,7 @@ def _protected(table: Any) -> bool:
 def generation_tables(db: Any, gen: Generation) -> list[str]:
     """The table names of ``gen`` that exist: its chunk table(s) and its rejected table."""
     names = [t.name for t in granularity_tables(db, gen.table, ordered=False).values()]
-    listed = set(db.list_tables().tables)
+    listed = set(table_names(db))
     return names + ([gen.rejected] if gen.rejected and gen.rejected in listed else [])
 
 
