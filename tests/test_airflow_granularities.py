@@ -155,7 +155,7 @@ def test_summary_keys_and_counts_equal_the_dagster_granularity_assets(
         keys = dict(zip(GRANULARITIES, tables.chunk_keys, strict=True))
         airflow = {v["partition"]: v for v in xcoms(granular["first"], "late_chunk").values()}
         shared = [k for k in SUMMARY_KEYS if k != "granularities"]
-        per_run = {"table_uri", "version", "run_id", "seconds", "engine_seconds", "tokens_per_second"}
+        per_run = {"table_uri", "version", "run_id", "tag", "seconds", "engine_seconds", "tokens_per_second"}
         for g, key in keys.items():
             for p, summary in airflow.items():
                 [record] = instance.fetch_materializations(

@@ -270,7 +270,10 @@ def materialize_chunks(
 
 
 def _metadata_value(value: Any) -> Any:
-    """A summary value as Dagster metadata (ints, floats, text; dicts as JSON)."""
+    """A summary value as Dagster metadata (ints, floats, text; dicts as JSON; None as null, so a
+    reader gets ``None`` back as Airflow's XCom holds it, not the text ``"None"``)."""
+    if value is None:
+        return dg.MetadataValue.null()
     if isinstance(value, bool):
         return dg.MetadataValue.bool(value)
     if isinstance(value, int):
