@@ -22,7 +22,7 @@ import pytest
 
 from latechunk_dagster import FixedTokens, LateChunker, Sentences, sink
 from latechunk_dagster.evaluation import (
-    GranularityReport,
+    GranularityEvalReport,
     LabeledQuery,
     Passage,
     evaluate_granularity_rows,
@@ -103,7 +103,7 @@ def test_small_to_big_merges_duplicate_parents_into_k_distinct() -> None:
 def test_small_to_big_wins_by_construction_and_matches_a_float64_reference(chunker: LateChunker) -> None:
     rows = granularity_rows(chunker, GRANULARITIES)
     report = evaluate_granularity_rows(chunker, rows, QUERIES, k=3, bootstrap_samples=200)
-    assert isinstance(report, GranularityReport)
+    assert isinstance(report, GranularityEvalReport)
     assert report.granularities == ["sent", "doc"]
     assert report.methods() == ["late_sent", "naive_sent", "late_doc", "naive_doc", "small_to_big_sent"]
     # by construction: the copied opening sentence ranks first, not the passage; its parent is the
@@ -206,7 +206,7 @@ def test_tables_are_found_finest_first_and_evaluated_with_hybrid(store: Path, ch
     tables = granularity_tables(db, "chunks")
     assert list(tables) == ["sent", "doc"]  # by their parent links, not by name
     report = evaluate_table(chunker, tables, QUERIES, k=3, bootstrap_samples=100)
-    assert isinstance(report, GranularityReport)
+    assert isinstance(report, GranularityEvalReport)
     assert "hybrid_sent" in report.methods() and "hybrid_doc" in report.methods()
     rows = {g: read_chunk_rows(t) for g, t in tables.items()}
     assert report.chunks == {g: r.num_rows for g, r in rows.items()}
@@ -272,3 +272,12 @@ def test_retrieval_eval_asset_reports_the_granularities_and_its_check_reads_the_
     assert md["checked_granularity"] == "sent"
     assert verdict.passed
     assert verdict.description.startswith(f"late nDCG@3 (sent) {md['late_sent_ndcg_at_3']:.1f} vs naive")
+
+
+def test_the_former_report_name_still_imports_with_a_deprecation_warning() -> None:
+    """``GranularityReport`` (the evaluation report's name until the pipeline's commit counts were
+    told apart from it) is the same class, with a DeprecationWarning."""
+    import latechunk_dagster.evaluation as evaluation
+
+    with pytest.warns(DeprecationWarning, match="GranularityEvalReport"):
+        assert evaluation.GranularityReport is GranularityEvalReport

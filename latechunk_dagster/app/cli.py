@@ -444,7 +444,7 @@ def _eval(args: argparse.Namespace, uri: str, name: str, where: str) -> int:
     ``name`` is a table definition of several granularities (tables ``name_<g>``), every granularity
     side by side with small-to-big, and the winner (nothing is written)."""
     from latechunk_dagster import sink
-    from latechunk_dagster.evaluation import GranularityReport, evaluate_table, granularity_tables, read_queries
+    from latechunk_dagster.evaluation import GranularityEvalReport, evaluate_table, granularity_tables, read_queries
     from latechunk_dagster.sink.schema import granularity_table
 
     names = _table_names(uri, where, name)
@@ -461,7 +461,7 @@ def _eval(args: argparse.Namespace, uri: str, name: str, where: str) -> int:
         report = evaluate_table(chunker, tables, queries, k=args.k, where=args.where)
     print(report.markdown())
     print(report.caption())
-    if isinstance(report, GranularityReport):
+    if isinstance(report, GranularityEvalReport):
         print(report.verdict())
     if args.plot:
         from latechunk_dagster.evaluation.plot import plot_report

@@ -21,8 +21,8 @@ Example (the tables ``make demo`` wrote: the granularities of the table definiti
 from latechunk_dagster.evaluation.granularity import evaluate_granularity_rows
 from latechunk_dagster.evaluation.metrics import bootstrap_mean_ci, judge, matches, metric_names, query_metrics
 from latechunk_dagster.evaluation.queries import LabeledQuery, Passage, QueryFileError, read_queries, write_queries
-from latechunk_dagster.evaluation.report import EvalReport, GranularityReport
-from latechunk_dagster.evaluation.retrieval import evaluate_rows, evaluate_table, naive_vectors, read_chunk_rows, top_k
+from latechunk_dagster.evaluation.report import EvalReport, GranularityEvalReport
+from latechunk_dagster.evaluation.retrieval import evaluate_rows, naive_vectors, read_chunk_rows, top_k
 from latechunk_dagster.evaluation.sweep import (
     SweepPoint,
     evaluate_granularities,
@@ -30,11 +30,28 @@ from latechunk_dagster.evaluation.sweep import (
     materialize_setting,
     sweep_strategies,
 )
+from latechunk_dagster.evaluation.tables import evaluate_table
 from latechunk_dagster.sink.granularity_tables import granularity_tables
+
+
+def __getattr__(name: str) -> object:
+    """``GranularityReport``: this report's former name (deprecated: the pipeline's commit
+    counts per granularity had the same name)."""
+    if name == "GranularityReport":
+        import warnings
+
+        warnings.warn(
+            "latechunk_dagster.evaluation.GranularityReport is deprecated: use GranularityEvalReport",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return GranularityEvalReport
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "EvalReport",
-    "GranularityReport",
+    "GranularityEvalReport",
     "LabeledQuery",
     "Passage",
     "QueryFileError",

@@ -29,7 +29,7 @@ import pyarrow as pa
 from latechunk_dagster.core.chunker import LateChunker
 from latechunk_dagster.evaluation.metrics import Hit, metric_names
 from latechunk_dagster.evaluation.queries import LabeledQuery
-from latechunk_dagster.evaluation.report import GranularityReport
+from latechunk_dagster.evaluation.report import GranularityEvalReport
 from latechunk_dagster.evaluation.retrieval import (
     hybrid_hits,
     kept_queries,
@@ -50,7 +50,7 @@ def evaluate_granularity_rows(
     bootstrap_samples: int = 2000,
     seed: int = 0,
     hybrid: Mapping[str, tuple[Any, str | None]] | None = None,
-) -> GranularityReport:
+) -> GranularityEvalReport:
     """Every granularity's late, naive (and hybrid) ranking and small-to-big, on the same queries.
 
     Args:
@@ -62,7 +62,7 @@ def evaluate_granularity_rows(
             granularities not named get no hybrid row.
 
     Returns:
-        A :class:`~latechunk_dagster.evaluation.report.GranularityReport` (methods ``late_<g>``,
+        A :class:`~latechunk_dagster.evaluation.report.GranularityEvalReport` (methods ``late_<g>``,
         ``naive_<g>``, ``hybrid_<g>``, ``small_to_big_<g>``; scores float64 ``[n_queries, n_metrics]``).
 
     Raises:
@@ -95,7 +95,7 @@ def evaluate_granularity_rows(
         if i + 1 < len(order):
             parents = parent_hits(usable[g], rows[order[i + 1]], g, order[i + 1])
             scores[f"small_to_big_{g}"] = score_rankings(small_to_big(qvecs, late, parents, k), kept, k)
-    return GranularityReport(
+    return GranularityEvalReport(
         k=k,
         metrics=names,
         queries=texts,

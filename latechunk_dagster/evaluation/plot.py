@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from latechunk_dagster.evaluation.report import EvalReport, GranularityReport, label
+from latechunk_dagster.evaluation.report import EvalReport, GranularityEvalReport, label
 from latechunk_dagster.evaluation.sweep import SweepPoint
 
 
@@ -49,9 +49,9 @@ def plot_sweep(points: Sequence[SweepPoint], path: str | Path, *, metric: str | 
     return _save(fig, plt, path)
 
 
-def plot_report(report: EvalReport | GranularityReport, path: str | Path) -> Path:
+def plot_report(report: EvalReport | GranularityEvalReport, path: str | Path) -> Path:
     """Grouped bars: each metric for every method of the report (late, naive, hybrid when scored;
-    of each granularity and small-to-big for a :class:`GranularityReport`), in percent. Writes
+    of each granularity and small-to-big for a :class:`GranularityEvalReport`), in percent. Writes
     ``path`` (PNG), returns it."""
     plt = _pyplot()
     methods = report.methods()
@@ -71,7 +71,7 @@ def plot_report(report: EvalReport | GranularityReport, path: str | Path) -> Pat
         ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5))
     else:
         ax.legend()
-    if isinstance(report, GranularityReport):
+    if isinstance(report, GranularityEvalReport):
         title = f"granularities side by side, {len(report.queries)} queries ({', '.join(report.granularities)})"
     else:
         title = f"late vs naive, {len(report.queries)} queries ({', '.join(report.strategies)})"

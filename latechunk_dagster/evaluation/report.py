@@ -147,7 +147,7 @@ class EvalReport:
 
 
 @dataclass
-class GranularityReport:
+class GranularityEvalReport:
     """Granularities of one table definition side by side (:mod:`latechunk_dagster.evaluation.granularity`).
 
     Attributes:

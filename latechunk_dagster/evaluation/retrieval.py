@@ -31,8 +31,8 @@ from latechunk_dagster.core.errors import DocumentError
 from latechunk_dagster.core.tokenization import check_query
 from latechunk_dagster.evaluation.metrics import Hit, judge, metric_names, query_metrics
 from latechunk_dagster.evaluation.queries import LabeledQuery, QueryFileError
-from latechunk_dagster.evaluation.report import EvalReport, GranularityReport
-from latechunk_dagster.sink.indexing import has_fts_index, hybrid_query
+from latechunk_dagster.evaluation.report import EvalReport
+from latechunk_dagster.sink.indexing import hybrid_query
 from latechunk_dagster.sink.search import lineage_difference
 
 #: Columns read from the chunk table.
@@ -245,64 +245,3 @@ def hybrid_hits(table: Any, where: str | None, queries: Sequence[str], vectors: 
         rows = rows.select(["doc_id", "char_start", "char_end"]).to_pylist()
         out.append([(r["doc_id"], (r["char_start"], r["char_end"])) for r in rows])
     return out
-
-
-def evaluate_table(
-    chunker: LateChunker,
-    table: Any,
-    queries: Sequence[LabeledQuery],
-    *,
-    k: int = 10,
-    where: str | None = None,
-    bootstrap_samples: int = 2000,
-    seed: int = 0,
-    hybrid: bool | None = None,
-) -> EvalReport | GranularityReport:
-    """:func:`evaluate_rows` on the rows of a LanceDB chunk table that match ``where``; or, given the
-    tables of several granularities, :func:`~latechunk_dagster.evaluation.granularity.evaluate_granularity_rows`
-    on the rows of each.
-
-    Args:
-        table: a LanceDB table; or granularity name -> its table, finest first
-            (:func:`~latechunk_dagster.sink.granularity_tables.granularity_tables`); a mapping of one
-            table is that table.
-        where: applied to every table alike.
-        hybrid: score LanceDB's hybrid search too (a ``hybrid`` row per table); ``None`` (default):
-            on each table that has the full-text index on ``text`` (``refresh_indexes`` builds it).
-
-    Returns:
-        An :class:`EvalReport` for one table, a :class:`GranularityReport` for several.
-
-    Raises:
-        ValueError: as :func:`evaluate_rows` / ``evaluate_granularity_rows``; ``hybrid=True`` on a
-            table without the full-text index; an empty mapping.
-    """
-    tables = dict(table) if isinstance(table, Mapping) else {"": table}
-    if not tables:
-        raise ValueError("no table to evaluate (an empty mapping of granularities)")
-    with_fts = {g: has_fts_index(t) for g, t in tables.items()}
-    if hybrid and not all(with_fts.values()):
-        raise ValueError("hybrid evaluation needs the full-text index on text (sink.indexing.refresh_indexes)")
-    use_hybrid = {g: with_fts[g] if hybrid is None else hybrid for g in tables}
-    if len(tables) == 1:
-        [(g, only)] = tables.items()
-        return evaluate_rows(
-            chunker,
-            read_chunk_rows(only, where),
-            queries,
-            k=k,
-            bootstrap_samples=bootstrap_samples,
-            seed=seed,
-            hybrid=(only, where) if use_hybrid[g] else None,
-        )
-    from latechunk_dagster.evaluation.granularity import evaluate_granularity_rows
-
-    return evaluate_granularity_rows(
-        chunker,
-        {g: read_chunk_rows(t, where) for g, t in tables.items()},
-        queries,
-        k=k,
-        bootstrap_samples=bootstrap_samples,
-        seed=seed,
-        hybrid={g: (t, where) for g, t in tables.items() if use_hybrid[g]},
-    )

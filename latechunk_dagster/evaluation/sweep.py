@@ -18,8 +18,9 @@ from latechunk_dagster import sink
 from latechunk_dagster.core.chunker import LateChunker
 from latechunk_dagster.core.chunking import ChunkingStrategy, strategy_from_config
 from latechunk_dagster.evaluation.queries import LabeledQuery
-from latechunk_dagster.evaluation.report import EvalReport, GranularityReport
-from latechunk_dagster.evaluation.retrieval import evaluate_rows, evaluate_table, read_chunk_rows
+from latechunk_dagster.evaluation.report import EvalReport, GranularityEvalReport
+from latechunk_dagster.evaluation.retrieval import evaluate_rows, read_chunk_rows
+from latechunk_dagster.evaluation.tables import evaluate_table
 from latechunk_dagster.pipeline.oneshot import chunk_partition
 from latechunk_dagster.pipeline.partition import materialize_partition
 from latechunk_dagster.sink.schema import granularity_table
@@ -119,7 +120,7 @@ def evaluate_granularities(
     k: int = 10,
     bootstrap_samples: int = 2000,
     seed: int = 0,
-) -> GranularityReport:
+) -> GranularityEvalReport:
     """Chunk ``documents`` into several granularities from ONE encode per document (temporary
     tables, one per granularity, with parent links) and compare them side by side
     (:func:`~latechunk_dagster.evaluation.granularity.evaluate_granularity_rows`: late, naive and

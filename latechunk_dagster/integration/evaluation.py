@@ -31,7 +31,7 @@ from pydantic import Field
 
 from latechunk_dagster.core.chunking import ChunkingStrategy
 from latechunk_dagster.evaluation import (
-    GranularityReport,
+    GranularityEvalReport,
     LabeledQuery,
     SweepPoint,
     evaluate_settings,
@@ -158,7 +158,7 @@ def retrieval_eval_asset(
         else:
             plot_report(report, png)
         k_margin = margin if config.margin is None else config.margin
-        several_tables = isinstance(report, GranularityReport)  # chunks per granularity, and a winner
+        several_tables = isinstance(report, GranularityEvalReport)  # chunks per granularity, and a winner
         verdict = f"\n\n{report.verdict()}" if several_tables else ""
         image = base64.b64encode(png.read_bytes()).decode("ascii")
         metadata: dict[str, Any] = {
