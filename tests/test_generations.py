@@ -16,6 +16,7 @@ from latechunk_dagster.core.chunking import FixedTokens, Sentences
 from latechunk_dagster.core.results import ChunkerSettings
 from latechunk_dagster.pipeline.config import granularity_configs, vector_config, vector_config_fields
 from latechunk_dagster.sink import generations as gens
+from latechunk_dagster.sink.database import LanceDBSettings
 
 SETTINGS = ChunkerSettings(
     model_name="m",
@@ -157,3 +158,24 @@ def test_the_cli_lists_promotes_only_a_complete_generation_and_rolls_back(
     assert gens.current_table(db, "kb") == "kb"
     assert main(["rollback", "--uri", uri, "--table", "kb"]) == 2  # nothing earlier: one line, no traceback
     assert "no earlier generation" in capsys.readouterr().err
+
+
+def test_a_shard_that_leaves_the_store_leaves_every_generation(tmp_path: Path) -> None:
+    """A partition sync deletes a removed shard's rows from the definition's every live generation
+    (the served one, the one being built, the one kept for rollback), not only from the configured
+    names; it reads the stored partitions of all of them; other definitions are left alone."""
+    db = sink.connect(str(tmp_path))
+    gens.enable_generations(db, "t", "rej")
+    for key in ("A", "B"):
+        name, rejected, _ = gens.writing_tables(db, "t", "rej", key)
+        db.create_table(name, pa.table({"partition": ["p1", "p2", "p2"], "x": [1, 2, 3]}))
+        db.create_table(rejected, pa.table({"partition": ["p2"], "x": [4]}))
+    db.create_table("other", pa.table({"partition": ["p2"], "x": [5]}))
+    db.create_table("t__g2_new_shard_only", pa.table({"partition": ["p9"], "x": [6]}))  # not a generation's
+    settings = LanceDBSettings(uri=str(tmp_path))
+    assert gens.every_generation(db, ["other"]) == ["other"]
+    assert gens.every_generation(db, ["t", "rej"]) == ["t", "rej", "t__g2", "rej__g2"]
+    assert settings.stored_partitions(["t", "rej"]) == {"p1", "p2"}
+    assert settings.drop_partitions(["t", "rej"], ["p2"]) == 6  # 2 + 1 in each generation, by hand
+    for name, left in {"t": [1], "rej": [], "t__g2": [1], "rej__g2": [], "other": [5]}.items():
+        assert db.open_table(name).to_arrow().column("x").to_pylist() == left, name

@@ -17,9 +17,10 @@ import pyarrow as pa
 
 from latechunk_dagster.sink.catalog import has_table
 from latechunk_dagster.sink.creation import open_or_create
+from latechunk_dagster.sink.generations import every_generation
 from latechunk_dagster.sink.granularity_tables import drop_leftover_tables
 from latechunk_dagster.sink.schema import REJECTED_SCHEMA, chunk_schema
-from latechunk_dagster.sink.writes import connect, delete_partitions
+from latechunk_dagster.sink.writes import connect, delete_partitions, stored_partitions
 
 
 def check_read_consistency_interval(value: object, owner: str = "LanceDB") -> float | None:
@@ -130,8 +131,17 @@ class LanceDBSettings:
         return db.open_table(name) if has_table(db, name) else None
 
     def drop_partitions(self, table_names: list[str], partitions: list[str]) -> int:
-        """Delete the rows of ``partitions`` (shards gone from the store) from the tables; rows deleted."""
-        return delete_partitions(self.connect(), table_names, partitions)
+        """Delete the rows of ``partitions`` (shards gone from the store) from the tables and, where
+        they are under generations, from the same definition's other live generations
+        (:func:`~latechunk_dagster.sink.generations.every_generation`); rows deleted."""
+        db = self.connect()
+        return delete_partitions(db, every_generation(db, table_names), partitions)
+
+    def stored_partitions(self, table_names: list[str]) -> set[str]:
+        """The partitions with rows in the tables or in their definition's other live generations
+        (as :meth:`drop_partitions`): what a partition sync compares with the store."""
+        db = self.connect()
+        return stored_partitions(db, every_generation(db, table_names))
 
     def drop_leftover_tables(
         self, definition: str, granularities: list[str], warn: Callable[[str], None] | None = None

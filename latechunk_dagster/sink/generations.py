@@ -30,7 +30,7 @@ import hashlib
 import json
 import re
 import time
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -386,6 +386,25 @@ def generation_tables(db: Any, gen: Generation) -> list[str]:
     names = [t.name for t in granularity_tables(db, gen.table, ordered=False).values()]
     listed = set(table_names(db))
     return names + ([gen.rejected] if gen.rejected and gen.rejected in listed else [])
+
+
+def every_generation(db: Any, names: Sequence[str]) -> list[str]:
+    """``names`` and, for each table definition under generations that one of ``names`` belongs to
+    (a table of one of its live generations: chunk, granularity or rejected table), the tables of
+    its other live generations: what a partition sync reads and deletes from, so a shard that leaves
+    the store leaves every generation (the one served, the one a backfill builds, the ones kept for
+    rollback), not only the names configured. One listing, and one log read per definition under
+    generations; ``names`` unchanged (same order, first) when there is none.
+    """
+    listed = table_names(db)
+    out, wanted = list(names), set(names)
+    for log in (n for n in listed if n.endswith(LOG_SUFFIX)):
+        state = read_state(db, log[: -len(LOG_SUFFIX)], listed)
+        live = [g for g in (state.generations.values() if state else ()) if not g.dropped]
+        tables = {g.number: generation_tables(db, g) for g in live}
+        if wanted & {t for ts in tables.values() for t in ts}:
+            out += [t for ts in tables.values() for t in ts if t not in out]
+    return out
 
 
 def missing_partitions(db: Any, table: str, generation: Generation) -> list[str]:
