@@ -70,7 +70,8 @@ def test_a_second_chunk_size_is_built_beside_and_promoted_after_the_checks(
         first = run(module.dag, chunker, **conf, chunk_size=12)
         assert str(first.state) == "success", states(first)
         [out] = xcoms(first, "promote").values()
-        assert out == {"generation": 1, "previous": 1, "promoted": False}  # the first generation is served at once
+        # the first generation is served at once
+        assert out == {"generation": 1, "previous": 1, "promoted": False, "dropped": []}
         rows_1 = sink.connect(str(db_dir)).open_table("kb").count_rows()
 
         second = run(module.dag, chunker, **conf, chunk_size=20)
@@ -83,7 +84,7 @@ def test_a_second_chunk_size_is_built_beside_and_promoted_after_the_checks(
                 table = db.open_table("kb__g2")
                 assert table.tags.list()[entry["tag"]]["version"] == entry["version"]
         [out] = xcoms(second, "promote").values()
-        assert out == {"generation": 2, "previous": 1, "promoted": True}
+        assert out == {"generation": 2, "previous": 1, "promoted": True, "dropped": []}
         assert gens.current_table(db, "kb") == "kb__g2"
         assert db.open_table("kb").count_rows() == rows_1  # generation 1 untouched, kept for rollback
         assert db.open_table("kb__g2").count_rows() == sum(r["partition_rows"] for r in results)

@@ -179,3 +179,37 @@ def test_a_shard_that_leaves_the_store_leaves_every_generation(tmp_path: Path) -
     assert settings.drop_partitions(["t", "rej"], ["p2"]) == 6  # 2 + 1 in each generation, by hand
     for name, left in {"t": [1], "rej": [], "t__g2": [1], "rej__g2": [], "other": [5]}.items():
         assert db.open_table(name).to_arrow().column("x").to_pylist() == left, name
+
+
+def test_the_retention_comes_from_the_setting_and_a_bad_value_names_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(gens.RETENTION_ENV, raising=False)
+    assert gens.retention_period() == timedelta(days=7)
+    monkeypatch.setenv(gens.RETENTION_ENV, "0.5")
+    assert gens.retention_period() == timedelta(hours=12)
+    assert gens.retention_period(2) == timedelta(days=2)  # an explicit value wins
+    for bad in ("-1", "soon", "inf"):
+        monkeypatch.setenv(gens.RETENTION_ENV, bad)
+        with pytest.raises(ValueError, match=f"{gens.RETENTION_ENV} must be a number of days >= 0, got '{bad}'"):
+            gens.retention_period()
+
+
+def test_promoting_from_the_cli_drops_generations_past_the_retention(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Old generations leave when the next promotion runs (the CLI's, as the Dagster promote asset's
+    and Airflow's promote task's): with a retention of 0 days, generation 1, served until the
+    promotion of 2, is dropped by the promotion of 3; 2, just served, by the next one."""
+    from latechunk_dagster.app.cli import main
+
+    db = sink.connect(str(tmp_path))
+    gens.enable_generations(db, "t", "rej")
+    for key in ("A", "B", "C"):
+        name, rejected, _ = gens.writing_tables(db, "t", "rej", key)
+        db.create_table(name, pa.table({"partition": ["p"], "x": [1]}))
+    monkeypatch.setenv(gens.RETENTION_ENV, "0")
+    args = ["--uri", str(tmp_path), "--table", "t", "--force"]
+    assert main(["promote", "2", *args]) == 0
+    assert "dropped generations past the retention: [1]" in capsys.readouterr().out  # 3, being built, kept
+    assert main(["promote", "3", *args]) == 0
+    assert "dropped generations past the retention: [2]" in capsys.readouterr().out
+    assert gens.current_table(db, "t") == "t__g3" and "t" not in db.list_tables().tables

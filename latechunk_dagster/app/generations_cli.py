@@ -9,7 +9,6 @@ generations (:mod:`latechunk_dagster.sink.generations`) from the command line.
 from __future__ import annotations
 
 import argparse
-from datetime import timedelta
 
 COMMANDS = ("generations", "promote", "rollback")
 
@@ -19,7 +18,12 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     g = sub.add_parser("generations", help="list the generations of a table definition (which one readers are served)")
     g.add_argument("--enable", action="store_true", help="put the table definition under generations")
     g.add_argument("--clean", action="store_true", help="drop generations past the retention period (tagged kept)")
-    g.add_argument("--retention-days", type=float, default=None, help="retention of --clean (default 7)")
+    g.add_argument(
+        "--retention-days",
+        type=float,
+        default=None,
+        help="retention of --clean (default $LATECHUNK_GENERATION_RETENTION_DAYS or 7)",
+    )
     p = sub.add_parser("promote", help="serve the newest (or the given) generation: one commit")
     p.add_argument("generation", nargs="?", type=int, default=None)
     p.add_argument(
@@ -64,6 +68,7 @@ def run(args: argparse.Namespace) -> int:
                 )
         done = gens.promote(db, table, args.generation, note="latechunk promote")
         print(f"{table}: generation {done.number} ({done.table}) is current")
+        print(f"{table}: dropped generations past the retention: {gens.clean(db, table) or 'none'}")
         return 0
     if args.command == "rollback":
         done = gens.rollback(db, table, note="latechunk rollback")
@@ -72,8 +77,7 @@ def run(args: argparse.Namespace) -> int:
     if args.enable:
         gens.enable_generations(db, table, args.rejected_table or sink.REJECTED_TABLE)
     if args.clean:
-        days = 7.0 if args.retention_days is None else args.retention_days
-        dropped = gens.clean(db, table, retention=timedelta(days=days))
+        dropped = gens.clean(db, table, retention=gens.retention_period(args.retention_days))
         print(f"{table}: dropped generations {dropped or 'none'}")
     state = gens.read_state(db, table)
     if state is None:

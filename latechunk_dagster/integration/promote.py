@@ -15,7 +15,7 @@ from typing import Any
 import dagster as dg
 
 from latechunk_dagster.integration.wiring import TableWiring
-from latechunk_dagster.sink.generations import Generation, promote, read_state
+from latechunk_dagster.sink.generations import Generation, clean, promote, read_state
 
 #: How many executions of one check the gate reads back (newest first).
 CHECK_HISTORY = 10_000
@@ -70,10 +70,21 @@ def promotion_gate(w: TableWiring, instance: dg.DagsterInstance, gen: Generation
     return _written(w, instance, partitions, gen.number) + _checked(w, instance, partitions, gen.opened_at)
 
 
+def _clean(context: dg.AssetExecutionContext, db: Any, table: str) -> list[int]:
+    """:func:`~latechunk_dagster.sink.generations.clean` past the retention, logged: each
+    materialization of the promote asset is when old generations leave."""
+    dropped = clean(db, table)
+    if dropped:
+        context.log.info(f"dropped generations {dropped} of {table!r}: not served within the retention")
+    return dropped
+
+
 def build_promote_asset(w: TableWiring, key: dg.AssetKey, group_name: str) -> dg.AssetsDefinition:
     """The promote asset of ``w`` (unpartitioned, after every chunk asset): promotes the newest
-    generation when :func:`promotion_gate` is empty; metadata ``generation`` (current after it),
-    ``promoted`` (whether this materialization switched readers) and ``previous``."""
+    generation when :func:`promotion_gate` is empty, then drops generations not served within the
+    retention (:func:`~latechunk_dagster.sink.generations.clean`); metadata ``generation`` (current
+    after it), ``promoted`` (whether this materialization switched readers), ``previous`` and
+    ``dropped_generations``."""
 
     @dg.asset(
         key=key,
@@ -92,6 +103,7 @@ def build_promote_asset(w: TableWiring, key: dg.AssetKey, group_name: str) -> dg
         meta: dict[str, Any] = {"previous": current.number if current else 0}
         if current is not None and current.number == newest.number:
             context.log.info(f"generation {newest.number} of {w.table_name!r} is current already")
+            meta["dropped_generations"] = _clean(context, db, w.table_name)
             return dg.MaterializeResult(metadata={**meta, "generation": newest.number, "promoted": False})
         blocked = promotion_gate(w, context.instance, newest)
         if blocked:
@@ -102,6 +114,7 @@ def build_promote_asset(w: TableWiring, key: dg.AssetKey, group_name: str) -> dg
             )
         promote(db, w.table_name, newest.number, run_id=context.run.run_id, note="Dagster promote asset")
         context.log.info(f"promoted generation {newest.number} of {w.table_name!r} ({newest.table})")
+        meta["dropped_generations"] = _clean(context, db, w.table_name)
         return dg.MaterializeResult(
             metadata={**meta, "generation": newest.number, "promoted": True, "table": newest.table}
         )

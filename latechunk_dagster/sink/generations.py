@@ -28,6 +28,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
+import os
 import re
 import time
 from collections.abc import Collection, Mapping, Sequence
@@ -50,6 +52,10 @@ LOG_SUFFIX = "__generations"
 #: for one never promoted) before :func:`clean` drops them. A week: long enough to roll back after
 #: a weekend's traffic on the new vectors, short enough that a demo-sized table pays little.
 DEFAULT_RETENTION = timedelta(days=7)
+
+#: The environment variable that sets the retention in days (a float; default
+#: :data:`DEFAULT_RETENTION`), read by :func:`retention_period`.
+RETENTION_ENV = "LATECHUNK_GENERATION_RETENTION_DAYS"
 
 EVENTS = ("open", "promote", "rollback", "drop")
 
@@ -350,17 +356,43 @@ def rollback(db: Any, table: str, *, run_id: str | None = None, note: str = "") 
     return state.generations[state.stack[-2]]
 
 
-def clean(db: Any, table: str, *, retention: timedelta = DEFAULT_RETENTION, now: datetime | None = None) -> list[int]:
-    """Drop the tables of generations that are not current and have not been served (or, never
-    promoted, were opened) within ``retention``; a generation any of whose tables carries a user's
-    tag (any tag but the runs' own ``run-...`` lineage tags, :func:`tag_commit`) is kept. Returns the
-    numbers dropped; each gets a ``drop`` row.
+def retention_period(days: float | str | None = None) -> timedelta:
+    """The retention of generations that are not current: ``days`` when given, else
+    ``$LATECHUNK_GENERATION_RETENTION_DAYS``, else :data:`DEFAULT_RETENTION`.
+
+    Raises:
+        ValueError: not a finite number of days >= 0 (names where the value came from).
+    """
+    source = "retention" if days is not None else RETENTION_ENV
+    raw = days if days is not None else os.environ.get(RETENTION_ENV)
+    if raw is None or raw == "":
+        return DEFAULT_RETENTION
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value < 0:
+        raise ValueError(f"{source} must be a number of days >= 0, got {raw!r}")
+    return timedelta(days=value)
+
+
+def clean(db: Any, table: str, *, retention: timedelta | None = None, now: datetime | None = None) -> list[int]:
+    """Drop the tables of generations that are neither current nor the newest (the one a backfill
+    builds) and have not been served (or, never promoted, were opened) within ``retention``; a
+    generation any of whose tables carries a user's tag (any tag but the runs' own ``run-...``
+    lineage tags, :func:`tag_commit`) is kept. Returns the numbers dropped; each gets a ``drop`` row.
+
+    Args:
+        retention: default :func:`retention_period` (``$LATECHUNK_GENERATION_RETENTION_DAYS`` or 7 days).
 
     Raises:
         ValueError: ``table`` is not under generations.
     """
+    retention = retention_period() if retention is None else retention
     state, now = _state(db, table), now or datetime.now(UTC)
-    current, dropped = state.stack[-1:], []
+    # the current generation, and the newest one (the one a backfill builds: it is never dropped
+    # under a long backfill, however long ago it was opened)
+    current, dropped = {*state.stack[-1:], *([state.newest.number] if state.newest else [])}, []
     listed = set(table_names(db))
     for g in state.generations.values():
         since = g.served_until or g.opened_at

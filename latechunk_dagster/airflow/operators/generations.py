@@ -10,7 +10,7 @@ from airflow.sdk import BaseOperator, Context
 from airflow.sdk.exceptions import AirflowFailException
 
 from latechunk_dagster.airflow.hooks.lancedb import LanceDBHook
-from latechunk_dagster.sink.generations import promote, read_state
+from latechunk_dagster.sink.generations import clean, promote, read_state
 from latechunk_dagster.sink.schema import CHUNK_TABLE
 
 
@@ -24,7 +24,8 @@ def promote_after_shards(db: Any, table_name: str, results: Iterable[Mapping[str
 
     Returns:
         ``{"generation": current after the call, "previous": current before (0: none),
-        "promoted": whether readers were switched now}``.
+        "promoted": whether readers were switched now, "dropped": generations dropped past the
+        retention (:func:`~latechunk_dagster.sink.generations.clean`, run after every call)}``.
 
     Raises:
         ValueError: the definition is not under generations (``latechunk generations --enable``); a
@@ -39,7 +40,7 @@ def promote_after_shards(db: Any, table_name: str, results: Iterable[Mapping[str
     newest, current = state.newest, state.current
     previous = current.number if current else 0
     if current is not None and current.number == newest.number:
-        return {"generation": newest.number, "previous": previous, "promoted": False}
+        return {"generation": newest.number, "previous": previous, "promoted": False, "dropped": clean(db, table_name)}
     got = list(results)
     stray = [r.get("partition") if r else None for r in got if not r or r.get("generation") != newest.number]
     if not got or stray:
@@ -48,7 +49,7 @@ def promote_after_shards(db: Any, table_name: str, results: Iterable[Mapping[str
             f"{stray[:10] if got else 'no shard results'}"
         )
     promote(db, table_name, newest.number, note="Airflow promote task")
-    return {"generation": newest.number, "previous": previous, "promoted": True}
+    return {"generation": newest.number, "previous": previous, "promoted": True, "dropped": clean(db, table_name)}
 
 
 class LateChunkPromoteOperator(BaseOperator):
