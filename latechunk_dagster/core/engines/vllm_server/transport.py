@@ -36,6 +36,8 @@ RETRY_STATUS = frozenset({429, 500, 502, 503, 504})
 INPUT_STATUS = frozenset({400, 413, 422})
 #: Answers that say the server, or a proxy in front of it, refuses our credentials.
 CREDENTIAL_STATUS = frozenset({401, 403, 407})
+#: Default seconds a failing server stays out of the rotation (:attr:`ServerTransport.retry_after_s`).
+RETRY_AFTER_S = 10.0
 
 
 class ServerError(LateChunkError):
@@ -157,7 +159,7 @@ class ServerTransport:
         self.base_urls = shown_urls
         self.base_url = shown_urls[0]
         #: seconds a failing server stays out of the rotation before it is tried again
-        self.retry_after_s = 10.0
+        self.retry_after_s = RETRY_AFTER_S
         self.max_in_flight = max_in_flight = cfg.max_in_flight
         self.timeout_s = cfg.timeout_s
         self.retries = cfg.retries
