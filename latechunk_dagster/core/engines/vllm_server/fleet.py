@@ -1,27 +1,32 @@
 """The fleet of :class:`~latechunk_dagster.core.engines.vllm_server.VLLMServerEngine`: the start-up
 probe of each server (version, model, length, width, the states encoding, the span route, native
 late chunking: :class:`ServerInfo`), the one rule of a fleet (every server of one engine serves the
-same), the late probe of a server silent at start, and the tokenizer check (contract section 1)."""
+same), the late probe of a server silent at start, and the tokenizer check (contract section 1). A
+part the engine holds (:class:`ServerFleet`), probing through its transport and routes."""
 
 from __future__ import annotations
 
 import logging
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
+from latechunk_dagster.core.engines.vllm_server.info import BASE64, ServerInfo
 from latechunk_dagster.core.engines.vllm_server.spans import SpanRoute
-from latechunk_dagster.core.engines.vllm_server.states import BASE64
+from latechunk_dagster.core.engines.vllm_server.states import TokenStateRoute
 from latechunk_dagster.core.engines.vllm_server.transport import (
+    RejectedRequest,
+    Server,
     ServerError,
+    ServerTransport,
     ServerUnavailableError,
-    _hint,
-    _Rejected,
-    _Server,
+    failure_hint,
 )
 from latechunk_dagster.core.errors import EngineAnswerError, TokenizationMismatchError
 from latechunk_dagster.vllm_plugin.protocol import PLUGINS, ROUTE
+
+__all__ = ["PROBE_TEXTS", "ServerFleet", "ServerInfo"]
 
 log = logging.getLogger(__package__)  # the engine's one logger, named as before the split
 
@@ -33,46 +38,47 @@ PROBE_TEXTS: tuple[str, ...] = (
 )
 
 
-@dataclass(frozen=True)
-class ServerInfo:
-    """What the start-up probe found.
+class ServerFleet:
+    """Probing and checking the servers of ``transport`` (module docstring) through the routes.
+
+    Args:
+        transport: the engine's requests. state_route, span_route: its routes, whose probes run here.
+        served_model: the model asked for (``None``: the first one listed).
+        native: ``None`` probes for native late chunking, ``False`` skips the probe, ``True`` requires it.
 
     Attributes:
-        version: the server's vLLM version (``GET /version``).
-        model: the served model name (``GET /v1/models``), sent with every request.
-        max_model_len: the server's longest input in tokens.
-        dim: width of a token state (from a two-token ``/pooling`` probe).
-        native: True when ``/v1/embeddings`` accepted ``late_chunking_params`` (vLLM >= 0.33).
-        span_sums: True when the server answers the span route (``GET`` at our format version, and
-            a ``POST`` of the probe's two tokens gives their states' sums).
-        states_encoding: how ``/pooling`` sends token states: :data:`RAW` (raw float32, the same
-            values as base64) or :data:`BASE64` (a server that refuses ``bytes_only``).
+        info: what the start-up probe found (:meth:`probe_all` sets it), every server's the same.
     """
 
-    version: str
-    model: str
-    max_model_len: int
-    dim: int
-    native: bool
-    span_sums: bool = False
-    states_encoding: str = BASE64
+    info: ServerInfo
 
+    def __init__(
+        self,
+        transport: ServerTransport,
+        state_route: TokenStateRoute,
+        span_route: SpanRoute,
+        *,
+        served_model: str | None,
+        native: bool | None,
+    ) -> None:
+        self.transport, self.state_route, self.span_route = transport, state_route, span_route
+        self.served_model, self.native = served_model, native
+        #: (tokenizer, prefix, probes) of each check_tokenization call, replayed on a server that answers late
+        self.checks: list[tuple[Any, str, Sequence[str]]] = []
 
-class ServerFleet(SpanRoute):
-    """Probing and checking the engine's servers (module docstring)."""
+    def probe_all(self) -> ServerInfo:
+        """Probe every server; the answering ones must agree (:attr:`info`); the silent ones wait for
+        a late probe (:meth:`probe_late`).
 
-    _served_model: str | None  #: the model asked for (``None``: the first one listed)
-    _native: bool | None  #: ``None`` probes for native late chunking, ``False`` skips the probe
-    #: (tokenizer, prefix, probes) of each check_tokenization call, replayed on a server that answers late
-    _checks: list[tuple[Any, str, Sequence[str]]]
-
-    def _probe_all(self) -> ServerInfo:
-        """Probe every server; the answering ones must agree; the silent ones wait for a late probe."""
+        Raises:
+            ServerUnavailableError: no server answers.
+            ServerError: a server answers wrongly, or the answering servers differ.
+        """
         infos: dict[str, ServerInfo] = {}
-        silent: list[tuple[_Server, ServerUnavailableError]] = []
-        for srv in self._servers:
+        silent: list[tuple[Server, ServerUnavailableError]] = []
+        for srv in self.transport.servers:
             try:
-                infos[srv.url] = self._probe(srv, self._served_model, self._native)
+                infos[srv.url] = self._probe(srv)
             except ServerUnavailableError as exc:
                 silent.append((srv, exc))
         if not infos:
@@ -83,96 +89,96 @@ class ServerFleet(SpanRoute):
         for url, other in infos.items():
             if other != info:
                 raise ServerError(_differs(url, other, first, info))
-        for srv in self._servers:
+        for srv in self.transport.servers:
             srv.info = infos.get(srv.url)
         for srv, exc in silent:
             srv.verified = False
-            srv.down_until = time.monotonic() + self.retry_after_s
+            srv.down_until = time.monotonic() + self.transport.retry_after_s
             log.warning(
                 "%s does not answer (%s); left out of the rotation, probed again at the first request after %.0f s",
                 srv.url,
                 exc,
-                self.retry_after_s,
+                self.transport.retry_after_s,
             )
+        self.info = info
         return info
 
-    def _probe_late(self, srv: _Server) -> None:
-        """Background probe of a server that did not answer at start: same probe and checks as at start."""
+    def probe_late(self, srv: Server) -> None:
+        """Background probe of a server that did not answer at start: same probe and checks as at start
+        (the transport's :attr:`~ServerTransport.late_probe`)."""
         try:
             self._verify(srv)
         finally:
-            with self._lock:
-                srv.probing = False
+            self.transport.probe_done(srv)
 
-    def _verify(self, srv: _Server) -> None:
+    def _verify(self, srv: Server) -> None:
+        transport = self.transport
         try:
-            info = self._probe(srv, self._served_model, self._native)
+            info = self._probe(srv)
             if info != self.info:
                 raise ServerError(_differs(srv.url, info, "the engine's servers", self.info))
-            for tokenizer, prefix, probes in list(self._checks):
+            for tokenizer, prefix, probes in list(self.checks):
                 self._check_tokenization(srv, tokenizer, prefix, probes)
         except ServerUnavailableError as exc:
-            with self._lock:
-                srv.down_until = time.monotonic() + self.retry_after_s
-            log.warning("%s still does not answer (%s); probed again in %.0f s", srv.url, exc, self.retry_after_s)
+            transport.leave_out(srv)
+            log.warning("%s still does not answer (%s); probed again in %.0f s", srv.url, exc, transport.retry_after_s)
             return
         except (ServerError, TokenizationMismatchError) as exc:
-            with self._lock:
-                srv.excluded, srv.down_until = str(exc), float("inf")
+            transport.exclude(srv, str(exc))
             log.error("%s answers but differs from the other servers; left out for good: %s", srv.url, exc)
             return
         except Exception as exc:  # the engine closed under the probe, or an unexpected answer
-            with self._lock:
-                srv.down_until = time.monotonic() + self.retry_after_s
-            if self._pool is not None:
+            transport.leave_out(srv)
+            if not transport.closed:
                 log.warning("late probe of %s failed (%s: %s); probed again later", srv.url, type(exc).__name__, exc)
             return
-        with self._lock:
-            srv.verified, srv.down_until, srv.info = True, 0.0, info
+        transport.admit(srv, info)
         log.info("%s answers and matches the other servers: in the rotation", srv.url)
 
-    def server_info(self) -> dict[str, ServerInfo | None]:
-        """What the probe of each server found, by URL (``None``: not probed yet, silent since start):
-        its paths (``span_sums``, ``native``) and how it sends token states (``states_encoding``)."""
-        with self._lock:
-            return {srv.url: srv.info for srv in self._servers}
+    def _probe(self, srv: Server) -> ServerInfo:
+        """What ``srv`` serves (:class:`ServerInfo`), from its answers to the probes.
 
-    def _probe(self, srv: _Server, served_model: str | None, native: bool | None) -> ServerInfo:
+        Raises:
+            ServerUnavailableError: it does not answer.
+            ServerError: it answers, but not as a ``token_embed`` pooling server of the asked model,
+                or its span route or raw states answer wrongly.
+        """
+        call, native = self.transport.call, self.native
         try:
-            version = str(self._call("GET", "/version", server=srv).get("version", "unknown"))
-            models = self._call("GET", "/v1/models", server=srv).get("data") or []
-        except _Rejected as exc:  # 401/403/407 (credentials), 404 (not a vLLM server)...
-            raise ServerError(f"{srv.url} answers its probe with {exc}{_hint(str(exc))}") from None
+            version = str(call("GET", "/version", server=srv).get("version", "unknown"))
+            models = call("GET", "/v1/models", server=srv).get("data") or []
+        except RejectedRequest as exc:  # 401/403/407 (credentials), 404 (not a vLLM server)...
+            raise ServerError(f"{srv.url} answers its probe with {exc}{failure_hint(str(exc))}") from None
         if not models:
             raise ServerError(f"{srv.url}/v1/models lists no model")
-        card = next((m for m in models if m.get("id") == served_model), None) if served_model else models[0]
+        served = self.served_model
+        card = next((m for m in models if m.get("id") == served), None) if served else models[0]
         if card is None:
-            raise ServerError(f"{srv.url} serves {[m.get('id') for m in models]}, not {served_model!r}")
+            raise ServerError(f"{srv.url} serves {[m.get('id') for m in models]}, not {served!r}")
         model = str(card["id"])
         max_len = int(card.get("max_model_len") or 0)
-        self._model = model
         try:
-            [probe] = self._pooling_request([[0, 0]], server=srv, encoding=BASE64)
-        except _Rejected as exc:
+            [probe] = self.state_route.request([[0, 0]], model, BASE64, None, server=srv)
+        except RejectedRequest as exc:
             raise ServerError(
                 f"{srv.url} ({model}) refuses per-token pooling (HTTP {exc.status}: {exc.message}); start it "
                 'with --runner pooling --pooler-config \'{"task": "token_embed"}\''
             ) from None
         except EngineAnswerError as exc:
             raise ServerError(f"{srv.url} ({model}) answers /pooling wrongly: {exc}") from None
-        encoding = self._probe_raw_states(srv, probe)
-        span_sums = self._probe_span_route(srv, probe)
+        encoding = self.state_route.probe_raw_states(srv, model, probe)
+        span_sums = self.span_route.probe(srv, probe)
         has_native = False
         if native is not False:
             try:
-                body = self._call(
+                body = call(
                     "POST",
                     "/v1/embeddings",
                     {"model": model, "input": ["probe"], "late_chunking_params": {"chunk_size": 1}},
                     server=srv,
                 )
                 has_native = bool(body.get("data")) and "late_chunking" in body["data"][0]
-            except _Rejected:
+            except RejectedRequest:
                 has_native = False
             if native and not has_native:
                 raise ServerError(f"{srv.url} (vLLM {version}) has no late_chunking_params on /v1/embeddings")
@@ -187,20 +193,21 @@ class ServerFleet(SpanRoute):
         Raises:
             TokenizationMismatchError: the first probe whose ids differ, with the first differing position.
         """
-        self._checks.append((tokenizer, prefix, probes))
-        for srv in self._servers:
+        self.checks.append((tokenizer, prefix, probes))
+        for srv in self.transport.servers:
             if srv.verified:
                 self._check_tokenization(srv, tokenizer, prefix, probes)
 
-    def _check_tokenization(self, srv: _Server, tokenizer: Any, prefix: str, probes: Sequence[str]) -> None:
+    def _check_tokenization(self, srv: Server, tokenizer: Any, prefix: str, probes: Sequence[str]) -> None:
+        model = self.info.model
         for text in probes:
             ours = list(tokenizer(prefix + text, add_special_tokens=True)["input_ids"])
-            payload = {"model": self._model, "prompt": prefix + text}
-            theirs = [int(t) for t in self._call("POST", "/tokenize", payload, server=srv)["tokens"]]
+            payload = {"model": model, "prompt": prefix + text}
+            theirs = [int(t) for t in self.transport.call("POST", "/tokenize", payload, server=srv)["tokens"]]
             if ours != theirs:
                 at = next((k for k, (a, b) in enumerate(zip(ours, theirs)) if a != b), min(len(ours), len(theirs)))
                 raise TokenizationMismatchError(
-                    f"{srv.url} ({self._model}) tokenizes {text[:40]!r} into {len(theirs)} ids, we into "
+                    f"{srv.url} ({model}) tokenizes {text[:40]!r} into {len(theirs)} ids, we into "
                     f"{len(ours)}; first difference at position {at} (server {theirs[at : at + 3]}, ours "
                     f"{ours[at : at + 3]}): the server runs another tokenizer than the local model; refusing "
                     "(contract section 1)"

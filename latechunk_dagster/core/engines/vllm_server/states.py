@@ -2,49 +2,52 @@
 ``POST /pooling`` with ``"use_activation": false``, answered as raw little-endian float32
 (``encoding_format: "bytes_only"``, vLLM >= 0.11) where the server takes it, else base64 in JSON;
 the decoding and checking of both answers (request source:
-``vllm/entrypoints/pooling/pooling/protocol.py``, ``PoolingCompletionRequest``, vLLM 0.32)."""
+``vllm/entrypoints/pooling/pooling/protocol.py``, ``PoolingCompletionRequest``, vLLM 0.32). A part
+the engine holds (:class:`TokenStateRoute`), sending through its transport."""
 
 from __future__ import annotations
 
 import base64
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 import httpx
 import numpy as np
 
-from latechunk_dagster.core.engines.base import Engine
-from latechunk_dagster.core.engines.vllm_server.transport import ServerError, ServerTransport, _Rejected, _Server
+from latechunk_dagster.core.engines.vllm_server.info import BASE64, RAW, ServerInfo
+from latechunk_dagster.core.engines.vllm_server.transport import RejectedRequest, Server, ServerError, ServerTransport
 from latechunk_dagster.core.errors import EngineAnswerError
 
-if TYPE_CHECKING:
-    from latechunk_dagster.core.engines.vllm_server.fleet import ServerInfo
-
-#: ``encoding_format`` of token states: raw float32 bytes (vLLM >= 0.11), else base64 in JSON.
-RAW, BASE64 = "bytes_only", "base64"
+__all__ = ["BASE64", "RAW", "TokenStateRoute", "json_rows"]
 
 
-class TokenStateRoute(ServerTransport, Engine):
-    """Token states of our token ids from ``/pooling`` (module docstring)."""
+class TokenStateRoute:
+    """Token states of our token ids from ``/pooling`` (module docstring), sent through ``transport``."""
 
-    info: ServerInfo  #: what the start-up probe found (the engine sets it)
-    _model: str  #: the served model name, sent with every request
+    def __init__(self, transport: ServerTransport) -> None:
+        self.transport = transport
 
-    def _pooling_request(
-        self, prompts: list[list[int]], server: _Server | None = None, encoding: str | None = None
+    def request(
+        self,
+        prompts: list[list[int]],
+        model: str,
+        encoding: str,
+        dim: int | None,
+        server: Server | None = None,
     ) -> list[np.ndarray]:
         """Token states of ``prompts`` from ``/pooling``, float32 ``[len(prompt), dim]`` each.
 
         Args:
-            encoding: :data:`RAW` or :data:`BASE64`; default the probed ``states_encoding``.
+            model: the served model name. encoding: :data:`RAW` or :data:`BASE64`.
+            dim: the probed width (``None``: a probe, which finds it). server: a probe's server
+                (``None``: the rotation).
 
         Raises:
             EngineAnswerError: another number of results, or of floats than the prompts' tokens
                 times the probed width.
+            RejectedRequest: the server answered 4xx.
         """
-        encoding = encoding or self.info.states_encoding
         payload = {
-            "model": self._model,
+            "model": model,
             "input": prompts,
             "use_activation": False,
             "encoding_format": encoding,
@@ -52,19 +55,18 @@ class TokenStateRoute(ServerTransport, Engine):
             "endianness": "little",
         }
         decode = _raw_states if encoding == RAW else _base64_states
-        dim = None if server is not None else self.info.dim  # a probe finds the width
-        return self._call("POST", "/pooling", payload, server=server, decode=lambda r: decode(r, prompts, dim))
+        return self.transport.call("POST", "/pooling", payload, server=server, decode=lambda r: decode(r, prompts, dim))
 
-    def _probe_raw_states(self, srv: _Server, probe: np.ndarray) -> str:
+    def probe_raw_states(self, srv: Server, model: str, probe: np.ndarray) -> str:
         """:data:`RAW` when the server sends the probe's states as raw float32 equal to its base64
-        answer; :data:`BASE64` when it refuses ``bytes_only`` (4xx: a vLLM before 0.11).
+        answer ``probe``; :data:`BASE64` when it refuses ``bytes_only`` (4xx: a vLLM before 0.11).
 
         Raises:
             ServerError: it takes ``bytes_only`` but answers other values or another shape.
         """
         try:
-            [raw] = self._pooling_request([[0, 0]], server=srv, encoding=RAW)
-        except _Rejected:
+            [raw] = self.request([[0, 0]], model, RAW, None, server=srv)
+        except RejectedRequest:
             return BASE64
         except EngineAnswerError as exc:
             raise ServerError(f"{srv.url} answers /pooling with encoding_format {RAW!r} wrongly: {exc}") from None
@@ -75,8 +77,9 @@ class TokenStateRoute(ServerTransport, Engine):
             )
         return RAW
 
-    def token_states(self, prompts: Sequence[Sequence[int]]) -> list[np.ndarray]:
-        """Per-token states (``use_activation: false``) of our token ids, float32 ``[len(prompt), dim]`` each.
+    def token_states(self, prompts: Sequence[Sequence[int]], info: ServerInfo) -> list[np.ndarray]:
+        """Per-token states (``use_activation: false``) of our token ids, float32 ``[len(prompt), dim]``
+        each, from the servers ``info`` describes (its model, width and states encoding).
 
         Raises:
             ServerRejectedError: the server answered 4xx for some prompts (indices in ``rejected``).
@@ -85,12 +88,12 @@ class TokenStateRoute(ServerTransport, Engine):
         ps = [list(map(int, p)) for p in prompts]
 
         def send(idx: list[int]) -> list[np.ndarray]:
-            return self._pooling_request([ps[k] for k in idx])
+            return self.request([ps[k] for k in idx], info.model, info.states_encoding, info.dim)
 
-        return self._run(ps, [len(p) for p in ps], send) if ps else []
+        return self.transport.run(ps, [len(p) for p in ps], send) if ps else []
 
 
-def _json_rows(resp: httpx.Response, n: int) -> list[dict]:
+def json_rows(resp: httpx.Response, n: int) -> list[dict]:
     """The ``data`` items of a JSON answer to ``n`` inputs, by ``index``.
 
     Raises:
@@ -110,7 +113,7 @@ def _base64_states(resp: httpx.Response, prompts: list[list[int]], dim: int | No
         EngineAnswerError: another number of results, or floats that are not whole rows of ``dim``.
     """
     out = []
-    for p, r in zip(prompts, _json_rows(resp, len(prompts))):
+    for p, r in zip(prompts, json_rows(resp, len(prompts))):
         flat = np.frombuffer(base64.b64decode(r["data"]), dtype="<f4")
         dim = dim or (flat.size // len(p))
         if not dim or flat.size != len(p) * dim:

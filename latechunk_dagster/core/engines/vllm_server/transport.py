@@ -2,7 +2,8 @@
 client per server, the rotation with failover (fewest in flight first; a failing server out for
 :attr:`ServerTransport.retry_after_s`, a wrongly answering one out for good), retries with backoff,
 requests split by size and sent in a bounded pool, 4xx inputs isolated by bisection, and the
-errors the server's answers raise."""
+errors the server's answers raise. A part the engine holds (:class:`ServerTransport`); the routes
+and the fleet send through it."""
 
 from __future__ import annotations
 
@@ -13,16 +14,14 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import httpx
 
+from latechunk_dagster.core.engines.vllm_server.info import ServerInfo
 from latechunk_dagster.core.engines.vllm_server.settings import ServerSettings
 from latechunk_dagster.core.errors import DocumentError, EngineAnswerError, LateChunkError
 from latechunk_dagster.core.redact import redact_url, split_userinfo
-
-if TYPE_CHECKING:
-    from latechunk_dagster.core.engines.vllm_server.fleet import ServerInfo
 
 log = logging.getLogger(__package__)  # the engine's one logger, named as before the split
 
@@ -37,6 +36,8 @@ RETRY_STATUS = frozenset({429, 500, 502, 503, 504})
 INPUT_STATUS = frozenset({400, 413, 422})
 #: Answers that say the server, or a proxy in front of it, refuses our credentials.
 CREDENTIAL_STATUS = frozenset({401, 403, 407})
+#: Default seconds a failing server stays out of the rotation (:attr:`ServerTransport.retry_after_s`).
+RETRY_AFTER_S = 10.0
 
 
 class ServerError(LateChunkError):
@@ -76,7 +77,7 @@ class ServerRejectedDocumentError(DocumentError):
 
 
 @dataclass
-class _Server:
+class Server:
     """One server of the engine's rotation: its client, requests in flight, when it may be tried again."""
 
     url: str  #: the server's URL as described (credentials masked: :func:`redact_url`)
@@ -90,8 +91,12 @@ class _Server:
     info: ServerInfo | None = None  #: what its probe found (None: not probed yet)
 
 
-class _Rejected(Exception):
-    """A 4xx (or 501) answer: in the rotation only an :data:`INPUT_STATUS`; to a probe any of them."""
+class RejectedRequest(Exception):
+    """A 4xx (or 501) answer: in the rotation only an :data:`INPUT_STATUS`; to a probe any of them.
+
+    Attributes:
+        status: the HTTP status. message: the server's message (:func:`answer_message`).
+    """
 
     def __init__(self, status: int, message: str) -> None:
         super().__init__(f"HTTP {status}: {message}")
@@ -99,7 +104,7 @@ class _Rejected(Exception):
         self.message = message
 
 
-def _message(resp: httpx.Response) -> str:
+def answer_message(resp: httpx.Response) -> str:
     """The error message of an answer (vLLM's ``{"error": {"message": ...}}``), at most 300
     characters, URLs in it redacted (:func:`redact_url`)."""
     try:
@@ -114,7 +119,7 @@ def _message(resp: httpx.Response) -> str:
     return redact_url(str(body)[:300])
 
 
-def _hint(last: str) -> str:
+def failure_hint(last: str) -> str:
     """What a last failure that is not about the input means (the rule of :data:`INPUT_STATUS`)."""
     if any(f"HTTP {code}:" in last for code in CREDENTIAL_STATUS):
         return (
@@ -127,26 +132,22 @@ def _hint(last: str) -> str:
 
 
 class ServerTransport:
-    """Requests to the engine's servers (module docstring); :meth:`_open` sets them up.
+    """Requests to the engine's servers (module docstring): a client per URL of ``base_url`` (a root
+    URL or a list of them), the rotation and the request pool, with ``cfg``'s settings
+    (``max_in_flight`` per server).
 
-    The fleet's late probe of a server silent at start is :meth:`_probe_late` (the engine's,
-    :class:`~latechunk_dagster.core.engines.vllm_server.fleet.ServerFleet`).
+    A URL's userinfo (``http://user:pass@host``) is sent as basic auth and never appears where the
+    URL is described: :attr:`base_urls`, the keys of :meth:`server_states`, log lines and errors
+    name each server by :func:`~latechunk_dagster.core.redact.redact_url` of its URL.
+
+    A server silent at start is probed again, when due, by :attr:`late_probe` (the fleet's, set by
+    the engine; run on a background thread, it ends with :meth:`probe_done`).
+
+    Raises:
+        ValueError: no URL, a repeated one, or one with a query string (the message redacted).
     """
 
-    #: seconds a failing server stays out of the rotation before it is tried again
-    retry_after_s = 10.0
-
-    def _open(self, base_url: str | Sequence[str], cfg: ServerSettings) -> None:
-        """A client per URL of ``base_url`` (a root URL or a list of them), the rotation and the
-        request pool, with ``cfg``'s settings (``max_in_flight`` per server).
-
-        A URL's userinfo (``http://user:pass@host``) is sent as basic auth and never appears where
-        the URL is described: :attr:`base_urls`, the keys of :meth:`server_states`, log lines and
-        errors name each server by :func:`~latechunk_dagster.core.redact.redact_url` of its URL.
-
-        Raises:
-            ValueError: no URL, a repeated one, or one with a query string (the message redacted).
-        """
+    def __init__(self, base_url: str | Sequence[str], cfg: ServerSettings) -> None:
         urls = [u.rstrip("/") for u in ([base_url] if isinstance(base_url, str) else base_url)]
         if not urls or len(set(urls)) != len(urls):
             shown = redact_url(repr(base_url))
@@ -157,6 +158,8 @@ class ServerTransport:
             raise ValueError(f"base_url: servers that differ only in their credentials: {shown_urls}")
         self.base_urls = shown_urls
         self.base_url = shown_urls[0]
+        #: seconds a failing server stays out of the rotation before it is tried again
+        self.retry_after_s = RETRY_AFTER_S
         self.max_in_flight = max_in_flight = cfg.max_in_flight
         self.timeout_s = cfg.timeout_s
         self.retries = cfg.retries
@@ -164,11 +167,13 @@ class ServerTransport:
         self.max_inputs_per_request = cfg.max_inputs_per_request
         self.max_tokens_per_request = cfg.max_tokens_per_request
         self.retried = 0  #: attempts repeated after a connection error, timeout or 5xx (for logs and tests)
+        self.late_probe: Callable[[Server], None] = self.probe_done  #: the fleet's; until set, none
         self._retried_lock = threading.Lock()
         headers = {"Authorization": f"Bearer {cfg.api_key}"} if cfg.api_key else {}
         limits = httpx.Limits(max_connections=max_in_flight, max_keepalive_connections=max_in_flight)
-        self._servers: list[_Server] = [
-            _Server(
+        #: the engine's servers, in the order of ``base_url``
+        self.servers: list[Server] = [
+            Server(
                 shown,
                 httpx.Client(
                     base_url=url,
@@ -185,6 +190,11 @@ class ServerTransport:
             max_in_flight * len(urls), thread_name_prefix="vllm-server"
         )
 
+    @property
+    def closed(self) -> bool:
+        """True once :meth:`close` ran."""
+        return self._pool is None
+
     def server_states(self) -> dict[str, str]:
         """Each server's state by URL: ``"up"``, ``"down"`` (failed lately, tried again when due),
         ``"not probed"`` (silent since start) or ``"excluded: <why>"``."""
@@ -198,19 +208,40 @@ class ServerTransport:
                 else "up"
                 if srv.down_until <= now
                 else "down"
-                for srv in self._servers
+                for srv in self.servers
             }
 
     def requests_by_server(self) -> dict[str, int]:
         """Requests each server has answered (any status), by URL."""
         with self._lock:
-            return {srv.url: srv.requests for srv in self._servers}
+            return {srv.url: srv.requests for srv in self.servers}
 
-    def _probe_late(self, srv: _Server) -> None:
-        """Probe a server that did not answer at start, in the background (the fleet's)."""
-        raise NotImplementedError
+    def server_info(self) -> dict[str, ServerInfo | None]:
+        """What the probe of each server found, by URL (``None``: not probed yet)."""
+        with self._lock:
+            return {srv.url: srv.info for srv in self.servers}
 
-    def _pick(self) -> _Server:
+    def leave_out(self, srv: Server) -> None:
+        """Take ``srv`` out of the rotation for :attr:`retry_after_s` seconds (it did not answer)."""
+        with self._lock:
+            srv.down_until = time.monotonic() + self.retry_after_s
+
+    def exclude(self, srv: Server, why: str) -> None:
+        """Leave ``srv`` out of the rotation for good (it serves something else, or answered wrongly)."""
+        with self._lock:
+            srv.excluded, srv.down_until = why, float("inf")
+
+    def admit(self, srv: Server, info: ServerInfo) -> None:
+        """Put ``srv`` in the rotation, probed and checked: ``info`` is what its probe found."""
+        with self._lock:
+            srv.verified, srv.down_until, srv.info = True, 0.0, info
+
+    def probe_done(self, srv: Server) -> None:
+        """End a late probe of ``srv`` (another may be claimed when it is due again)."""
+        with self._lock:
+            srv.probing = False
+
+    def _pick(self) -> Server:
         """The server for the next request: in the rotation, fewest in flight, then fewest answered;
         when every server is out, the one that comes back first.
 
@@ -222,29 +253,29 @@ class ServerTransport:
         with self._lock:
             due = [
                 srv
-                for srv in self._servers
+                for srv in self.servers
                 if not (srv.verified or srv.excluded or srv.probing) and srv.down_until <= now
             ]
             for srv in due:  # claimed: one late probe per server at a time
                 srv.probing = True
-            ready = [srv for srv in self._servers if srv.verified and not srv.excluded]
+            ready = [srv for srv in self.servers if srv.verified and not srv.excluded]
             up = [srv for srv in ready if srv.down_until <= now]
             pick = min(up, key=lambda srv: (srv.in_flight, srv.requests)) if up else None
             pick = pick or min(ready, key=lambda srv: srv.down_until, default=None)
         for srv in due:
-            threading.Thread(target=self._probe_late, args=(srv,), name="vllm-server-probe", daemon=True).start()
+            threading.Thread(target=self.late_probe, args=(srv,), name="vllm-server-probe", daemon=True).start()
         if pick is None:
             states = "; ".join(f"{url}: {state}" for url, state in self.server_states().items())
             raise EngineAnswerError(f"no server of the engine is left to ask ({states})")
         return pick
 
-    def _call(
+    def call(
         self,
         method: str,
         path: str,
         payload: dict | None = None,
         *,
-        server: _Server | None = None,
+        server: Server | None = None,
         decode: Callable[[httpx.Response], Any] | None = None,
         wrong_status: frozenset[int] = frozenset(),
     ) -> Any:
@@ -266,7 +297,7 @@ class ServerTransport:
 
         Raises:
             ServerError: a probe (``server`` given) answered 401, 403 or 407 (:data:`CREDENTIAL_STATUS`).
-            _Rejected: a 4xx (or 501) answer, not retried: from the rotation (``server=None``) only an
+            RejectedRequest: a 4xx (or 501) answer, not retried: from the rotation (``server=None``) only an
                 :data:`INPUT_STATUS`; any other status there counts as a failed attempt, as a 5xx does.
             EngineAnswerError: a wrong answer from ``server``, or from the last server of the rotation.
             ServerUnavailableError: still failing after ``retries`` extra attempts.
@@ -300,19 +331,19 @@ class ServerTransport:
             if code in RETRY_STATUS or (
                 server is None and code >= 400 and code not in INPUT_STATUS and code not in wrong_status
             ):  # not about the input: another server, or the same one after the backoff
-                last = f"{srv.url}: HTTP {code}: {_message(resp)}"
+                last = f"{srv.url}: HTTP {code}: {answer_message(resp)}"
                 self._failed(srv, method, path, last, attempt)
                 continue
             if server is not None and code in CREDENTIAL_STATUS:  # a probe: no route or input is at fault
-                why = f"HTTP {code}: {_message(resp)}"
-                raise ServerError(f"{srv.url} answers {method} {path} with {why}{_hint(why)}")
+                why = f"HTTP {code}: {answer_message(resp)}"
+                raise ServerError(f"{srv.url} answers {method} {path} with {why}{failure_hint(why)}")
             with self._lock:
                 srv.down_until = 0.0  # it answered: back in the rotation
             try:
                 if resp.status_code in wrong_status:
-                    raise EngineAnswerError(f"HTTP {resp.status_code}: {_message(resp)}")
+                    raise EngineAnswerError(f"HTTP {resp.status_code}: {answer_message(resp)}")
                 if resp.status_code >= 400:  # 4xx, and 501 ("the model does not support this API")
-                    raise _Rejected(resp.status_code, _message(resp))
+                    raise RejectedRequest(resp.status_code, answer_message(resp))
                 return resp.json() if decode is None else decode(resp)
             except EngineAnswerError as exc:
                 last = f"{srv.url} answered {method} {path} wrongly: {exc}"
@@ -323,10 +354,10 @@ class ServerTransport:
         where = ", ".join(dict.fromkeys(tried))
         raise ServerUnavailableError(
             f"{method} {path} failed {self.retries + 1} times on {where} (timeout {self.timeout_s} s); last: {last}"
-            + _hint(last)
+            + failure_hint(last)
         )
 
-    def _refuse(self, srv: _Server, why: str) -> None:
+    def _refuse(self, srv: Server, why: str) -> None:
         """Leave a server that answered wrongly out for good (as one that differs at its probe).
 
         Raises:
@@ -334,12 +365,12 @@ class ServerTransport:
         """
         with self._lock:
             srv.excluded, srv.down_until = why, float("inf")
-            left = [s.url for s in self._servers if s.verified and not s.excluded]
+            left = [s.url for s in self.servers if s.verified and not s.excluded]
         log.error("%s; left out for good", why)
         if not left:
             raise EngineAnswerError(f"{why}; no other server of the engine is left, so none of its answers is used")
 
-    def _failed(self, srv: _Server, method: str, path: str, why: str, attempt: int) -> None:
+    def _failed(self, srv: Server, method: str, path: str, why: str, attempt: int) -> None:
         """Log a failed attempt and take the server out of the rotation for :attr:`retry_after_s`."""
         with self._lock:
             srv.down_until = time.monotonic() + self.retry_after_s
@@ -360,7 +391,7 @@ class ServerTransport:
             batches.append(cur)
         return batches
 
-    def _run(self, inputs: Sequence[Any], sizes: Sequence[int], send: Callable[[list[int]], list[Any]]) -> list[Any]:
+    def run(self, inputs: Sequence[Any], sizes: Sequence[int], send: Callable[[list[int]], list[Any]]) -> list[Any]:
         """Send ``inputs`` (``send`` takes the indices of one request's inputs) in bounded concurrent
         requests; isolate 4xx inputs by splitting the failing request (``ServerRejectedError`` names them)."""
         pool = self._pool
@@ -374,7 +405,7 @@ class ServerTransport:
             try:
                 for k, r in zip(idx, send(idx)):
                     results[k] = r
-            except _Rejected as exc:
+            except RejectedRequest as exc:
                 status[0] = status[0] or exc.status
                 if len(idx) == 1:
                     rejected[idx[0]] = exc.message
@@ -392,8 +423,9 @@ class ServerTransport:
         return results
 
     def close(self) -> None:
-        pool, self._pool = getattr(self, "_pool", None), None
+        """Stop the request pool (waiting for requests in flight) and close every client. Safe to call twice."""
+        pool, self._pool = self._pool, None
         if pool is not None:
             pool.shutdown(wait=True, cancel_futures=True)
-        for srv in getattr(self, "_servers", []):
+        for srv in self.servers:
             srv.client.close()
