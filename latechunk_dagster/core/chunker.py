@@ -41,7 +41,7 @@ from latechunk_dagster.core.chunker_host import ChunkerHost, QueryIdentity
 from latechunk_dagster.core.chunker_options import engine_lengths as engine_lengths  # re-exported
 from latechunk_dagster.core.chunking.base import ChunkingStrategy, Span
 from latechunk_dagster.core.chunking.given import GivenChunkList
-from latechunk_dagster.core.encode_step import EncodeStepLike, EngineAnswer, encode_step_for
+from latechunk_dagster.core.encode_step import EncodeStep, EncodeStepLike, EngineAnswer
 from latechunk_dagster.core.engine_traits import EngineTraits
 from latechunk_dagster.core.engines.base import Engine
 from latechunk_dagster.core.errors import DocumentBatchError, DocumentError
@@ -81,6 +81,18 @@ class _HostField(Generic[_T]):
 
     def __set__(self, obj: LateChunker, value: Any) -> None:
         obj.host = replace(obj.host, **{self.name: value})
+
+
+def _encode_step_for(engine: Engine) -> EncodeStepLike:
+    """The encode step of ``engine``: :class:`EncodeStep`, wrapped in :class:`ServerRefusals
+    <latechunk_dagster.core.server_refusals.ServerRefusals>` for a vLLM server engine (imported only
+    then: the server engine's modules import httpx)."""
+    step = EncodeStep(engine)
+    if engine.name == "vllm-server":
+        from latechunk_dagster.core.server_refusals import ServerRefusals
+
+        return ServerRefusals(step)
+    return step
 
 
 def _engine_class(named: str) -> type[Engine] | None:
@@ -305,7 +317,7 @@ class LateChunker:
     def _compose(self, host: ChunkerHost, engine: Engine) -> None:
         #: the host part (frozen: settings change by replacing it)
         self.host: ChunkerHost = replace(host, engine=EngineTraits.of(engine))
-        self._step: EncodeStepLike | None = encode_step_for(engine)
+        self._step: EncodeStepLike | None = _encode_step_for(engine)
 
     # -- engine lifecycle -------------------------------------------------------------
     @property
@@ -316,7 +328,7 @@ class LateChunker:
     @engine.setter
     def engine(self, engine: Engine | None) -> None:
         # None: the chunker lets go of its engine without closing it (the caller closes it)
-        self._step = encode_step_for(engine) if engine is not None else None
+        self._step = _encode_step_for(engine) if engine is not None else None
 
     @property
     def engine_started(self) -> bool:

@@ -3,7 +3,7 @@
 An object the chunker holds beside its host part (:class:`~latechunk_dagster.core.chunker.LateChunker`);
 only this step uses the engine. A server engine's step is wrapped by
 :class:`~latechunk_dagster.core.server_refusals.ServerRefusals`, which turns the documents a server
-rejects into per-document errors (:func:`encode_step_for` picks it).
+rejects into per-document errors (the chunker picks it for a server engine).
 """
 
 from __future__ import annotations
@@ -71,15 +71,3 @@ class EncodeStep:
     def token_states(self, prompts: Sequence[Sequence[int]]) -> list[np.ndarray]:
         """Per-token rows (projection applied, normalization off) for each prompt, float32 ``[len, dim]``."""
         return self.engine.token_states(prompts) if prompts else []
-
-
-def encode_step_for(engine: Engine) -> EncodeStepLike:
-    """The encode step of ``engine``: :class:`EncodeStep`, wrapped in :class:`ServerRefusals
-    <latechunk_dagster.core.server_refusals.ServerRefusals>` for a vLLM server engine (imported only
-    then: the server engine's modules import httpx)."""
-    step = EncodeStep(engine)
-    if engine.name == "vllm-server":
-        from latechunk_dagster.core.server_refusals import ServerRefusals
-
-        return ServerRefusals(step)
-    return step

@@ -10,7 +10,7 @@ query side: :func:`query_prompts` (the encoder inputs) and :func:`pool_queries` 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 import numpy as np
 
@@ -30,6 +30,7 @@ from latechunk_dagster.core.granularities import (
     parent_indices,
 )
 from latechunk_dagster.core.head import apply_head_after_projection
+from latechunk_dagster.core.host_view import HostView
 from latechunk_dagster.core.pooling import mean_pool_spans, sums_from_pair_sums, window_span_sums
 from latechunk_dagster.core.results import ChunkedDocument
 from latechunk_dagster.core.tokenization import (
@@ -38,13 +39,8 @@ from latechunk_dagster.core.tokenization import (
     encoder_text,
 )
 
-if TYPE_CHECKING:
-    from latechunk_dagster.core.chunker_host import ChunkerHost
 
-
-def pool_results(
-    host: ChunkerHost, encoded: EncodedBatch, *, errors: Literal["raise", "return"] = "return"
-) -> list[Any]:
+def pool_results(host: HostView, encoded: EncodedBatch, *, errors: Literal["raise", "return"] = "return") -> list[Any]:
     """Host work after the encoder: span means, the head, the non-finite check; results in input order.
 
     Each state-path document's atoms are summed once (from its window rows, or added from the
@@ -120,7 +116,7 @@ def pool_results(
     return results
 
 
-def query_prompts(host: ChunkerHost, queries: Sequence[str]) -> list[list[int]]:
+def query_prompts(host: HostView, queries: Sequence[str]) -> list[list[int]]:
     """The encoder inputs of whole queries: each query's token ids, the model's query prefix prepended
     (a leading byte order mark of a query is dropped, as for documents); never windowed.
 
@@ -143,7 +139,7 @@ def query_prompts(host: ChunkerHost, queries: Sequence[str]) -> list[list[int]]:
     return prompts
 
 
-def pool_queries(host: ChunkerHost, rows: Sequence[np.ndarray]) -> np.ndarray:
+def pool_queries(host: HostView, rows: Sequence[np.ndarray]) -> np.ndarray:
     """Query vectors from their token states: the mean of every token, special tokens included, except
     the first ``host.query_prompt_tokens`` (Pooling ``include_prompt=false``: ``[CLS]`` and the prompt,
     as sentence-transformers does), then the head.
@@ -160,7 +156,7 @@ def pool_queries(host: ChunkerHost, rows: Sequence[np.ndarray]) -> np.ndarray:
 
 
 def _document_results(
-    host: ChunkerHost,
+    host: HostView,
     i: int,
     doc_id: str,
     text: str,

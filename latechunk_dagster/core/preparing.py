@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from latechunk_dagster.core.batches import DocumentJob, PreparedBatch
 from latechunk_dagster.core.chunking.base import ChunkingStrategy, Span, check_tiling
@@ -25,6 +25,7 @@ from latechunk_dagster.core.granularities import (
     Granularities,
     document_spans,
 )
+from latechunk_dagster.core.host_view import HostView
 from latechunk_dagster.core.pooling import window_pieces
 from latechunk_dagster.core.timebound import TimeLimitExceeded, WorkerCallError, call_with_time_limit
 from latechunk_dagster.core.tokenization import (
@@ -34,14 +35,11 @@ from latechunk_dagster.core.tokenization import (
 )
 from latechunk_dagster.core.windows import WindowPlan, plan_windows
 
-if TYPE_CHECKING:
-    from latechunk_dagster.core.chunker_host import ChunkerHost
-
 log = logging.getLogger("latechunk_dagster.core.chunker")
 
 
 def prepare_batch(
-    host: ChunkerHost,
+    host: HostView,
     texts: Sequence[str],
     strategy: Granularities | ChunkingStrategy | Mapping[str, ChunkingStrategy],
     *,
@@ -153,7 +151,7 @@ def _given_chunks(chunks: Any, n_texts: int, strategies: Mapping[str, ChunkingSt
 
 
 def _document_spans(
-    host: ChunkerHost,
+    host: HostView,
     strategies: dict[str, ChunkingStrategy],
     text: str,
     tokens: Tokenization,
@@ -183,9 +181,7 @@ def _document_spans(
     return document_spans(spans, host.document_prompt_tokens)
 
 
-def _spans(
-    host: ChunkerHost, strategy: ChunkingStrategy, text: str, tokens: Tokenization, i: int, did: str
-) -> list[Span]:
+def _spans(host: HostView, strategy: ChunkingStrategy, text: str, tokens: Tokenization, i: int, did: str) -> list[Span]:
     """The strategy's spans of one document, within ``host.strategy_timeout_s`` (see :mod:`..timebound`).
 
     Raises (each naming the document ``i``/``did``, so the batch's other documents go on):
@@ -227,7 +223,7 @@ def _spans(
     return spans
 
 
-def _plan(host: ChunkerHost, tokens: Tokenization, i: int, did: str) -> WindowPlan:
+def _plan(host: HostView, tokens: Tokenization, i: int, did: str) -> WindowPlan:
     """The document's windows, planned with ``host.resolved_window_overlap``.
 
     Raises:
