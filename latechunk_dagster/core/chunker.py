@@ -328,7 +328,10 @@ class LateChunker:
     @engine.setter
     def engine(self, engine: Engine | None) -> None:
         # None: the chunker lets go of its engine without closing it (the caller closes it)
-        self._step = _encode_step_for(engine) if engine is not None else None
+        if engine is None:
+            self._step = None
+        else:
+            self._compose(self.host, engine)
 
     @property
     def engine_started(self) -> bool:
