@@ -21,10 +21,11 @@ def docs(tag: str = "") -> list[Document]:
     return [Document.from_text(f"d{i}", f"Pump {i} is checked every {i + 2} days{tag}. It is old.") for i in range(5)]
 
 
-def run(chunker: LateChunker, documents: list[Document], tables: tuple, run_id: str):  # noqa: ANN201
+def run(chunker: LateChunker, documents: list[Document], tables: tuple, run_id: str, partition: str = "p"):  # noqa: ANN201
     chunks, rejected = tables
+    strategy = Sentences(max_tokens=32)
     return materialize_partition(
-        chunker, documents, "p", Sentences(max_tokens=32), chunk_table=chunks, rejected_table=rejected, run_id=run_id
+        chunker, documents, partition, strategy, chunk_table=chunks, rejected_table=rejected, run_id=run_id
     )
 
 
@@ -43,7 +44,7 @@ def test_a_shard_with_nothing_to_encode_starts_no_engine(minilm_dir: Path, tmp_p
         engine = chunker.engine
         assert isinstance(engine, DeferredEngine)
         assert chunker.settings == eager_settings  # the same lineage, known before the engine starts
-        empty = run(chunker, [], tables, "r2")
+        empty = run(chunker, [], tables, "r2", partition="empty")  # an empty shard
         unchanged = run(chunker, docs(), tables, "r3")
         assert (empty.documents, unchanged.documents_skipped) == (0, 5)
         assert not chunker.engine_started and engine.starts == 0  # no model loaded for either shard
