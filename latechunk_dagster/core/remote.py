@@ -3,7 +3,7 @@
 The chunker layer over the server engine (the engines folder does not import the chunker):
 :func:`server_chunker` composes the host part with a started :class:`VLLMServerEngine`; the chunker's
 encode step refuses the documents the server rejects (:mod:`latechunk_dagster.core.server_refusals`).
-:func:`RemoteLateChunker` is its old name, kept.
+:class:`RemoteLateChunker` is its old name, kept as a thin alias.
 """
 
 from __future__ import annotations
@@ -127,11 +127,15 @@ def server_chunker(
     return chunker
 
 
-def RemoteLateChunker(  # noqa: N802 - the old class name, kept as a factory
-    base_url: str | Sequence[str],
-    model: str | os.PathLike[str],
-    **kwargs: Any,
-) -> LateChunker:
-    """The old name of :func:`server_chunker` (it was a ``LateChunker`` subclass; the chunker is now
-    composed, and a server's refusals are its encode step's). Same arguments, same chunker."""
-    return server_chunker(base_url, model, **kwargs)
+class RemoteLateChunker(LateChunker):
+    """The old name of :func:`server_chunker`, kept: a :class:`~latechunk_dagster.LateChunker` built by it
+    (same arguments, same chunker). A thin alias for ``isinstance`` checks and annotations: it overrides
+    nothing (a server's refusals are the encode step's, :mod:`latechunk_dagster.core.server_refusals`).
+
+    Raises:
+        As :func:`server_chunker`.
+    """
+
+    def __init__(self, base_url: str | Sequence[str], model: str | os.PathLike[str], **kwargs: Any) -> None:
+        built = server_chunker(base_url, model, **kwargs)
+        self._compose(built.host, built.engine)  # type: ignore[arg-type]  # the started server engine
