@@ -29,7 +29,7 @@ import os
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from typing import Any, Generic, Literal, TypeVar
+from typing import Any, Literal
 
 import numpy as np
 
@@ -37,10 +37,11 @@ from latechunk_dagster.core.batches import EncodedBatch as EncodedBatch  # re-ex
 from latechunk_dagster.core.batches import EncoderInputs as EncoderInputs
 from latechunk_dagster.core.batches import PreparedBatch as PreparedBatch
 from latechunk_dagster.core.chunk_ranges import chunks_from_spans as chunks_from_spans  # re-exported
-from latechunk_dagster.core.chunker_host import ChunkerHost, QueryIdentity
+from latechunk_dagster.core.chunker_host import ChunkerHost, HostSetting, QueryIdentity, settings_of
 from latechunk_dagster.core.chunker_options import engine_lengths as engine_lengths  # re-exported
 from latechunk_dagster.core.chunking.base import ChunkingStrategy, Span
 from latechunk_dagster.core.chunking.given import GivenChunkList
+from latechunk_dagster.core.deferred_engine import engine_class, named_engine, transformers_options
 from latechunk_dagster.core.encode_step import EncodeStep, EncodeStepLike, EngineAnswer
 from latechunk_dagster.core.engine_traits import EngineTraits
 from latechunk_dagster.core.engines.base import Engine
@@ -67,21 +68,6 @@ DEFAULT_STRATEGY_TIMEOUT_S = 30.0
 EngineStart = Literal["now", "first_encode"]
 PathName = Literal["native", "spans", "token_states"]
 
-_T = TypeVar("_T")
-
-
-class _HostField(Generic[_T]):
-    """A setting of the chunker's host part, read and set on the chunker (set: the host part is replaced)."""
-
-    def __set_name__(self, owner: type, name: str) -> None:
-        self.name = name
-
-    def __get__(self, obj: LateChunker | None, objtype: type | None = None) -> Any:
-        return self if obj is None else getattr(obj.host, self.name)
-
-    def __set__(self, obj: LateChunker, value: Any) -> None:
-        obj.host = replace(obj.host, **{self.name: value})
-
 
 def _encode_step_for(engine: Engine) -> EncodeStepLike:
     """The encode step of ``engine``: :class:`EncodeStep`, wrapped in :class:`ServerRefusals
@@ -93,47 +79,6 @@ def _encode_step_for(engine: Engine) -> EncodeStepLike:
 
         return ServerRefusals(step)
     return step
-
-
-def _engine_class(named: str) -> type[Engine] | None:
-    """What a named engine supports before it starts: the transformers engine's class; ``None`` for
-    vLLM (the installed vLLM decides: :meth:`EngineTraits.of`)."""
-    if named == "transformers":
-        from latechunk_dagster.core.engines.transformers_engine import TransformersEngine
-
-        return TransformersEngine
-    return None
-
-
-def _transformers_options(
-    dtype: str | None, gpu_memory_utilization: float | None, in_process: bool | None, options: dict[str, Any]
-) -> dict[str, Any]:
-    """The light engine's own options (``device``, ``forward_tokens``), ``batch_tokens`` read as
-    ``forward_tokens`` with a ``DeprecationWarning``.
-
-    Raises:
-        ValueError: vLLM arguments given to it (it computes in float32), or both names given.
-    """
-    options = dict(options)
-    if "batch_tokens" in options:
-        if "forward_tokens" in options:
-            raise ValueError("give forward_tokens (padded tokens per forward pass) alone, not batch_tokens too")
-        warnings.warn(
-            "the transformers engine's batch_tokens is now forward_tokens (padded tokens per forward pass)",
-            DeprecationWarning,
-            stacklevel=3,
-        )
-        options["forward_tokens"] = options.pop("batch_tokens")
-    vllm_args = {"dtype": dtype if dtype not in (None, "float32") else None}
-    vllm_args |= {"gpu_memory_utilization": gpu_memory_utilization, "in_process": in_process}
-    given = [f"{k}={v!r}" for k, v in vllm_args.items() if v is not None]
-    given += [f"{k}={v!r}" for k, v in options.items() if k not in ("device", "forward_tokens")]
-    if given:
-        raise ValueError(
-            f"engine='transformers' computes in float32 and takes no vLLM arguments: {', '.join(given)} "
-            "(its own options: device, forward_tokens)"
-        )
-    return options
 
 
 class LateChunker:
@@ -159,37 +104,16 @@ class LateChunker:
 
     Args:
         model: model directory on disk (sentence-transformers layout or plain Hugging Face).
-        max_model_len: longest encoder input in tokens; default: the sentence-transformers
-            ``max_seq_length``, capped at the model's own limit (:class:`~latechunk_dagster.core.
-            model_card.PositionLimits`: position table, RoBERTa padding offset, NomicBert's
-            ``max_trained_positions`` under dynamic NTK scaling). Longer documents are encoded in
-            overlapping windows (contract section 5), never truncated. A value above the model's limit
-            is refused (``ModelNotSupportedError`` naming it), before the engine starts.
+        max_model_len, prefix, query_prefix, dimensions, allow_causal, allow_non_mean_pooling,
+            trust_remote_code, engine_path, window_overlap, window_length, allow_windows,
+            strategy_timeout_s: the host part's options (the model, its prompts, lengths, windows, the
+            engine path, the strategies' time bound; :meth:`ChunkerHost.load
+            <latechunk_dagster.core.chunker_host.ChunkerHost.load>` says what each means). The default
+            ``strategy_timeout_s`` is :data:`DEFAULT_STRATEGY_TIMEOUT_S`.
         dtype: model dtype for vLLM (``"auto"``, ``"float32"``, ``"bfloat16"``, ...); default
             ``"float32"`` on the CPU (vLLM's ``"auto"`` there silently downcasts float32
             weights to float16) and ``"auto"`` on a GPU. :attr:`settings` records the dtype vLLM
             resolved (``"auto"`` on a GPU: ``"float16"``).
-        prefix: instruction prefix for documents; default: the model's ``document`` /
-            ``passage`` prompt, if any. ``query_prefix`` likewise for :meth:`embed_queries`.
-        dimensions: Matryoshka cut applied after the mean (must be one the model lists).
-        allow_causal, allow_non_mean_pooling: opt-ins for models contract section 4 refuses;
-            recorded in :attr:`opt_ins` and on every result.
-        trust_remote_code: opt in to loading a model whose configuration or code ships with it
-            (``auto_map``, e.g. Nomic's NomicBert): passed to the tokenizer and to vLLM, recorded in
-            :attr:`opt_ins` as ``"trust_remote_code"``. Without it such a model is refused
-            (``ModelNotSupportedError`` naming the option); it is never turned on silently.
-        engine_path: ``"auto"`` (native when vLLM has ``LateChunkingParams``, else span sums in
-            the engine where it has them), ``"native"`` (fail if it has not), ``"spans"`` (span
-            sums in the engine; fail if it cannot), ``"token_states"`` (every token state to the
-            host: the reference path). The one rule: :meth:`_engine_path`.
-        window_overlap: document tokens shared by consecutive windows of a long document, an int
-            >= 0 below the document tokens a window holds; default (``None``)
-            :func:`latechunk_dagster.core.windows.default_overlap` of the window length (an eighth:
-            32 for 256-token windows). Resolved in one place, :attr:`resolved_window_overlap`: the
-            windows are planned with that number and :attr:`settings` records it, so an explicit
-            overlap equal to the default gives the same settings and vectors as leaving it unset.
-        window_length: tokens per window (default and maximum: ``max_model_len``).
-        allow_windows: ``False`` turns long documents into ``DocumentTooLongError``.
         gpu_memory_utilization: vLLM's memory fraction; default 0.3 on the CPU (where it is a
             fraction of host memory and vLLM's 0.92 did not start on a 24 GiB machine)
             and 0.9 on a GPU.
@@ -210,10 +134,6 @@ class LateChunker:
             works, with a ``DeprecationWarning``), or an already started :class:`~latechunk_dagster.core.engines.Engine`
             for this model, which the chunker owns from then on (``close()`` closes it). The engine's
             name is part of :attr:`settings` (lineage, and the incremental rule's record).
-        strategy_timeout_s: per-document time bound of the chunking strategy, in seconds
-            (default :data:`DEFAULT_STRATEGY_TIMEOUT_S`; ``None`` = unbounded). A document whose
-            spans take longer is stopped and rejected alone (:class:`StrategyTimeoutError`,
-            reason ``strategy_timeout``); mechanism in :mod:`latechunk_dagster.core.timebound`.
         engine_start: ``"now"`` (default) starts a named engine here; ``"first_encode"`` starts it on
             the first engine call (:class:`~latechunk_dagster.core.deferred_engine.DeferredEngine`), so a
             chunker whose documents are all unchanged never loads the model. The model, its lengths and
@@ -233,21 +153,21 @@ class LateChunker:
     """
 
     #: the host part's settings, read and set through the chunker (setting one replaces the host part)
-    card = _HostField()
-    tokenizer = _HostField()
-    head = _HostField()
-    prefix = _HostField()
-    query_prefix = _HostField()
-    document_prompt_tokens = _HostField()
-    query_prompt_tokens = _HostField()
-    max_model_len = _HostField()
-    window_length = _HostField()
+    card = HostSetting()
+    tokenizer = HostSetting()
+    head = HostSetting()
+    prefix = HostSetting()
+    query_prefix = HostSetting()
+    document_prompt_tokens = HostSetting()
+    query_prompt_tokens = HostSetting()
+    max_model_len = HostSetting()
+    window_length = HostSetting()
     #: the caller's option (``None``: the default); the number used is :attr:`resolved_window_overlap`
-    window_overlap = _HostField()
-    allow_windows = _HostField()
-    strategy_timeout_s = _HostField()
-    opt_ins = _HostField()
-    path = _HostField()
+    window_overlap = HostSetting()
+    allow_windows = HostSetting()
+    strategy_timeout_s = HostSetting()
+    opt_ins = HostSetting()
+    path = HostSetting()
 
     def __init__(
         self,
@@ -278,9 +198,9 @@ class LateChunker:
         if engine_start not in ("now", "first_encode"):
             raise ValueError(f"engine_start must be 'now' or 'first_encode', got {engine_start!r}")
         if named == "transformers":
-            engine_kwargs = _transformers_options(dtype, gpu_memory_utilization, in_process, engine_kwargs)
+            engine_kwargs = transformers_options(dtype, gpu_memory_utilization, in_process, engine_kwargs)
         # decided before the engine starts: a named one by what its class supports (vLLM: the installed vLLM's)
-        before = engine if named is None else _engine_class(named)
+        before = engine if named is None else engine_class(named)
         host = ChunkerHost.load(
             model,
             engine=EngineTraits.of(before),  # type: ignore[arg-type]
@@ -298,8 +218,6 @@ class LateChunker:
             strategy_timeout_s=strategy_timeout_s,
         )
         if named is not None:
-            from latechunk_dagster.core.deferred_engine import named_engine
-
             vllm_args = {"dtype": dtype, "gpu_memory_utilization": gpu_memory_utilization, "in_process": in_process}
             engine = named_engine(
                 named, host, trust_remote_code, engine_start == "first_encode", vllm_args, engine_kwargs
@@ -389,23 +307,8 @@ class LateChunker:
     @property
     def settings(self) -> ChunkerSettings:
         """This chunker's :class:`~latechunk_dagster.core.results.ChunkerSettings` (read when asked, so a
-        changed window length shows); ``window_overlap`` is :attr:`resolved_window_overlap`, the number the
-        windows are planned with, and ``dtype`` the one the engine resolved."""
-        host = self.host
-        return ChunkerSettings(
-            model_name=host.card.name,
-            model_sha256=host.card.fingerprint,
-            head=host.head.describe(),
-            opt_ins=tuple(host.opt_ins),
-            dtype=self.dtype,
-            prefix=host.prefix,
-            window_length=host.window_length,
-            window_overlap=host.resolved_window_overlap,
-            allow_windows=host.allow_windows,
-            embedding_dim=host.embedding_dim,
-            engine_version=self.engine_version,
-            engine=self.engine.name if self.engine is not None else "closed",
-        )
+        changed window length shows): :func:`~latechunk_dagster.core.chunker_host.settings_of`."""
+        return settings_of(self.host, self.engine)
 
     @property
     def resolved_window_overlap(self) -> int:

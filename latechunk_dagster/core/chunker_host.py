@@ -20,7 +20,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Literal
+from typing import Any, Generic, Literal, TypeVar
 
 import numpy as np
 
@@ -39,7 +39,7 @@ from latechunk_dagster.core.granularities import Granularities
 from latechunk_dagster.core.head import Head, prompt_length
 from latechunk_dagster.core.model_card import ModelCard, check_late_chunking_allowed, read_model_card
 from latechunk_dagster.core.model_files import load_error
-from latechunk_dagster.core.results import ChunkedDocument
+from latechunk_dagster.core.results import ChunkedDocument, ChunkerSettings
 from latechunk_dagster.core.tokenization import Tokenization, check_text, encoder_text, tokenize_document
 from latechunk_dagster.core.windows import default_overlap
 
@@ -123,9 +123,46 @@ class ChunkerHost:
         allow_windows: bool = True,
         strategy_timeout_s: float | None = None,
     ) -> ChunkerHost:
-        """The host part of ``model`` with :class:`~latechunk_dagster.LateChunker`'s options (its
-        docstring says what each means), checked: the model (contract section 4), the tokenizer, the
-        lengths, the window settings and the engine path against ``engine``'s traits.
+        """The host part of ``model``, checked: the model (contract section 4), the tokenizer, the
+        lengths, the window settings and the engine path against ``engine``'s traits. The options of
+        :class:`~latechunk_dagster.LateChunker` that are the host's.
+
+        Args:
+            model: model directory on disk (sentence-transformers layout or plain Hugging Face).
+            engine: the engine's traits (:meth:`EngineTraits.of`: before it starts, to fail before it does).
+            max_model_len: longest encoder input in tokens; default: the sentence-transformers
+                ``max_seq_length``, capped at the model's own limit (:class:`~latechunk_dagster.core.
+                model_card.PositionLimits`: position table, RoBERTa padding offset, NomicBert's
+                ``max_trained_positions`` under dynamic NTK scaling). Longer documents are encoded in
+                overlapping windows (contract section 5), never truncated. A value above the model's limit
+                is refused (``ModelNotSupportedError`` naming it), before the engine starts.
+            prefix: instruction prefix for documents; default: the model's ``document`` /
+                ``passage`` prompt, if any. ``query_prefix`` likewise for :meth:`embed_queries`.
+            dimensions: Matryoshka cut applied after the mean (must be one the model lists).
+            allow_causal, allow_non_mean_pooling: opt-ins for models contract section 4 refuses;
+                recorded in :attr:`opt_ins` and on every result.
+            trust_remote_code: opt in to loading a model whose configuration or code ships with it
+                (``auto_map``, e.g. Nomic's NomicBert): passed to the tokenizer and to vLLM, recorded in
+                :attr:`opt_ins` as ``"trust_remote_code"``. Without it such a model is refused
+                (``ModelNotSupportedError`` naming the option); it is never turned on silently.
+            engine_path: ``"auto"`` (native when vLLM has ``LateChunkingParams``, else span sums in
+                the engine where it has them), ``"native"`` (fail if it has not), ``"spans"`` (span
+                sums in the engine; fail if it cannot), ``"token_states"`` (every token state to the
+                host: the reference path). The one rule:
+                :func:`~latechunk_dagster.core.chunker_options.engine_path_rule`.
+            window_overlap: document tokens shared by consecutive windows of a long document, an int
+                >= 0 below the document tokens a window holds; default (``None``)
+                :func:`latechunk_dagster.core.windows.default_overlap` of the window length (an eighth:
+                32 for 256-token windows). Resolved in one place, :attr:`resolved_window_overlap`: the
+                windows are planned with that number and :attr:`settings` records it, so an explicit
+                overlap equal to the default gives the same settings and vectors as leaving it unset.
+            window_length: tokens per window (default and maximum: ``max_model_len``).
+            allow_windows: ``False`` turns long documents into ``DocumentTooLongError``.
+            strategy_timeout_s: per-document time bound of the chunking strategy, in seconds
+                (``LateChunker``'s default :data:`~latechunk_dagster.core.chunker.DEFAULT_STRATEGY_TIMEOUT_S`;
+                ``None`` = unbounded). A document whose
+                spans take longer is stopped and rejected alone (:class:`StrategyTimeoutError`,
+                reason ``strategy_timeout``); mechanism in :mod:`latechunk_dagster.core.timebound`.
 
         Raises:
             ModelNotSupportedError: a refused model, a slow tokenizer, a length above the model's limit,
@@ -292,3 +329,42 @@ class ChunkerHost:
         if not k or not spans:
             return list(spans)
         return [Span(max(spans[0].start, k), spans[0].end, spans[0].headings), *spans[1:]]
+
+
+_T = TypeVar("_T")
+
+
+def settings_of(host: ChunkerHost, engine: Any) -> ChunkerSettings:
+    """The :class:`~latechunk_dagster.core.results.ChunkerSettings` of a host part and its engine (an
+    :class:`~latechunk_dagster.core.engines.Engine`, ``None`` once closed): ``window_overlap`` is the
+    resolved one the windows are planned with, ``dtype`` the one the engine resolved (``"auto"`` for an
+    engine that cannot tell), the engine's version and name (``"closed"`` after close)."""
+    return ChunkerSettings(
+        model_name=host.card.name,
+        model_sha256=host.card.fingerprint,
+        head=host.head.describe(),
+        opt_ins=tuple(host.opt_ins),
+        dtype=str(getattr(engine, "dtype", "auto")),
+        prefix=host.prefix,
+        window_length=host.window_length,
+        window_overlap=host.resolved_window_overlap,
+        allow_windows=host.allow_windows,
+        embedding_dim=host.embedding_dim,
+        engine_version=engine.version if engine is not None else "closed",
+        engine=engine.name if engine is not None else "closed",
+    )
+
+
+class HostSetting(Generic[_T]):
+    """A setting of a chunker's host part, read and set on the chunker: a descriptor on a class with a
+    ``host`` attribute (:class:`~latechunk_dagster.LateChunker`); setting it replaces the host part
+    (:func:`dataclasses.replace`; no check runs, as for the attributes it stands for)."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, obj: Any, objtype: type | None = None) -> Any:
+        return self if obj is None else getattr(obj.host, self.name)
+
+    def __set__(self, obj: Any, value: Any) -> None:
+        obj.host = replace(obj.host, **{self.name: value})

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -203,3 +204,44 @@ def named_engine(
         dtype=dtype if dtype in CANONICAL_DTYPES else None,
         in_process=True,
     )
+
+
+def engine_class(named: str) -> type[Engine] | None:
+    """What a named engine supports before it starts: the transformers engine's class; ``None`` for
+    vLLM (the installed vLLM decides: :meth:`~latechunk_dagster.core.engine_traits.EngineTraits.of`)."""
+    if named == "transformers":
+        from latechunk_dagster.core.engines.transformers_engine import TransformersEngine
+
+        return TransformersEngine
+    return None
+
+
+def transformers_options(
+    dtype: str | None, gpu_memory_utilization: float | None, in_process: bool | None, options: dict[str, Any]
+) -> dict[str, Any]:
+    """The light engine's own options (``device``, ``forward_tokens``), ``batch_tokens`` read as
+    ``forward_tokens`` with a ``DeprecationWarning``.
+
+    Raises:
+        ValueError: vLLM arguments given to it (it computes in float32), or both names given.
+    """
+    options = dict(options)
+    if "batch_tokens" in options:
+        if "forward_tokens" in options:
+            raise ValueError("give forward_tokens (padded tokens per forward pass) alone, not batch_tokens too")
+        warnings.warn(
+            "the transformers engine's batch_tokens is now forward_tokens (padded tokens per forward pass)",
+            DeprecationWarning,
+            stacklevel=3,
+        )
+        options["forward_tokens"] = options.pop("batch_tokens")
+    vllm_args = {"dtype": dtype if dtype not in (None, "float32") else None}
+    vllm_args |= {"gpu_memory_utilization": gpu_memory_utilization, "in_process": in_process}
+    given = [f"{k}={v!r}" for k, v in vllm_args.items() if v is not None]
+    given += [f"{k}={v!r}" for k, v in options.items() if k not in ("device", "forward_tokens")]
+    if given:
+        raise ValueError(
+            f"engine='transformers' computes in float32 and takes no vLLM arguments: {', '.join(given)} "
+            "(its own options: device, forward_tokens)"
+        )
+    return options
