@@ -153,8 +153,8 @@ def main() -> None:
             for ps in encoded.prepared.pieces.values()
         )
         hi_rows = [np.concatenate([r[:, :half], np.zeros_like(r[:, half:])], axis=1) for r in encoded.rows]
-        pairs_docs = chunker.finish(encoded)
-        hi_docs = chunker.finish(EncodedBatch(encoded.prepared, hi_rows, encoded.native))
+        pairs_docs = chunker.pool_results(encoded)
+        hi_docs = chunker.pool_results(EncodedBatch(encoded.prepared, hi_rows, encoded.native))
         ts_docs = states_chunker.chunk(texts, strategy, doc_ids=ids)
         precision = {
             name: max(float(np.abs(x.vectors - t.vectors).max()) for x, t in zip(got, ts_docs))

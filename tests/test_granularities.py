@@ -139,3 +139,30 @@ def test_granularity_names_and_errors_name_the_granularity(chunker: LateChunker)
         ["Berlin is big."], {"own": GivenChunks(), "fixed": FixedTokens(4)}, chunks=[["Paris"]], errors="return"
     )
     assert isinstance(res, SpanError) and "granularity 'own': given chunks: chunk 0 'Paris'" in str(res)
+
+
+def test_the_granularities_value_is_checked_once_and_the_chunker_takes_it(chunker: LateChunker) -> None:
+    """Issue 35 item 2: ``Granularities.of`` checks the union once; the chunker takes the value and gives
+    the same results, to the bit, as for the union; a single strategy's results are plain documents."""
+    import pickle
+
+    from latechunk_dagster.core.granularities import SINGLE, Granularities, check_granularities
+
+    many = Granularities.of(GRANULARITIES)
+    assert many.names == ("small", "medium", "large") and not many.single
+    assert [many.parent(n) for n in many.names] == ["medium", "large", None]
+    assert Granularities.of(many) is many and pickle.loads(pickle.dumps(many)) == many
+    assert check_granularities(GRANULARITIES) == GRANULARITIES  # the old form, unchanged
+    one = Granularities.of(FixedTokens(chunk_size=8))
+    assert one.single and one.names == (SINGLE,) and one.native_strategy == FixedTokens(chunk_size=8)
+    for bad, error in (({}, ValueError), ({"a b": FixedTokens(8)}, ValueError), ("x", TypeError)):
+        with pytest.raises(error):
+            Granularities.of(bad)  # type: ignore[arg-type]
+
+    by_value = chunker.chunk(DOCS, one)
+    for got, want in zip(by_value, chunker.chunk(DOCS, FixedTokens(chunk_size=8))):
+        assert got.granularity == SINGLE and got.chunks == want.chunks
+        assert np.array_equal(got.vectors, want.vectors)
+    for got, want in zip(chunker.chunk_granularities(DOCS, many), chunker.chunk_granularities(DOCS, GRANULARITIES)):
+        assert list(got) == list(want)
+        assert all(np.array_equal(got[n].vectors, want[n].vectors) for n in got)

@@ -232,8 +232,8 @@ class Recording:
     def __getattr__(self, name: str):  # type: ignore[no-untyped-def]
         return getattr(self._chunker, name)
 
-    def finish(self, encoded, **kw):  # type: ignore[no-untyped-def]
-        results = self._chunker.finish(encoded, **kw)  # one finish per encode: the batch of one engine call
+    def pool_results(self, encoded, **kw):  # type: ignore[no-untyped-def]
+        results = self._chunker.pool_results(encoded, **kw)  # one per encode: the batch of one engine call
         self.calls.append((len(results), sum(len(r.token_ids) for r in results if hasattr(r, "token_ids"))))
         return results
 

@@ -1,21 +1,23 @@
 """``latechunk search``'s query, embedded in a process of its own while the table is opened.
 
-A search from a fresh process spends most of its time importing: LanceDB (~1.2 s on 2 cores) for
-the table, torch and transformers (~4 s) for the query's model (``bench/query_engine.py`` prints
-the split). The two do not depend on each other until the vector is searched, so the command starts
-this module as a child process first (:class:`QueryProcess`): the child imports torch and
-transformers, loads the model on the light transformers engine
+A search from a fresh process spends most of its time importing: LanceDB (~1.2 s on 2 cores) for the
+table, torch and transformers (~4 s) for the query's model (``bench/query_engine.py`` prints the
+split). The two do not depend on each other until the vector is searched, so the command starts this
+module as a child process first (:class:`QueryProcess`): the child imports torch and transformers,
+loads the model on the light transformers engine
 (:func:`~latechunk_dagster.core.chunker.query_chunker`, one torch thread) and embeds the query,
 while the command's own process imports LanceDB, opens and checks the table. The child answers with
 :class:`EmbeddedQuery`: the vector (float32, bit for bit the one an in-process chunker makes) and
-the lineage :func:`~latechunk_dagster.sink.search.check_table_lineage` compares (model fingerprint
-and name, head, width). The table's checks still come first: a failing one ends the child and is
-the error printed, as before.
+the chunker's own :class:`~latechunk_dagster.core.chunker_host.QueryIdentity` (model fingerprint and
+name, head, width), the lineage :func:`~latechunk_dagster.sink.search.check_table_lineage` compares.
+The table's checks still come first: a failing one ends the child and is the error printed, as
+before.
 
 The protocol: one JSON object on the child's stdin (``query``, ``model``, ``options``: the
-``LateChunker`` options), one JSON line on its stdout (the fields of :class:`EmbeddedQuery`, the
-vector as base64 of its float32 bytes; or ``error``: the message of the error the command prints as
-one line). The child's stderr is the command's (the "queries embedded by ..." line, warnings).
+``LateChunker`` options), one JSON line on its stdout (``query``, ``identity``: the fields of the
+query identity, the vector as base64 of its float32 bytes, ``engine``, ``startup_seconds``; or
+``error``: the message of the error the command prints as one line). The child's stderr is the
+command's (the "queries embedded by ..." line, warnings).
 """
 
 from __future__ import annotations
@@ -34,11 +36,12 @@ import os
 import subprocess
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
 
+from latechunk_dagster.core.chunker_host import QueryIdentity
 from latechunk_dagster.core.errors import LateChunkError
 
 #: The errors ``latechunk`` prints as one line (``latechunk_dagster.app.cli.main`` catches these), the
@@ -53,7 +56,8 @@ class QueryProcessError(LateChunkError, RuntimeError):
 
 @dataclass(frozen=True)
 class ModelIdentity:
-    """The model fields of a chunker's card that the table's lineage is compared with."""
+    """``card`` of an :class:`EmbeddedQuery`: the model fields :class:`~latechunk_dagster.sink.search.QueryEmbedder`
+    reads (``fingerprint``, ``name``), from its :class:`QueryIdentity`."""
 
     fingerprint: str
     name: str
@@ -61,7 +65,7 @@ class ModelIdentity:
 
 @dataclass(frozen=True)
 class HeadIdentity:
-    """A head as the table's ``head`` column names it (:meth:`~latechunk_dagster.core.head.Head.describe`)."""
+    """``head`` of an :class:`EmbeddedQuery`: ``describe()`` as the table's ``head`` column names it."""
 
     description: str
 
@@ -71,22 +75,42 @@ class HeadIdentity:
 
 @dataclass(frozen=True)
 class EmbeddedQuery:
-    """One query embedded by another process, with what :func:`~latechunk_dagster.sink.search.search`
-    reads of a chunker: ``card`` (fingerprint, name), ``head``, ``embedding_dim`` and
-    :meth:`embed_queries` of that one query.
+    """One query embedded by another process, with the chunker's :class:`QueryIdentity`: what
+    :func:`~latechunk_dagster.sink.search.search` reads of a chunker (``card``, ``head`` and
+    ``embedding_dim`` are views of :attr:`identity`) and :meth:`embed_queries` of that one query.
 
     Attributes:
+        query: the query text.
+        identity: the embedding chunker's ``query_identity`` (model fingerprint and name, head, width).
         vector: float32 ``[embedding_dim]``, the chunker's ``embed_queries([query])[0]``.
-        engine: the engine that embedded it (``Engine.describe()``); startup_seconds its start.
+        engine: the engine that embedded it (``Engine.describe()``); startup_seconds its start, seconds.
     """
 
     query: str
-    card: ModelIdentity
-    head: HeadIdentity
-    embedding_dim: int
+    identity: QueryIdentity
     vector: np.ndarray
     engine: str
     startup_seconds: float
+
+    @property
+    def query_identity(self) -> QueryIdentity:
+        """:attr:`identity` (the name a chunker gives it)."""
+        return self.identity
+
+    @property
+    def card(self) -> ModelIdentity:
+        """The model's fingerprint and name."""
+        return ModelIdentity(self.identity.model_sha256, self.identity.model_name)
+
+    @property
+    def head(self) -> HeadIdentity:
+        """The head, as its description."""
+        return HeadIdentity(self.identity.head)
+
+    @property
+    def embedding_dim(self) -> int:
+        """Width of the vector."""
+        return self.identity.embedding_dim
 
     def embed_queries(self, queries: Sequence[str]) -> np.ndarray:
         """float32 ``[1, embedding_dim]``: the vector, for the one query it was embedded for.
@@ -141,9 +165,7 @@ class QueryProcess:
         vector = np.frombuffer(base64.b64decode(answer["vector"]), dtype=np.float32)
         return EmbeddedQuery(
             query=answer["query"],
-            card=ModelIdentity(answer["fingerprint"], answer["name"]),
-            head=HeadIdentity(answer["head"]),
-            embedding_dim=answer["embedding_dim"],
+            identity=QueryIdentity(**answer["identity"]),
             vector=vector,
             engine=answer["engine"],
             startup_seconds=answer["startup_seconds"],
@@ -171,10 +193,7 @@ def _answer(job: dict[str, Any]) -> dict[str, Any]:
         [vector] = chunker.embed_queries([job["query"]])
         return {
             "query": job["query"],
-            "fingerprint": chunker.card.fingerprint,
-            "name": chunker.card.name,
-            "head": chunker.head.describe(),
-            "embedding_dim": chunker.embedding_dim,
+            "identity": asdict(chunker.query_identity),
             "vector": base64.b64encode(np.ascontiguousarray(vector, dtype=np.float32).tobytes()).decode(),
             "engine": chunker.engine.describe() if chunker.engine is not None else "transformers",
             "startup_seconds": chunker.startup_seconds,

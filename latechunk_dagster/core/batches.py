@@ -14,14 +14,11 @@ from typing import Any
 import numpy as np
 
 from latechunk_dagster.core.chunking.base import ChunkingStrategy
-from latechunk_dagster.core.chunking.fixed import FixedTokens
 from latechunk_dagster.core.engines.base import NativeChunks
 from latechunk_dagster.core.errors import (
     DocumentError,
 )
-from latechunk_dagster.core.granularities import (
-    DocumentSpans,
-)
+from latechunk_dagster.core.granularities import DocumentSpans, Granularities
 from latechunk_dagster.core.tokenization import (
     Tokenization,
 )
@@ -29,7 +26,7 @@ from latechunk_dagster.core.windows import WindowPlan
 
 #: One document ready for the encoder: (input index, its tokenization, its spans of every
 #: granularity and their atoms, its window plan).
-_Job = tuple[int, Tokenization, DocumentSpans, WindowPlan]
+DocumentJob = tuple[int, Tokenization, DocumentSpans, WindowPlan]
 
 
 @dataclass
@@ -38,8 +35,8 @@ class PreparedBatch:
 
     Attributes:
         texts, ids: the documents and their ids, in input order.
-        strategies: the granularities, ``{name: strategy}`` finest first (one, named ``""``, for a
-            single strategy: :func:`~latechunk_dagster.core.granularities.check_granularities`).
+        granularities: the call's checked :class:`~latechunk_dagster.core.granularities.Granularities`
+            (one, named ``""``, for a single strategy).
         results: one entry per document: the ``DocumentError`` that refused it, else ``None``.
         native_jobs: documents the engine chunks itself (native path, one window each).
         state_jobs: documents whose windows the engine encodes (their windows in order): it returns
@@ -50,18 +47,21 @@ class PreparedBatch:
 
     texts: list[str]
     ids: list[str]
-    strategies: dict[str, ChunkingStrategy]
+    granularities: Granularities
     results: list[Any]
-    native_jobs: list[_Job]
-    state_jobs: list[_Job]
+    native_jobs: list[DocumentJob]
+    state_jobs: list[DocumentJob]
     pieces: dict[int, list[np.ndarray]] | None = None
+
+    @property
+    def strategies(self) -> dict[str, ChunkingStrategy]:
+        """The granularities as ``{name: strategy}``, finest first."""
+        return self.granularities.as_dict()
 
     @property
     def strategy(self) -> ChunkingStrategy:
         """The strategy of a single-granularity batch (``TypeError`` for several)."""
-        if len(self.strategies) != 1:
-            raise TypeError(f"this batch has {len(self.strategies)} granularities: read .strategies")
-        return next(iter(self.strategies.values()))
+        return self.granularities.strategy
 
     @property
     def windows(self) -> list[list[int]]:
@@ -142,11 +142,3 @@ class EncodedBatch:
     prepared: PreparedBatch
     rows: list[np.ndarray]
     native: list[NativeChunks] = field(default_factory=list)
-
-
-def _native_strategy(strategies: Mapping[str, ChunkingStrategy]) -> FixedTokens | None:
-    """The ``FixedTokens`` strategy of a single-granularity call: what the engine's native path pools."""
-    if len(strategies) != 1:
-        return None
-    only = next(iter(strategies.values()))
-    return only if isinstance(only, FixedTokens) else None

@@ -1,54 +1,55 @@
-"""The late chunker: one tokenization pass, spans, windows, one encoder pass per document, mean, head.
+"""The late chunker: a host part and an engine. One tokenization pass, spans, windows, one encoder
+pass per document, mean, head.
 
-Flow of :meth:`LateChunker.chunk` = :meth:`~LateChunker.prepare`, :meth:`~LateChunker.encode`,
-:meth:`~LateChunker.finish` (three public steps, so a pipeline can overlap the host with the engine),
-one module per job, :class:`LateChunker` composes them::
+:class:`LateChunker` is composed, not inherited: a frozen, picklable host part
+(:class:`~latechunk_dagster.core.chunker_host.ChunkerHost`) and an encode step holding the engine
+(:class:`~latechunk_dagster.core.encode_step.EncodeStep`). :meth:`LateChunker.chunk` is::
 
-    options: engine and window lengths, the engine path rule, settings   core/chunker_options.py
-    prepare: check_text -> tokenize_documents (one batch call) -> every granularity's spans
-             (time bound) -> atoms -> plan_windows                [host]   core/preparing.py
-    encode:  one engine call over every window of every document (an :class:`Engine`)
-             spans: the engine sums each window's pieces of each atom (float64)  [engine]
-             native: the engine reduces FixedTokens spans itself (vLLM >= 0.33)   [engine]
-                                                                            core/encode_step.py
-    finish:  atom sums (from the pieces, or the window rows) -> each granularity's span means
-             -> apply_head_after_projection (once per batch) -> non-finite check
-             -> results in input order                                [host]   core/finishing.py
+    host.prepare        check_text -> tokenize_documents (one batch call) -> every granularity's
+                        spans (time bound) -> atoms -> plan_windows           [host]  core/preparing.py
+    step.encode_inputs  one engine call over every window of every document       core/encode_step.py
+                        spans: the engine sums each window's pieces of each atom (float64)  [engine]
+                        native: the engine reduces FixedTokens spans itself (vLLM >= 0.33)  [engine]
+                        a vLLM server's 4xx: that document refused alone      core/server_refusals.py
+    host.pool_results   atom sums -> each granularity's span means (THE MEAN: core/pooling.py,
+                        core/granularities.py) -> apply_head_after_projection (THE HEAD, once per
+                        batch: core/head.py) -> non-finite check -> results   [host]  core/finishing.py
 
-The data passed between the steps is in :mod:`latechunk_dagster.core.batches`. The mean is in
-:mod:`latechunk_dagster.core.pooling` (and :mod:`latechunk_dagster.core.granularities` for several
-chunkings of one pass), the head in :mod:`latechunk_dagster.core.head`.
+The option rules (lengths, the engine path, the window check) are in
+:mod:`latechunk_dagster.core.chunker_options`; the data passed between the steps in
+:mod:`latechunk_dagster.core.batches`. The three steps stay public (:meth:`LateChunker.prepare`,
+:meth:`~LateChunker.encode`, :meth:`~LateChunker.pool_results`) so a pipeline can overlap the host with
+the engine, and a host worker process gets the host part alone.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import warnings
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any, Literal
+
+import numpy as np
 
 from latechunk_dagster.core.batches import EncodedBatch as EncodedBatch  # re-exported: the steps' data
 from latechunk_dagster.core.batches import EncoderInputs as EncoderInputs
 from latechunk_dagster.core.batches import PreparedBatch as PreparedBatch
 from latechunk_dagster.core.chunk_ranges import chunks_from_spans as chunks_from_spans  # re-exported
-from latechunk_dagster.core.chunker_options import OptionChecks, engine_lengths
+from latechunk_dagster.core.chunker_host import ChunkerHost, HostSetting, QueryIdentity, settings_of
+from latechunk_dagster.core.chunker_options import engine_lengths as engine_lengths  # re-exported
 from latechunk_dagster.core.chunking.base import ChunkingStrategy, Span
 from latechunk_dagster.core.chunking.given import GivenChunkList
-from latechunk_dagster.core.encode_step import Encoding
+from latechunk_dagster.core.deferred_engine import engine_class, named_engine, transformers_options
+from latechunk_dagster.core.encode_step import EncodeStep, EncodeStepLike, EngineAnswer
+from latechunk_dagster.core.engine_traits import EngineTraits
 from latechunk_dagster.core.engines.base import Engine
-from latechunk_dagster.core.errors import (
-    ModelNotSupportedError,
-)
-from latechunk_dagster.core.finishing import Finishing
-from latechunk_dagster.core.head import prompt_length
-from latechunk_dagster.core.model_card import (
-    ModelCard,
-    check_late_chunking_allowed,
-    read_model_card,
-)
-from latechunk_dagster.core.model_files import load_error
-from latechunk_dagster.core.preparing import Preparing
-from latechunk_dagster.core.results import ChunkedDocument
+from latechunk_dagster.core.errors import DocumentBatchError, DocumentError
+from latechunk_dagster.core.granularities import Granularities
+from latechunk_dagster.core.preparing import check_call
+from latechunk_dagster.core.results import ChunkedDocument, ChunkerSettings
+from latechunk_dagster.core.tokenization import Tokenization
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +65,23 @@ ENGINES: tuple[str, ...] = ("vllm", "transformers")
 DEFAULT_STRATEGY_TIMEOUT_S = 30.0
 
 
-class LateChunker(OptionChecks, Preparing, Encoding, Finishing):
+EngineStart = Literal["now", "first_encode"]
+PathName = Literal["native", "spans", "token_states"]
+
+
+def _encode_step_for(engine: Engine) -> EncodeStepLike:
+    """The encode step of ``engine``: :class:`EncodeStep`, wrapped in :class:`ServerRefusals
+    <latechunk_dagster.core.server_refusals.ServerRefusals>` for a vLLM server engine (imported only
+    then: the server engine's modules import httpx)."""
+    step = EncodeStep(engine)
+    if engine.name == "vllm-server":
+        from latechunk_dagster.core.server_refusals import ServerRefusals
+
+        return ServerRefusals(step)
+    return step
+
+
+class LateChunker:
     """Late chunking on one engine: whole document encoded once, span means, then the head.
 
     The encoder is an :class:`~latechunk_dagster.core.engines.Engine`: by default an
@@ -87,37 +104,16 @@ class LateChunker(OptionChecks, Preparing, Encoding, Finishing):
 
     Args:
         model: model directory on disk (sentence-transformers layout or plain Hugging Face).
-        max_model_len: longest encoder input in tokens; default: the sentence-transformers
-            ``max_seq_length``, capped at the model's own limit (:class:`~latechunk_dagster.core.
-            model_card.PositionLimits`: position table, RoBERTa padding offset, NomicBert's
-            ``max_trained_positions`` under dynamic NTK scaling). Longer documents are encoded in
-            overlapping windows (contract section 5), never truncated. A value above the model's limit
-            is refused (``ModelNotSupportedError`` naming it), before the engine starts.
+        max_model_len, prefix, query_prefix, dimensions, allow_causal, allow_non_mean_pooling,
+            trust_remote_code, engine_path, window_overlap, window_length, allow_windows,
+            strategy_timeout_s: the host part's options (the model, its prompts, lengths, windows, the
+            engine path, the strategies' time bound; :meth:`ChunkerHost.load
+            <latechunk_dagster.core.chunker_host.ChunkerHost.load>` says what each means). The default
+            ``strategy_timeout_s`` is :data:`DEFAULT_STRATEGY_TIMEOUT_S`.
         dtype: model dtype for vLLM (``"auto"``, ``"float32"``, ``"bfloat16"``, ...); default
             ``"float32"`` on the CPU (vLLM's ``"auto"`` there silently downcasts float32
             weights to float16) and ``"auto"`` on a GPU. :attr:`settings` records the dtype vLLM
             resolved (``"auto"`` on a GPU: ``"float16"``).
-        prefix: instruction prefix for documents; default: the model's ``document`` /
-            ``passage`` prompt, if any. ``query_prefix`` likewise for :meth:`embed_queries`.
-        dimensions: Matryoshka cut applied after the mean (must be one the model lists).
-        allow_causal, allow_non_mean_pooling: opt-ins for models contract section 4 refuses;
-            recorded in :attr:`opt_ins` and on every result.
-        trust_remote_code: opt in to loading a model whose configuration or code ships with it
-            (``auto_map``, e.g. Nomic's NomicBert): passed to the tokenizer and to vLLM, recorded in
-            :attr:`opt_ins` as ``"trust_remote_code"``. Without it such a model is refused
-            (``ModelNotSupportedError`` naming the option); it is never turned on silently.
-        engine_path: ``"auto"`` (native when vLLM has ``LateChunkingParams``, else span sums in
-            the engine where it has them), ``"native"`` (fail if it has not), ``"spans"`` (span
-            sums in the engine; fail if it cannot), ``"token_states"`` (every token state to the
-            host: the reference path). The one rule: :meth:`_engine_path`.
-        window_overlap: document tokens shared by consecutive windows of a long document, an int
-            >= 0 below the document tokens a window holds; default (``None``)
-            :func:`latechunk_dagster.core.windows.default_overlap` of the window length (an eighth:
-            32 for 256-token windows). Resolved in one place, :attr:`resolved_window_overlap`: the
-            windows are planned with that number and :attr:`settings` records it, so an explicit
-            overlap equal to the default gives the same settings and vectors as leaving it unset.
-        window_length: tokens per window (default and maximum: ``max_model_len``).
-        allow_windows: ``False`` turns long documents into ``DocumentTooLongError``.
         gpu_memory_utilization: vLLM's memory fraction; default 0.3 on the CPU (where it is a
             fraction of host memory and vLLM's 0.92 did not start on a 24 GiB machine)
             and 0.9 on a GPU.
@@ -134,13 +130,16 @@ class LateChunker(OptionChecks, Preparing, Encoding, Finishing):
             (the light engine: the same token states in float32 from transformers, for queries,
             macOS/Windows and models vLLM does not serve; ``dtype`` may only be ``"float32"``, the vLLM
             arguments are refused by name, and ``**engine_kwargs`` may hold its ``device`` and
-            ``batch_tokens``), or an already started :class:`~latechunk_dagster.core.engines.Engine`
+            ``forward_tokens``: padded tokens per forward pass; the old name ``batch_tokens`` still
+            works, with a ``DeprecationWarning``), or an already started :class:`~latechunk_dagster.core.engines.Engine`
             for this model, which the chunker owns from then on (``close()`` closes it). The engine's
             name is part of :attr:`settings` (lineage, and the incremental rule's record).
-        strategy_timeout_s: per-document time bound of the chunking strategy, in seconds
-            (default :data:`DEFAULT_STRATEGY_TIMEOUT_S`; ``None`` = unbounded). A document whose
-            spans take longer is stopped and rejected alone (:class:`StrategyTimeoutError`,
-            reason ``strategy_timeout``); mechanism in :mod:`latechunk_dagster.core.timebound`.
+        engine_start: ``"now"`` (default) starts a named engine here; ``"first_encode"`` starts it on
+            the first engine call (:class:`~latechunk_dagster.core.deferred_engine.DeferredEngine`), so a
+            chunker whose documents are all unchanged never loads the model. The model, its lengths and
+            (vLLM) its architecture and weights are still checked here; where the engine's dtype is not
+            known before it starts (vLLM's ``"auto"`` on a GPU), reading :attr:`settings` starts it.
+            Only for an engine whose core runs in this process (else: started now).
 
     Raises:
         ModelNotSupportedError: refused model (contract section 4), a slow tokenizer, a ``max_model_len``
@@ -152,6 +151,23 @@ class LateChunker(OptionChecks, Preparing, Encoding, Finishing):
             before the engine starts, naming the setting); an ``engine`` name other than
             :data:`ENGINES`, or vLLM arguments given to the transformers engine.
     """
+
+    #: the host part's settings, read and set through the chunker (setting one replaces the host part)
+    card = HostSetting()
+    tokenizer = HostSetting()
+    head = HostSetting()
+    prefix = HostSetting()
+    query_prefix = HostSetting()
+    document_prompt_tokens = HostSetting()
+    query_prompt_tokens = HostSetting()
+    max_model_len = HostSetting()
+    window_length = HostSetting()
+    #: the caller's option (``None``: the default); the number used is :attr:`resolved_window_overlap`
+    window_overlap = HostSetting()
+    allow_windows = HostSetting()
+    strategy_timeout_s = HostSetting()
+    opt_ins = HostSetting()
+    path = HostSetting()
 
     def __init__(
         self,
@@ -173,85 +189,94 @@ class LateChunker(OptionChecks, Preparing, Encoding, Finishing):
         in_process: bool | None = None,
         engine: Engine | EngineName | None = "vllm",
         strategy_timeout_s: float | None = DEFAULT_STRATEGY_TIMEOUT_S,
+        engine_start: EngineStart = "now",
         **engine_kwargs: Any,
     ) -> None:
-        from latechunk_dagster.core.hf_imports import AutoTokenizer  # transformers'; hf_imports: what it defers
-
-        self.card: ModelCard = read_model_card(model, dimensions=dimensions)
-        self.opt_ins = check_late_chunking_allowed(
-            self.card,
-            allow_causal=allow_causal,
-            allow_non_mean_pooling=allow_non_mean_pooling,
-            trust_remote_code=trust_remote_code,
-        )
-        self.head = self.card.head
-        self.prefix = self.card.document_prefix if prefix is None else prefix
-        self.query_prefix = self.card.query_prefix if query_prefix is None else query_prefix
-        try:
-            self.tokenizer = AutoTokenizer.from_pretrained(str(self.card.path), trust_remote_code=trust_remote_code)
-        except Exception as exc:  # a tokenizer file that does not load: named where it is not JSON, one line
-            raise load_error(self.card.path, "the tokenizer", exc) from exc
-        if not getattr(self.tokenizer, "is_fast", False):
-            raise ModelNotSupportedError(f"{self.card.path}: a fast tokenizer (with offsets) is required")
-        # Pooling include_prompt=false: these first input positions stay out of the means.
-        self.document_prompt_tokens = 0 if self.card.include_prompt else prompt_length(self.tokenizer, self.prefix)
-        self.query_prompt_tokens = 0 if self.card.include_prompt else prompt_length(self.tokenizer, self.query_prefix)
-        self.max_model_len, self.window_length = engine_lengths(self.card, max_model_len, window_length)
-        #: the caller's option (``None``: the default); the number used is :attr:`resolved_window_overlap`
-        self.window_overlap = window_overlap
-        self.allow_windows = allow_windows
-        self.strategy_timeout_s = strategy_timeout_s
-        self.check_windows()
         named = "vllm" if engine is None else engine if isinstance(engine, str) else None
         if named is not None and named not in ENGINES:
             raise ValueError(f"engine must be one of {list(ENGINES)} or an Engine, got {engine!r}")
+        if engine_start not in ("now", "first_encode"):
+            raise ValueError(f"engine_start must be 'now' or 'first_encode', got {engine_start!r}")
         if named == "transformers":
-            from latechunk_dagster.core.engines.transformers_engine import TransformersEngine
-
-            vllm_args = {"dtype": dtype if dtype not in (None, "float32") else None}
-            vllm_args |= {"gpu_memory_utilization": gpu_memory_utilization, "in_process": in_process}
-            given = [f"{k}={v!r}" for k, v in vllm_args.items() if v is not None]
-            given += [f"{k}={v!r}" for k, v in engine_kwargs.items() if k not in ("device", "batch_tokens")]
-            if given:
-                raise ValueError(
-                    f"engine='transformers' computes in float32 and takes no vLLM arguments: {', '.join(given)} "
-                    "(its own options: device, batch_tokens)"
-                )
+            engine_kwargs = transformers_options(dtype, gpu_memory_utilization, in_process, engine_kwargs)
         # decided before the engine starts: a named one by what its class supports (vLLM: the installed vLLM's)
-        starting = TransformersEngine if named == "transformers" else None
-        self.path: str = self._engine_path(engine_path, starting if named else engine)  # type: ignore[arg-type]
-        if named == "transformers":
-            engine = TransformersEngine(
-                self.card.path,
-                max_model_len=self.max_model_len,
-                dense=self.head.dense,
-                trust_remote_code=trust_remote_code,
-                **engine_kwargs,
+        before = engine if named is None else engine_class(named)
+        host = ChunkerHost.load(
+            model,
+            engine=EngineTraits.of(before),  # type: ignore[arg-type]
+            max_model_len=max_model_len,
+            prefix=prefix,
+            query_prefix=query_prefix,
+            dimensions=dimensions,
+            allow_causal=allow_causal,
+            allow_non_mean_pooling=allow_non_mean_pooling,
+            trust_remote_code=trust_remote_code,
+            engine_path=engine_path,
+            window_overlap=window_overlap,
+            window_length=window_length,
+            allow_windows=allow_windows,
+            strategy_timeout_s=strategy_timeout_s,
+        )
+        if named is not None:
+            vllm_args = {"dtype": dtype, "gpu_memory_utilization": gpu_memory_utilization, "in_process": in_process}
+            engine = named_engine(
+                named, host, trust_remote_code, engine_start == "first_encode", vllm_args, engine_kwargs
             )
-        elif named == "vllm":
-            from latechunk_dagster.core.engines.vllm_local import VLLMEngine
+        self._compose(host, engine)  # type: ignore[arg-type]  # an Engine: started above or given
 
-            engine = VLLMEngine(
-                self.card.path,
-                max_model_len=self.max_model_len,
-                dtype=dtype,
-                gpu_memory_utilization=gpu_memory_utilization,
-                in_process=in_process,
-                trust_remote_code=trust_remote_code,
-                architectures=self.card.architectures,
-                hf_overrides=dict(self.card.config_fills),
-                **engine_kwargs,
-            )
-        self.engine: Engine | None = engine  # type: ignore[assignment]  # an Engine: started above or given
+    @classmethod
+    def compose(cls, host: ChunkerHost, engine: Engine) -> LateChunker:
+        """The chunker of a host part and an engine (already started, or deferred), which it owns
+        from then on (:meth:`close` closes it). The host's engine traits are the engine's."""
+        chunker = cls.__new__(cls)
+        chunker._compose(host, engine)
+        return chunker
+
+    def _compose(self, host: ChunkerHost, engine: Engine) -> None:
+        #: the host part (frozen: settings change by replacing it)
+        self.host: ChunkerHost = replace(host, engine=EngineTraits.of(engine))
+        self._step: EncodeStepLike | None = _encode_step_for(engine)
 
     # -- engine lifecycle -------------------------------------------------------------
     @property
+    def engine(self) -> Engine | None:
+        """The engine (``None`` after :meth:`close`)."""
+        return self._step.engine if self._step is not None else None
+
+    @engine.setter
+    def engine(self, engine: Engine | None) -> None:
+        # None: the chunker lets go of its engine without closing it (the caller closes it)
+        if engine is None:
+            self._step = None
+        else:
+            self._compose(self.host, engine)
+
+    @property
+    def engine_started(self) -> bool:
+        """True once the engine runs (always for an engine started at construction; a deferred one,
+        ``engine_start="first_encode"``, starts on the first engine call); False after :meth:`close`."""
+        return self.engine is not None and bool(getattr(self.engine, "started", True))
+
+    def _live_step(self) -> EncodeStepLike:
+        if self._step is None:
+            raise RuntimeError("LateChunker is closed")
+        return self._step
+
+    @property
+    def engine_version(self) -> str:
+        """Version of the engine (vLLM's ``__version__``; transformers' for the light engine; a server's),
+        recorded in lineage; ``"closed"`` after :meth:`close`."""
+        return self.engine.version if self.engine is not None else "closed"
+
+    @property
     def vllm_version(self) -> str:
-        """Version of the engine (vLLM's ``__version__``; transformers' for the light engine), recorded in lineage."""
-        return self._engine().version if self.engine is not None else "closed"
+        """Deprecated name of :attr:`engine_version` (it is transformers' version on the light engine)."""
+        warnings.warn("LateChunker.vllm_version is deprecated: use engine_version", DeprecationWarning, stacklevel=2)
+        return self.engine_version
 
     @property
     def startup_seconds(self) -> float:
+        """Seconds the engine took to start (0.0 before a deferred engine starts, and after close)."""
         return self.engine.startup_seconds if self.engine is not None else 0.0
 
     @property
@@ -268,9 +293,9 @@ class LateChunker(OptionChecks, Preparing, Encoding, Finishing):
 
     def close(self) -> None:
         """Shut the engine down, child processes included. Safe to call twice."""
-        engine, self.engine = self.engine, None
-        if engine is not None:
-            engine.close()
+        step, self._step = self._step, None
+        if step is not None:
+            step.engine.close()
 
     def __enter__(self) -> LateChunker:
         return self
@@ -278,23 +303,60 @@ class LateChunker(OptionChecks, Preparing, Encoding, Finishing):
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    # -- the host part's values -------------------------------------------------------
+    @property
+    def settings(self) -> ChunkerSettings:
+        """This chunker's :class:`~latechunk_dagster.core.results.ChunkerSettings` (read when asked, so a
+        changed window length shows): :func:`~latechunk_dagster.core.chunker_host.settings_of`."""
+        return settings_of(self.host, self.engine)
+
+    @property
+    def resolved_window_overlap(self) -> int:
+        """Document tokens consecutive windows share, as the windows are planned and :attr:`settings` records
+        it (:attr:`ChunkerHost.resolved_window_overlap
+        <latechunk_dagster.core.chunker_host.ChunkerHost.resolved_window_overlap>`)."""
+        return self.host.resolved_window_overlap
+
+    @property
+    def embedding_dim(self) -> int:
+        """Width of a chunk vector: the Matryoshka cut, else the last projection, else hidden size."""
+        return self.host.embedding_dim
+
+    @property
+    def query_identity(self) -> QueryIdentity:
+        """The lineage a table's rows are compared with before this chunker's queries search them."""
+        return self.host.query_identity
+
+    def check_windows(self) -> None:
+        """Refuse window settings no long document could be planned with (``ValueError`` naming the setting)."""
+        self.host.check_windows()
+
+    def tokenize(self, text: str, *, index: int = 0, doc_id: str | None = None) -> Tokenization:
+        """The one tokenization pass of a document (with this chunker's prefix)."""
+        return self.host.tokenize(text, index=index, doc_id=doc_id)
+
+    def pooled_spans(self, spans: Sequence[Span]) -> list[Span]:
+        """:meth:`ChunkerHost.pooled_spans <latechunk_dagster.core.chunker_host.ChunkerHost.pooled_spans>`."""
+        return self.host.pooled_spans(spans)
+
     # -- public API -----------------------------------------------------------------
     def chunk(
         self,
         texts: Sequence[str],
-        strategy: ChunkingStrategy,
+        strategy: ChunkingStrategy | Granularities,
         *,
         doc_ids: Sequence[str] | None = None,
         chunks: Sequence[GivenChunkList | None] | None = None,
         errors: Literal["raise", "return"] = "raise",
         engine_path: Literal["native", "spans", "token_states"] | None = None,
     ) -> list[ChunkedDocument]:
-        """Late-chunk many documents in one batched ``encode`` call: :meth:`prepare`, :meth:`encode`, :meth:`finish`.
+        """Late-chunk many documents in one batched engine call: :meth:`prepare`, :meth:`encode`, :meth:`pool_results`.
 
         Args:
             texts: document texts.
             strategy: how to cut each document into spans (``FixedTokens``, ``Sentences``...,
-                ``GivenChunks()`` for each document's own chunks).
+                ``GivenChunks()`` for each document's own chunks), or a single-strategy
+                :class:`~latechunk_dagster.core.granularities.Granularities`.
             doc_ids: ids used in errors and results (default ``"0"``, ``"1"``...).
             chunks: with ``GivenChunks()``: each document's own chunks, one entry per text: a list of
                 ``(start, end)`` character ranges or of the chunk texts (located in order:
@@ -318,14 +380,14 @@ class LateChunker(OptionChecks, Preparing, Encoding, Finishing):
             ValueError: ``errors`` is not ``"raise"`` or ``"return"``; ``doc_ids`` or ``chunks`` has
                 another length; ``chunks`` without ``GivenChunks()`` or ``GivenChunks()`` without them.
         """
-        if not isinstance(strategy, ChunkingStrategy):
+        if not isinstance(strategy, ChunkingStrategy) and not (isinstance(strategy, Granularities) and strategy.single):
             raise TypeError(f"strategy must be a ChunkingStrategy (e.g. FixedTokens(64)), got {strategy!r}")
-        return self._chunk(texts, strategy, doc_ids, chunks, errors, engine_path)  # type: ignore[return-value]
+        return self._chunk(texts, strategy, doc_ids, chunks, errors, engine_path)
 
     def chunk_granularities(
         self,
         texts: Sequence[str],
-        strategies: Mapping[str, ChunkingStrategy],
+        strategies: Mapping[str, ChunkingStrategy] | Granularities,
         *,
         doc_ids: Sequence[str] | None = None,
         chunks: Sequence[GivenChunkList | None] | None = None,
@@ -339,7 +401,8 @@ class LateChunker(OptionChecks, Preparing, Encoding, Finishing):
         float64 rounding of the sums), with identical ranges.
 
         Args:
-            strategies: ``{name: strategy}``, finest first: each chunk's
+            strategies: ``{name: strategy}`` (or its :class:`~latechunk_dagster.core.granularities.Granularities`),
+                finest first: each chunk's
                 :attr:`~ChunkedDocument.parents` index is a chunk of the next granularity. Names are
                 letters, digits and ``_`` (they name tables). Never native (the engine's native path
                 pools one strategy).
@@ -353,37 +416,135 @@ class LateChunker(OptionChecks, Preparing, Encoding, Finishing):
             As :meth:`chunk`; ``ValueError`` for an empty mapping or a bad name,
             ``HeadNotSupportedError`` for a non-linear head.
         """
+        if isinstance(strategies, Granularities):
+            strategies = strategies.as_dict()
         if not isinstance(strategies, Mapping):
             raise TypeError(f"strategies must be a mapping of names to strategies, got {strategies!r}")
-        return self._chunk(texts, strategies, doc_ids, chunks, errors, engine_path, granular=True)  # type: ignore[return-value]
+        granularities = Granularities.of(strategies)
+        results = self._chunk(texts, granularities, doc_ids, chunks, errors, engine_path)
+        if granularities.single:  # {"": strategy} given as a mapping: the documented shape is a dict
+            results = [r if isinstance(r, DocumentError) else {r.granularity: r} for r in results]
+        return results
 
     def _chunk(
         self,
         texts: Sequence[str],
-        strategy: ChunkingStrategy | Mapping[str, ChunkingStrategy],
+        strategy: ChunkingStrategy | Granularities,
         doc_ids: Sequence[str] | None,
         chunks: Sequence[GivenChunkList | None] | None,
         errors: str,
-        engine_path: Literal["native", "spans", "token_states"] | None,
-        granular: bool = False,
+        engine_path: PathName | None,
     ) -> list[Any]:
-        self._check_call(texts, strategy)
+        self._live_step()
+        granularities = check_call(texts, strategy)
         if errors not in ("raise", "return"):
             raise ValueError(f"errors must be 'raise' or 'return', got {errors!r}")
-        prepared = self.prepare(texts, strategy, doc_ids=doc_ids, chunks=chunks, engine_path=engine_path)
-        encoded = self.encode(prepared)
-        if granular:
-            return self.finish_granularities(encoded, errors=errors)  # type: ignore[arg-type]
-        return self.finish(encoded, errors=errors)  # type: ignore[arg-type]
+        prepared = self.prepare(texts, granularities, doc_ids=doc_ids, chunks=chunks, engine_path=engine_path)
+        return self.pool_results(self.encode(prepared), errors=errors)  # type: ignore[arg-type]
 
-    def pooled_spans(self, spans: Sequence[Span]) -> list[Span]:
-        """The token ranges whose states are averaged: ``spans``, with the first one starting after
-        the document prompt when the model's Pooling has ``include_prompt=false`` (the chunk still
-        owns those tokens; only its mean leaves them out)."""
-        k = self.document_prompt_tokens
-        if not k or not spans:
-            return list(spans)
-        return [Span(max(spans[0].start, k), spans[0].end, spans[0].headings), *spans[1:]]
+    # -- the three steps --------------------------------------------------------------
+    def prepare(
+        self,
+        texts: Sequence[str],
+        strategy: Granularities | ChunkingStrategy | Mapping[str, ChunkingStrategy],
+        *,
+        doc_ids: Sequence[str] | None = None,
+        chunks: Sequence[GivenChunkList | None] | None = None,
+        engine_path: PathName | None = None,
+    ) -> PreparedBatch:
+        """Host work before the encoder: :meth:`ChunkerHost.prepare
+        <latechunk_dagster.core.chunker_host.ChunkerHost.prepare>` (check each text, tokenize the batch in
+        one call, spans, window plans; per-document failures kept in the batch). Touches no engine, so it
+        may run in another thread while :meth:`encode` runs.
+
+        Raises:
+            RuntimeError: the chunker is closed.
+            TypeError, ValueError: as :meth:`chunk`.
+            ModelNotSupportedError, HeadNotSupportedError: ``engine_path`` cannot serve this model or strategy.
+        """
+        self._live_step()
+        return self.host.prepare(texts, strategy, doc_ids=doc_ids, chunks=chunks, engine_path=engine_path)
+
+    def encode(self, prepared: PreparedBatch) -> EncodedBatch:
+        """The one engine call of a prepared batch: token states of every window (or their span sums),
+        and native chunk means. Only this step uses the engine; call it from one thread at a time."""
+        rows, native, refused = self.encode_inputs(self.host.encoder_inputs(prepared))
+        prepared.refuse(refused)
+        return EncodedBatch(prepared, rows, native)
+
+    def encoder_inputs(self, prepared: PreparedBatch) -> EncoderInputs:
+        """The engine inputs of a prepared batch (:meth:`ChunkerHost.encoder_inputs
+        <latechunk_dagster.core.chunker_host.ChunkerHost.encoder_inputs>`)."""
+        return self.host.encoder_inputs(prepared)
+
+    def encode_inputs(self, inputs: EncoderInputs) -> EngineAnswer:
+        """The engine call of :meth:`encode` on its inputs alone (the host worker pool's engine thread
+        calls it): :meth:`EncodeStep.encode_inputs <latechunk_dagster.core.encode_step.EncodeStep.encode_inputs>`,
+        with a vLLM server's rejected documents refused alone (:mod:`latechunk_dagster.core.server_refusals`).
+
+        Returns:
+            (per window float32 rows, the native chunk means, ``{batch index: error}`` of refused documents).
+        """
+        return self._live_step().encode_inputs(inputs, self.host.head)
+
+    def pool_results(self, encoded: EncodedBatch, *, errors: Literal["raise", "return"] = "return") -> list[Any]:
+        """Host work after the encoder: span means, the head, the non-finite check
+        (:func:`~latechunk_dagster.core.finishing.pool_results`).
+
+        Returns:
+            One entry per document in input order: a :class:`ChunkedDocument` for a single-strategy batch,
+            ``{name: ChunkedDocument}`` for several granularities, or the ``DocumentError`` in its place.
+
+        Raises:
+            DocumentBatchError: some documents failed and ``errors="raise"``.
+            TokenizationMismatchError: vLLM's token ids or chunk ranges differ from ours (native path).
+        """
+        return self.host.pool_results(encoded, errors=errors)
+
+    def finish(
+        self, encoded: EncodedBatch, *, errors: Literal["raise", "return"] = "return"
+    ) -> list[ChunkedDocument | DocumentError]:
+        """Deprecated name of :meth:`pool_results` for a single-strategy batch.
+
+        Raises:
+            TypeError: the batch has several granularities (:meth:`pool_results`).
+        """
+        warnings.warn("LateChunker.finish is deprecated: use pool_results", DeprecationWarning, stacklevel=2)
+        _ = encoded.prepared.strategy  # TypeError for several granularities
+        return self.pool_results(encoded, errors=errors)
+
+    def finish_granularities(
+        self, encoded: EncodedBatch, *, errors: Literal["raise", "return"] = "return"
+    ) -> list[dict[str, ChunkedDocument] | DocumentError]:
+        """Deprecated: :meth:`pool_results` with every document's results as ``{name: ChunkedDocument}``
+        (a single strategy's under its name ``""``)."""
+        warnings.warn(
+            "LateChunker.finish_granularities is deprecated: use pool_results", DeprecationWarning, stacklevel=2
+        )
+        results = self.pool_results(encoded, errors="return")
+        if encoded.prepared.granularities.single:
+            results = [r if isinstance(r, DocumentError) else {r.granularity: r} for r in results]
+        failures = [r for r in results if isinstance(r, DocumentError)]
+        if failures and errors == "raise":
+            raise DocumentBatchError(results, failures)
+        return results
+
+    def embed_queries(self, queries: Sequence[str]) -> np.ndarray:
+        """Embed whole queries the way the model embeds a sequence: mean of its tokens, then the head.
+
+        The model's query prefix is prepended (a leading byte order mark of a query is dropped,
+        as for documents). The mean covers every token, special tokens included, except where the
+        model's Pooling has ``include_prompt=false``: then the first
+        :func:`~latechunk_dagster.core.head.prompt_length` tokens (``[CLS]`` and the prompt) are
+        left out, as sentence-transformers does. Returns float32 ``[n_queries, embedding_dim]``.
+
+        Raises:
+            ValueError: a query longer than ``max_model_len``, or without a token of its own (empty,
+                whitespace or control characters only; a query is never windowed).
+            RuntimeError: the chunker is closed.
+        """
+        prompts = self.host.query_prompts(queries)
+        return self.host.pool_queries(self._live_step().token_states(prompts))
 
 
 def query_chunker(model: str | os.PathLike[str], **options: Any) -> LateChunker:

@@ -1,76 +1,73 @@
 """The encode step: the one engine call of a prepared batch (token states, span sums or native chunks).
 
-A part of :class:`~latechunk_dagster.core.chunker.LateChunker`; only this step uses the engine.
+An object the chunker holds beside its host part (:class:`~latechunk_dagster.core.chunker.LateChunker`);
+only this step uses the engine. A server engine's step is wrapped by
+:class:`~latechunk_dagster.core.server_refusals.ServerRefusals`, which turns the documents a server
+rejects into per-document errors (the chunker picks it for a server engine).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Protocol
+
 import numpy as np
 
-from latechunk_dagster.core.batches import EncodedBatch, EncoderInputs, PreparedBatch
-from latechunk_dagster.core.chunker_state import ChunkerState
-from latechunk_dagster.core.engines.base import NativeChunks
-from latechunk_dagster.core.errors import (
-    DocumentError,
-)
-from latechunk_dagster.core.tokenization import (
-    encoder_text,
-)
+from latechunk_dagster.core.batches import EncoderInputs
+from latechunk_dagster.core.engines.base import Engine, NativeChunks
+from latechunk_dagster.core.errors import DocumentError
+from latechunk_dagster.core.head import Head
+
+#: What an engine call of a batch answers: (per window float32 ``[len(window), dim]`` token states,
+#: or its piece sums on the span path; the engine's chunk means per native text; ``{batch index:
+#: error}`` of the documents the engine refused).
+EngineAnswer = tuple[list[np.ndarray], list[NativeChunks], dict[int, DocumentError]]
 
 
-class Encoding(ChunkerState):
-    """The encode step of :class:`~latechunk_dagster.core.chunker.LateChunker`."""
+class EncodeStepLike(Protocol):
+    """What the chunker asks of its encode step."""
 
-    def encode(self, prepared: PreparedBatch) -> EncodedBatch:
-        """The one engine call of a prepared batch: token states of every window (and native chunk means).
+    engine: Engine
 
-        Only this step uses the engine; call it from one thread at a time.
-        """
-        rows, native, refused = self.encode_inputs(self.encoder_inputs(prepared))
-        prepared.refuse(refused)
-        return EncodedBatch(prepared, rows, native)
+    def encode_inputs(self, inputs: EncoderInputs, head: Head) -> EngineAnswer: ...
 
-    def encoder_inputs(self, prepared: PreparedBatch) -> EncoderInputs:
-        """The engine inputs of a prepared batch: its windows, and the native path's texts (prefix
-        prepended, BOM left out: :func:`encoder_text`) with the strategy's chunk size."""
-        native_docs = [i for i, *_ in prepared.native_jobs]
-        return EncoderInputs(
-            windows=prepared.windows,
-            window_docs=[j[0] for j in prepared.state_jobs for _ in j[3].windows],
-            native_texts=[encoder_text(self.prefix, prepared.texts[i]) for i in native_docs],
-            native_docs=native_docs,
-            chunk_size=prepared.strategy.chunk_size if native_docs else 0,  # type: ignore[attr-defined]  # native: one FixedTokens
-            ids=list(prepared.ids),
-            pieces=prepared.window_pieces,
-        )
+    def token_states(self, prompts: Sequence[Sequence[int]]) -> list[np.ndarray]: ...
 
-    def encode_inputs(
-        self, inputs: EncoderInputs
-    ) -> tuple[list[np.ndarray], list[NativeChunks], dict[int, DocumentError]]:
-        """The engine call of :meth:`encode` on its inputs alone (the host worker pool calls it too).
+
+class EncodeStep:
+    """The engine call of a batch on ``engine``.
+
+    Args:
+        engine: the :class:`~latechunk_dagster.core.engines.Engine` that encodes.
+    """
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    def encode_inputs(self, inputs: EncoderInputs, head: Head) -> EngineAnswer:
+        """One engine call over a batch's inputs (the host worker pool's engine thread calls it too).
 
         Args:
-            inputs: from :meth:`encoder_inputs`.
+            inputs: from :meth:`ChunkerHost.encoder_inputs
+                <latechunk_dagster.core.chunker_host.ChunkerHost.encoder_inputs>`.
+            head: the chunker's head (the native path's Matryoshka cut and normalization).
 
         Returns:
-            (per window float32 ``[len(window), dim]`` token states, or its piece sums on the span
-            path (``inputs.pieces`` set), the engine's chunk means per native text,
-            ``{batch index: error}`` of documents the engine refused). The in-process engine refuses
-            none; :class:`~latechunk_dagster.core.remote.RemoteLateChunker` refuses the documents a
-            server answers 4xx for, and the rows and means are then those of the other documents
-            (``inputs.without(refused)``), for :meth:`PreparedBatch.refuse` to match.
+            :data:`EngineAnswer`: the rows (span sums when ``inputs.pieces`` is set), the native chunk
+            means, and no refused document (an engine refuses none; :class:`ServerRefusals
+            <latechunk_dagster.core.server_refusals.ServerRefusals>` does).
         """
         if inputs.pieces is None:
-            rows = self._token_rows(inputs.windows)
+            rows = self.token_states(inputs.windows)
         else:
-            rows = self._engine().span_sums(inputs.windows, inputs.pieces) if inputs.windows else []
+            rows = self.engine.span_sums(inputs.windows, inputs.pieces) if inputs.windows else []
         native: list[NativeChunks] = []
         if inputs.native_texts:
-            native = self._engine().native_chunks(
-                inputs.native_texts, inputs.chunk_size, dimensions=self.head.dimensions, normalize=self.head.normalize
+            native = self.engine.native_chunks(
+                inputs.native_texts, inputs.chunk_size, dimensions=head.dimensions, normalize=head.normalize
             )
         return rows, native, {}
 
-    def _token_rows(self, prompts: list[list[int]]) -> list[np.ndarray]:
-        """Per-token rows (projection applied, normalization off) for each prompt, float32."""
-        return self._engine().token_states(prompts) if prompts else []
+    def token_states(self, prompts: Sequence[Sequence[int]]) -> list[np.ndarray]:
+        """Per-token rows (projection applied, normalization off) for each prompt, float32 ``[len, dim]``."""
+        return self.engine.token_states(prompts) if prompts else []

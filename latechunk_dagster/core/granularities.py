@@ -18,12 +18,13 @@ tokens (the earlier one on a tie) (:func:`parent_indices`). The last granularity
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from latechunk_dagster.core.chunking.base import ChunkingStrategy, Span
+from latechunk_dagster.core.chunking.fixed import FixedTokens
 
 #: What a granularity name may be: it becomes part of a table name and of chunk ids.
 GRANULARITY_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_]{0,62}")
@@ -32,36 +33,132 @@ GRANULARITY_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_]{0,62}")
 SINGLE = ""
 
 
-def check_granularities(
-    strategies: ChunkingStrategy | Mapping[str, ChunkingStrategy],
-) -> dict[str, ChunkingStrategy]:
-    """The granularities of a call as ``{name: strategy}``, finest first.
+@dataclass(frozen=True, eq=False)
+class Granularities:
+    """The checked granularities of a call: named strategies, finest first; built once at an edge.
 
-    Args:
-        strategies: one strategy (the single granularity :data:`SINGLE`), or a mapping of names
-            (:data:`GRANULARITY_NAME`: letters, digits, ``_``; at most 63) to strategies, in order
-            finest first (the parent of a chunk is in the next one).
+    The one value the chunker and the pipeline pass around in place of the old
+    ``ChunkingStrategy | Mapping[str, ChunkingStrategy]`` union: build it with :meth:`of` where the
+    caller's strategy enters (run config, component YAML, operator, the public API) and pass it on;
+    every consumer reads :attr:`single`, :attr:`names`, :meth:`parent` instead of re-checking.
+    :meth:`of` also takes a ``Granularities`` (returned as is), so an edge may be crossed twice.
+
+    Example::
+
+        g = Granularities.of({"sentence": Sentences(), "paragraph": Paragraphs()})
+        g.names                    # ('sentence', 'paragraph')
+        g.parent("sentence")       # 'paragraph' (the next, coarser granularity)
+        Granularities.of(FixedTokens(64)).single   # True: one strategy, named SINGLE ("")
+
+    Attributes:
+        items: ``(name, strategy)`` pairs in order, finest first. A single strategy is the one pair
+            ``(SINGLE, strategy)``, :attr:`single` true: its results are plain ``ChunkedDocument``s,
+            never wrapped in ``{SINGLE: ...}``.
+    """
+
+    items: tuple[tuple[str, ChunkingStrategy], ...]
+
+    @classmethod
+    def of(cls, strategies: Granularities | ChunkingStrategy | Mapping[str, ChunkingStrategy]) -> Granularities:
+        """The checked value of a strategy, a ``{name: strategy}`` mapping, or a ``Granularities``.
+
+        Args:
+            strategies: one strategy (the single granularity :data:`SINGLE`), or a mapping of names
+                (:data:`GRANULARITY_NAME`: letters, digits, ``_``; at most 63) to strategies, in order
+                finest first (the parent of a chunk is in the next one).
+
+        Raises:
+            TypeError: not a strategy nor a mapping of them (naming the bad entry).
+            ValueError: an empty mapping, or a name that is not a :data:`GRANULARITY_NAME`.
+        """
+        if isinstance(strategies, Granularities):
+            return strategies
+        if isinstance(strategies, ChunkingStrategy):
+            return cls(((SINGLE, strategies),))
+        if not isinstance(strategies, Mapping):
+            raise TypeError(
+                f"strategy must be a ChunkingStrategy (e.g. FixedTokens(64)) or a mapping of them, got {strategies!r}"
+            )
+        if not strategies:
+            raise ValueError("no granularities given: pass at least one {name: strategy}")
+        for name, strategy in strategies.items():
+            if not isinstance(name, str) or not GRANULARITY_NAME.fullmatch(name):
+                raise ValueError(
+                    f"granularity name {name!r} must be 1-63 letters, digits or '_' (not first): it names a table"
+                )
+            if not isinstance(strategy, ChunkingStrategy):
+                raise TypeError(f"granularity {name!r}: expected a ChunkingStrategy, got {strategy!r}")
+        return cls(tuple(strategies.items()))
+
+    @property
+    def single(self) -> bool:
+        """True for a single-strategy call (one granularity named :data:`SINGLE`)."""
+        return len(self.items) == 1 and self.items[0][0] == SINGLE
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """The granularity names, finest first (``("",)`` for a single strategy)."""
+        return tuple(name for name, _ in self.items)
+
+    @property
+    def strategy(self) -> ChunkingStrategy:
+        """The strategy of a one-granularity value.
+
+        Raises:
+            TypeError: there are several granularities (read :meth:`as_dict`).
+        """
+        if len(self.items) != 1:
+            raise TypeError(f"this batch has {len(self.items)} granularities: read .strategies")
+        return self.items[0][1]
+
+    @property
+    def native_strategy(self) -> FixedTokens | None:
+        """The ``FixedTokens`` strategy of a one-granularity value: what an engine's native path
+        pools (``None`` for several granularities or another strategy)."""
+        if len(self.items) != 1:
+            return None
+        only = self.items[0][1]
+        return only if isinstance(only, FixedTokens) else None
+
+    def parent(self, name: str) -> str | None:
+        """The granularity after ``name`` (its chunks are the parents of ``name``'s), ``None`` for the last.
+
+        Raises:
+            KeyError: ``name`` is not one of :attr:`names`.
+        """
+        names = self.names
+        n = names.index(name) if name in names else -1
+        if n < 0:
+            raise KeyError(f"no granularity {name!r} among {list(names)}")
+        return names[n + 1] if n + 1 < len(names) else None
+
+    def as_dict(self) -> dict[str, ChunkingStrategy]:
+        """``{name: strategy}``, finest first (a new dict: the caller may change it)."""
+        return dict(self.items)
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.names)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Granularities) and self.items == other.items
+
+    def __hash__(self) -> int:
+        return hash(self.names)
+
+
+def check_granularities(
+    strategies: Granularities | ChunkingStrategy | Mapping[str, ChunkingStrategy],
+) -> dict[str, ChunkingStrategy]:
+    """The granularities of a call as ``{name: strategy}``, finest first: :meth:`Granularities.of`
+    as a dict (kept for callers of the union; new code holds the :class:`Granularities` value).
 
     Raises:
-        TypeError: not a strategy nor a mapping of them (naming the bad entry).
-        ValueError: an empty mapping, or a name that is not a :data:`GRANULARITY_NAME`.
+        TypeError, ValueError: as :meth:`Granularities.of`.
     """
-    if isinstance(strategies, ChunkingStrategy):
-        return {SINGLE: strategies}
-    if not isinstance(strategies, Mapping):
-        raise TypeError(
-            f"strategy must be a ChunkingStrategy (e.g. FixedTokens(64)) or a mapping of them, got {strategies!r}"
-        )
-    if not strategies:
-        raise ValueError("no granularities given: pass at least one {name: strategy}")
-    for name, strategy in strategies.items():
-        if not isinstance(name, str) or not GRANULARITY_NAME.fullmatch(name):
-            raise ValueError(
-                f"granularity name {name!r} must be 1-63 letters, digits or '_' (not first): it names a table"
-            )
-        if not isinstance(strategy, ChunkingStrategy):
-            raise TypeError(f"granularity {name!r}: expected a ChunkingStrategy, got {strategy!r}")
-    return dict(strategies)
+    return Granularities.of(strategies).as_dict()
 
 
 @dataclass(frozen=True)

@@ -111,7 +111,7 @@ class ChunkerResource(ConfigurableResource):
     def get_chunker(self) -> LateChunker:
         """The chunker of this process, started on first use and shut down at teardown."""
         if self._chunker is None:
-            chunker = self._chunker = self._start()
+            chunker = self._chunker = self._start()  # the engine itself starts on the first encode
             if self._log:
                 self._log.info(engine_up_line(chunker))
         return self._chunker
@@ -165,7 +165,7 @@ class VLLMEngineResource(ChunkerResource):
         )
 
     def _start(self) -> LateChunker:
-        return self.vllm_settings().start(self.model_path(), self.chunker_options())
+        return self.vllm_settings().start(self.model_path(), self.chunker_options(), engine_start="first_encode")
 
 
 class TransformersEngineResource(ChunkerResource):
@@ -195,9 +195,9 @@ class TransformersEngineResource(ChunkerResource):
     )
 
     def _start(self) -> LateChunker:
-        options: dict[str, Any] = {"device": self.device}
+        options: dict[str, Any] = {"device": self.device, "engine_start": "first_encode"}
         if self.batch_tokens is not None:
-            options["batch_tokens"] = self.batch_tokens
+            options["forward_tokens"] = self.batch_tokens
         return LateChunker(self.model_path(), engine="transformers", **self.chunker_kwargs(), **options)
 
 

@@ -80,8 +80,9 @@ class VLLMSettings:
         """The setting names, in order."""
         return tuple(f.name for f in fields(cls))
 
-    def start(self, model: str | os.PathLike[str], options: ChunkerOptions) -> LateChunker:
-        """A new chunker on ``model`` with an in-process vLLM engine of these settings (the caller closes it).
+    def start(self, model: str | os.PathLike[str], options: ChunkerOptions, engine_start: str = "now") -> LateChunker:
+        """A new chunker on ``model`` with an in-process vLLM engine of these settings (the caller closes it);
+        ``engine_start="first_encode"``: the engine starts on the first encode (``LateChunker``'s option).
 
         Raises:
             Whatever ``LateChunker`` raises (a model refused without its opt-in, an engine that
@@ -95,12 +96,16 @@ class VLLMSettings:
             dtype=self.dtype,
             gpu_memory_utilization=self.gpu_memory_utilization,
             tensor_parallel_size=self.tensor_parallel_size,
+            engine_start=engine_start,  # type: ignore[arg-type]
             **options.kwargs(),
             **args,
         )
 
 
 def engine_up_line(chunker: LateChunker) -> str:
-    """The log line of a chunker whose engine started: ``"<engine> up in <s> s (path=..., model=...)"``."""
+    """The log line of a chunker: ``"<engine> up in <s> s (path=..., model=...)"``; an engine that starts on
+    the first encode says so instead of a start time."""
     engine = chunker.engine.describe() if chunker.engine else "engine"
+    if not chunker.engine_started:
+        return f"{engine} (path={chunker.path}, model={chunker.card.path})"
     return f"{engine} up in {chunker.startup_seconds:.1f} s (path={chunker.path}, model={chunker.card.path})"

@@ -9,7 +9,9 @@ Used by :func:`~latechunk_dagster.pipeline.materialize_partition` when ``host_wo
                     -> the same worker: finish (its prepared batch is kept there)
     writer thread   the worker's Arrow rows + per-document summaries, in batch order -> staging file
 
-A batch is prepared and finished by the same worker (its tokenizations, spans and window plans
+Each worker holds the chunker's host part (:class:`~latechunk_dagster.core.chunker_host.ChunkerHost`,
+pickled once: tokenizer, settings, head, engine traits; no engine). A batch is prepared and
+finished by the same worker (its tokenizations, spans and window plans
 never cross the process boundary; only the windows' token ids, and on the span path each window's
 row ranges, go to the engine). The engine's rows (float32 span-sum pairs, or token states on the
 token-state path) go to the worker as one ``multiprocessing.shared_memory`` block per batch: the engine's rows are
@@ -21,8 +23,9 @@ bounded by the batch (times the worker count), not by the partition.
 A worker that dies (killed, out of memory) fails every request it held with
 :class:`HostWorkerError`; the partition then raises before its commit, so the table keeps the
 partition's old rows. A pool that lost a worker is shut down and the next call starts a new one.
-Pools are kept per (chunker, worker count) across calls (:func:`host_pool`), since starting a
-worker (``spawn``: a fresh interpreter importing numpy, transformers, pyarrow) takes seconds; they
+Pools are kept per (chunker, worker count) across calls (:func:`host_pool`; a changed host part
+restarts them), since starting a worker (``spawn``: a fresh interpreter importing numpy,
+transformers, pyarrow) takes seconds; they
 are closed when their chunker is garbage-collected, at interpreter exit, or by
 :func:`shutdown_host_pools`.
 """
@@ -30,7 +33,6 @@ are closed when their chunker is garbage-collected, at interpreter exit, or by
 from __future__ import annotations
 
 import atexit
-import copy
 import itertools
 import logging
 import multiprocessing
@@ -48,12 +50,12 @@ import numpy as np
 
 from latechunk_dagster.core.chunker import EncoderInputs, LateChunker
 from latechunk_dagster.core.chunking import ChunkingStrategy
-from latechunk_dagster.core.engines.base import Engine, NativeChunks
+from latechunk_dagster.core.engines.base import NativeChunks
 from latechunk_dagster.core.errors import DocumentError
 from latechunk_dagster.pipeline.accounting import DocumentSummary
 from latechunk_dagster.pipeline.hostworker import TEST_WORKER_KILL_ENV as TEST_WORKER_KILL_ENV  # re-exported
 from latechunk_dagster.pipeline.hostworker import HostWorkerError as HostWorkerError  # re-exported
-from latechunk_dagster.pipeline.hostworker import _document_fields, _worker_main
+from latechunk_dagster.pipeline.hostworker import document_fields, run_host_worker
 from latechunk_dagster.sources.documents import Document
 
 log = logging.getLogger(__name__)
@@ -91,26 +93,20 @@ class FinishedBatch:
     seconds: float
 
 
-class _HostOnlyEngine(Engine):
-    """Stands for the parent's engine in a worker: its name, version and native support, no encoder."""
+def host_payload(chunker: LateChunker) -> bytes:
+    """What the workers get of ``chunker``: its host part, pickled (compared byte for byte to tell a
+    changed setting).
 
-    def __init__(self, engine: Engine) -> None:
-        self.name, self.version, self.supports_native = engine.name, engine.version, engine.supports_native
-        self.supports_span_sums = engine.supports_span_sums
-
-    def token_states(self, prompts: Sequence[Sequence[int]]) -> list[np.ndarray]:
-        raise RuntimeError("a host worker has no engine; token states come from the parent")
-
-
-def _host_only(chunker: LateChunker) -> bytes:
-    """The chunker pickled without its engine (tokenizer, strategy settings, head, windows)."""
-    clone = copy.copy(chunker)
-    clone.engine = _HostOnlyEngine(chunker._engine())
-    return pickle.dumps(clone)
+    Raises:
+        RuntimeError: the chunker is closed.
+    """
+    if chunker.engine is None:
+        raise RuntimeError("LateChunker is closed")
+    return pickle.dumps(chunker.host)
 
 
 class HostPool:
-    """``workers`` processes, each holding a host-only copy of ``chunker``.
+    """``workers`` processes, each holding ``chunker``'s host part.
 
     Args:
         chunker: the partition's chunker; its engine stays in this process.
@@ -124,8 +120,8 @@ class HostPool:
         if workers < 1:
             raise ValueError(f"host_workers must be at least 1 for a pool, got {workers}")
         self.workers = workers
-        #: the host-only chunker the workers hold, pickled (a pool is replaced when it changes)
-        self.payload = _host_only(chunker) if payload is None else payload
+        #: the host part the workers hold, pickled (a pool is replaced when it changes)
+        self.payload = host_payload(chunker) if payload is None else payload
         self.broken: BaseException | None = None
         self._seq = itertools.count()
         self._next = itertools.count()
@@ -146,7 +142,7 @@ class HostPool:
         for w in range(workers):
             parent, child = ctx.Pipe(duplex=True)
             proc = ctx.Process(
-                target=_worker_main, args=(child, payload, threads), name=f"latechunk-host-{w}", daemon=True
+                target=run_host_worker, args=(child, payload, threads), name=f"latechunk-host-{w}", daemon=True
             )
             proc.start()
             child.close()
@@ -172,7 +168,7 @@ class HostPool:
                 (:func:`~latechunk_dagster.pipeline.finish.finish_rows`); ``None``: every one.
         """
         w = next(self._next) % self.workers
-        docs = [_document_fields(d) for d in batch]
+        docs = [document_fields(d) for d in batch]
         return self._request(w, "prepare", (docs, strategy, None if needs is None else [tuple(n) for n in needs]))
 
     def finish(
@@ -362,12 +358,12 @@ def _unlink(shm: shared_memory.SharedMemory) -> None:
 def pool_refusal(chunker: object, strategy: ChunkingStrategy) -> str | None:
     """Why worker processes cannot do this partition's host work, or ``None`` when they can.
 
-    The workers get a pickled copy of the chunker (without its engine) and of the strategy, so a
-    chunker that is not a :class:`LateChunker` (a wrapper) or a strategy that does not pickle (a class
-    defined inside a function) cannot go to them.
+    The workers get the chunker's host part and the strategy, pickled, so a chunker that is not a
+    :class:`LateChunker` (a wrapper) or a strategy that does not pickle (a class defined inside a
+    function) cannot go to them.
     """
     if not isinstance(chunker, LateChunker):
-        return f"the chunker is a {type(chunker).__name__}, not a LateChunker the workers can copy"
+        return f"the chunker is a {type(chunker).__name__}, not a LateChunker whose host part the workers can hold"
     try:
         pickle.dumps(strategy)
     except Exception as exc:
@@ -383,9 +379,9 @@ _POOLS_LOCK = threading.Lock()
 
 def host_pool(chunker: LateChunker, workers: int) -> HostPool:
     """The live pool of ``workers`` processes for ``chunker``, started on first use, after a failure, or
-    when a setting of the chunker changed since (``window_length``, ``prefix``...: the workers hold a
-    pickled copy, compared byte for byte)."""
-    payload = _host_only(chunker)  # the chunker as it is now: a changed setting restarts the workers
+    when a setting of the chunker changed since (``window_length``, ``prefix``...: the workers hold its
+    host part, pickled, compared byte for byte)."""
+    payload = host_payload(chunker)  # the host part as it is now: a changed setting restarts the workers
     with _POOLS_LOCK:
         pools = _POOLS.setdefault(chunker, {})
         pool = pools.get(workers)

@@ -1,6 +1,7 @@
 """The host worker process of :mod:`latechunk_dagster.pipeline.hostpool`: its loop, prepare and finish.
 
-What runs in a worker: it unpickles the host-only chunker once, then answers ``prepare`` (check,
+What runs in a worker: it unpickles the chunker's host part
+(:class:`~latechunk_dagster.core.chunker_host.ChunkerHost`: no engine) once, then answers ``prepare`` (check,
 tokenize, spans, windows: the engine inputs go back) and ``finish`` (the engine's rows read in place
 from the parent's shared-memory block, then :func:`~latechunk_dagster.pipeline.finish.finish_rows`:
 means, head, Arrow rows) requests in order. The parent side (the pool, the shared-memory blocks)
@@ -20,7 +21,8 @@ from typing import Any
 
 import numpy as np
 
-from latechunk_dagster.core.chunker import EncodedBatch, LateChunker, PreparedBatch
+from latechunk_dagster.core.batches import EncodedBatch, PreparedBatch
+from latechunk_dagster.core.chunker_host import ChunkerHost
 from latechunk_dagster.core.chunking import ChunkingStrategy
 from latechunk_dagster.core.engines.base import NativeChunks
 from latechunk_dagster.core.errors import DocumentError, LateChunkError
@@ -38,12 +40,13 @@ class HostWorkerError(LateChunkError):
     """A host worker process died or failed outside any one document; the partition is not written."""
 
 
-def _worker_main(conn: Any, payload: bytes, tokenizer_threads: str) -> None:
-    """A worker's loop: prepare / finish requests, answered in order on ``conn``."""
+def run_host_worker(conn: Any, payload: bytes, tokenizer_threads: str) -> None:
+    """A worker's loop (the worker process's target): prepare / finish requests, answered in order on
+    ``conn``; ``payload`` is the pickled :class:`ChunkerHost`."""
     os.environ.setdefault("TOKENIZERS_PARALLELISM", tokenizer_threads)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when to stop
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # an ignored SIGTERM is inherited (see core.timebound)
-    chunker: LateChunker = pickle.loads(payload)
+    host: ChunkerHost = pickle.loads(payload)
     held: dict[int, tuple[list[Document], PreparedBatch, list[tuple[str, ...]]]] = {}
     maps: dict[str, shared_memory.SharedMemory] = {}  # the parent's kept blocks, mapped once
     seen = {"prepare": 0, "finish": 0}
@@ -60,28 +63,28 @@ def _worker_main(conn: Any, payload: bytes, tokenizer_threads: str) -> None:
             os.kill(os.getpid(), signal.SIGKILL)
         try:
             if kind == "prepare":
-                reply = _prepare(chunker, held, seq, *body)
+                reply = _prepare(host, held, seq, *body)
             else:
-                reply = _finish(chunker, held, maps, *body)
+                reply = _finish(host, held, maps, *body)
             conn.send(("prepared" if kind == "prepare" else "finished", seq, reply))
         except BaseException as exc:  # one request's failure fails its partition, not the worker
             held.pop(body[0] if kind == "finish" else seq, None)
             conn.send(("error", seq, _picklable(exc)))
 
 
-def _document_fields(doc: Document) -> tuple[Any, ...]:
+def document_fields(doc: Document) -> tuple[Any, ...]:
     """What a worker gets of a document: every field, in order (``doc_id, text, sha256, chunks,
     converter, pages``: a converted document's rows carry its converter and pages) (:func:`_document`)."""
     return tuple(getattr(doc, f.name) for f in fields(Document))
 
 
 def _document(values: tuple[Any, ...]) -> Document:
-    """The document of :func:`_document_fields` again, its own chunks, converter and pages included."""
+    """The document of :func:`document_fields` again, its own chunks, converter and pages included."""
     return Document(*values)
 
 
 def _prepare(
-    chunker: LateChunker,
+    host: ChunkerHost,
     held: dict,
     seq: int,
     docs: list[tuple[str, str, str, Any]],
@@ -90,16 +93,16 @@ def _prepare(
 ) -> tuple:
     t0 = time.perf_counter()
     batch = [_document(d) for d in docs]
-    prepared = chunker.prepare(
+    prepared = host.prepare(
         [d.text for d in batch], strategy, doc_ids=[d.doc_id for d in batch], chunks=given_chunks(batch, strategy)
     )
-    every = tuple(prepared.strategies)
+    every = prepared.granularities.names
     held[seq] = (batch, prepared, needs if needs is not None else [every] * len(batch))
-    return chunker.encoder_inputs(prepared), time.perf_counter() - t0
+    return host.encoder_inputs(prepared), time.perf_counter() - t0
 
 
 def _finish(
-    chunker: LateChunker,
+    host: ChunkerHost,
     held: dict,
     maps: dict[str, shared_memory.SharedMemory],
     seq: int,
@@ -132,7 +135,7 @@ def _finish(
             rows = [block[a : a + n] for a, n in spans]
         else:
             block, rows = None, []
-        results, record = finish_rows(chunker, EncodedBatch(prepared, rows, native), batch, context, needs)
+        results, record = finish_rows(host, EncodedBatch(prepared, rows, native), batch, context, needs)
         del rows, block
     finally:
         if shm is not None and not kept:
