@@ -57,30 +57,36 @@ def encoder_text(prefix: str, text: str) -> str:
 
 
 class Tokenization:
-    """Token ids and per-token source ranges of one document.
+    """Token ids and per-token source ranges of one document, held in numpy arrays.
 
     Attributes:
-        token_ids: ``list[int]`` of length ``n_tokens``: the ids that are encoded and pooled,
-            special tokens and instruction-prefix tokens included.
-        offsets: ``list[tuple[int, int] | None]`` of length ``n_tokens``: half-open code-point
-            range of each token in the document text, ``None`` for a token without a source
-            range (special tokens, prefix tokens). Built from :meth:`offset_arrays` on first
-            use: the host path itself reads only the arrays.
-        special: ``list[bool]``: True for the tokenizer's special tokens ([CLS], [SEP], ...).
+        ids: int64 ``[n_tokens]``: the ids that are encoded and pooled, special tokens and
+            instruction-prefix tokens included.
+        special_mask: bool ``[n_tokens]``: True for the tokenizer's special tokens ([CLS], [SEP], ...).
+        starts, ends: int64 ``[n_tokens]``: half-open code-point range of each token in the document
+            text, ``-1`` for a token without a source range (special tokens, prefix tokens).
         n_prefix: number of instruction-prefix tokens (they follow the leading special tokens).
 
-    Build it from ``offsets`` (tuples) or from ``starts`` / ``ends`` (int64 ``[n_tokens]``,
-    ``-1`` where unsourced), not both. Two tokenizations are equal when their ids, ranges,
-    special marks and prefix lengths are.
+    The list views :attr:`token_ids` (``list[int]``), :attr:`special` (``list[bool]``) and
+    :attr:`offsets` (``list[tuple[int, int] | None]``) are built from the arrays on first use and
+    cached; the host path itself reads the arrays (no Python object per token).
+
+    Build it from ``offsets`` (tuples) or from ``starts`` / ``ends``, not both; ``token_ids`` and
+    ``special`` may be lists or arrays. Two tokenizations are equal when their ids, ranges, special
+    marks and prefix lengths are. Treat it as read-only: the arrays are shared with slices.
+
+    Raises:
+        ValueError: at construction, neither or both of ``offsets`` and ``starts`` / ``ends``, or
+            arrays of different lengths.
     """
 
-    __slots__ = ("token_ids", "special", "n_prefix", "_offsets", "_arrays")
+    __slots__ = ("ids", "special_mask", "n_prefix", "_offsets", "_arrays", "_token_ids", "_special")
 
     def __init__(
         self,
-        token_ids: list[int],
+        token_ids: Sequence[int] | np.ndarray,
         offsets: list[tuple[int, int] | None] | None = None,
-        special: list[bool] | None = None,
+        special: Sequence[bool] | np.ndarray | None = None,
         n_prefix: int = 0,
         *,
         starts: np.ndarray | None = None,
@@ -88,22 +94,57 @@ class Tokenization:
     ) -> None:
         if (offsets is None) == (starts is None or ends is None):
             raise ValueError("Tokenization needs offsets, or starts and ends, not both")
-        self.token_ids = token_ids
-        self.special = [False] * len(token_ids) if special is None else special
+        self.ids: np.ndarray = _int64_array(token_ids)
+        n = len(self.ids)
+        self._token_ids: list[int] | None = token_ids if isinstance(token_ids, list) else None
+        if special is None:
+            self.special_mask: np.ndarray = np.zeros(n, dtype=bool)
+        else:
+            self.special_mask = np.asarray(special, dtype=bool).reshape(-1)
+        self._special: list[bool] | None = special if isinstance(special, list) else None
         self.n_prefix = n_prefix
         self._offsets = offsets
         self._arrays = None if starts is None or ends is None else (starts, ends)
+        lengths = {n, len(self.special_mask), len(offsets) if offsets is not None else len(starts)}  # type: ignore[arg-type]
+        if self._arrays is not None:
+            lengths.add(len(self._arrays[1]))
+        if len(lengths) != 1:
+            raise ValueError(f"Tokenization: ids, special marks and ranges differ in length ({sorted(lengths)})")
+
+    @property
+    def token_ids(self) -> list[int]:
+        """:attr:`ids` as ``list[int]`` (built once; the engines' prompts and the results take lists)."""
+        if self._token_ids is None:
+            self._token_ids = self.ids.tolist()
+        return self._token_ids
+
+    @property
+    def special(self) -> list[bool]:
+        """:attr:`special_mask` as ``list[bool]`` (built once)."""
+        if self._special is None:
+            self._special = self.special_mask.tolist()
+        return self._special
+
+    @property
+    def starts(self) -> np.ndarray:
+        """int64 ``[n_tokens]``: first code point of each token's range, ``-1`` where unsourced."""
+        return self.offset_arrays()[0]
+
+    @property
+    def ends(self) -> np.ndarray:
+        """int64 ``[n_tokens]``: end (exclusive) of each token's range, ``-1`` where unsourced."""
+        return self.offset_arrays()[1]
 
     def __len__(self) -> int:
-        return len(self.token_ids)
+        return len(self.ids)
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Tokenization):
             return NotImplemented
         (s1, e1), (s2, e2) = self.offset_arrays(), other.offset_arrays()
         return (
-            self.token_ids == other.token_ids
-            and list(self.special) == list(other.special)
+            np.array_equal(self.ids, other.ids)
+            and np.array_equal(self.special_mask, other.special_mask)
             and self.n_prefix == other.n_prefix
             and np.array_equal(s1, s2)
             and np.array_equal(e1, e2)
@@ -115,11 +156,13 @@ class Tokenization:
         return f"Tokenization({len(self)} tokens, n_prefix={self.n_prefix})"
 
     def __getstate__(self) -> tuple:
-        return (self.token_ids, self.special, self.n_prefix, self.offset_arrays())
+        return (self.ids, self.special_mask, self.n_prefix, self.offset_arrays())
 
     def __setstate__(self, state: tuple) -> None:
-        self.token_ids, self.special, self.n_prefix, self._arrays = state
-        self._offsets = None
+        ids, special, self.n_prefix, self._arrays = state
+        self.ids = _int64_array(ids)
+        self.special_mask = np.asarray(special, dtype=bool)
+        self._token_ids = self._special = self._offsets = None
 
     @property
     def offsets(self) -> list[tuple[int, int] | None]:
@@ -133,10 +176,10 @@ class Tokenization:
         return self._offsets
 
     def offset_arrays(self) -> tuple[np.ndarray, np.ndarray]:
-        """:attr:`offsets` as two int64 arrays ``(starts, ends)`` of length ``n_tokens``, ``-1`` where unsourced.
+        """The ranges as two int64 arrays ``(starts, ends)`` of length ``n_tokens``, ``-1`` where unsourced.
 
-        Built once (by the tokenizer pass, or on first use) and cached; the strategies' token
-        maps and the chunk ranges use them instead of the tuples.
+        Made by the tokenizer pass (or from ``offsets`` on first use) and cached; the strategies'
+        token maps and the chunk ranges use them instead of the tuples.
         """
         if self._arrays is None:
             offsets = self._offsets  # the constructor took offsets when it took no arrays
@@ -152,9 +195,17 @@ class Tokenization:
         return self.offset_arrays()[0] >= 0
 
     def slice(self, lo: int, hi: int) -> Tokenization:
-        """Tokens ``[lo, hi)`` as a tokenization of their own (ranges still index the whole text)."""
+        """Tokens ``[lo, hi)`` as a tokenization of their own (views of these arrays; ranges still
+        index the whole text; its ``n_prefix`` is 0)."""
         starts, ends = self.offset_arrays()
-        return Tokenization(self.token_ids[lo:hi], None, self.special[lo:hi], starts=starts[lo:hi], ends=ends[lo:hi])
+        return Tokenization(self.ids[lo:hi], None, self.special_mask[lo:hi], starts=starts[lo:hi], ends=ends[lo:hi])
+
+
+def _int64_array(values: Sequence[int] | np.ndarray) -> np.ndarray:
+    """``values`` as an int64 ``[n]`` array (no copy when it already is one)."""
+    if isinstance(values, np.ndarray):
+        return values.astype(np.int64, copy=False).reshape(-1)
+    return np.fromiter(values, dtype=np.int64, count=len(values))
 
 
 #: What a byte that is not UTF-8 most likely means, by where the text came from (:func:`unicode_problem`).
@@ -290,14 +341,36 @@ def _stock_batch_call(cls: type) -> bool:
     return True
 
 
-def _encodings(tokenizer: Any, inputs: list[str]) -> list[tuple[list[int], list[tuple[int, int]], list[int]]]:
-    """``(input_ids, code-point offsets, special-tokens mask)`` of each input, from one batch call."""
+#: One encoding as arrays: ids int64 ``[n]``, offsets int64 ``[n, 2]`` (code points into the
+#: tokenizer's input), special-tokens mask bool ``[n]``.
+_Encoded = tuple[np.ndarray, np.ndarray, np.ndarray]
+
+
+def _as_arrays(ids: Sequence[int], offsets: Sequence[tuple[int, int]], special_mask: Sequence[int]) -> _Encoded:
+    """One encoding's lists (what ``tokenizers`` hands to Python) as arrays, one ``np.fromiter`` each.
+
+    ``tokenizers`` (0.23) has no array or buffer output: ``Encoding.ids`` / ``.offsets`` /
+    ``.special_tokens_mask`` build Python lists (a tuple per offset). Each list is read into its
+    array as soon as it is made, so the per-token objects die young, one document at a time, instead
+    of the whole batch's being alive at once (``bench/token_arrays.py`` measures the options).
+    """
+    n = len(ids)
+    pairs = np.fromiter(itertools.chain.from_iterable(offsets), dtype=np.int64, count=2 * len(offsets))
+    return (
+        np.fromiter(ids, dtype=np.int64, count=n),
+        pairs.reshape(-1, 2),
+        np.fromiter(special_mask, dtype=bool, count=len(special_mask)),
+    )
+
+
+def _encodings(tokenizer: Any, inputs: list[str]) -> list[_Encoded]:
+    """``(input_ids, code-point offsets, special-tokens mask)`` arrays of each input, from one batch call."""
     backend = _backend(tokenizer)
     if backend is not None:
         encodings = backend.encode_batch(inputs, add_special_tokens=True)
-        return [(e.ids, e.offsets, e.special_tokens_mask) for e in encodings]
+        return [_as_arrays(e.ids, e.offsets, e.special_tokens_mask) for e in encodings]
     enc = tokenizer(inputs, **_ENCODE_KW)
-    return list(zip(enc["input_ids"], enc["offset_mapping"], enc["special_tokens_mask"]))
+    return [_as_arrays(*e) for e in zip(enc["input_ids"], enc["offset_mapping"], enc["special_tokens_mask"])]
 
 
 def tokenize_document(
@@ -321,8 +394,8 @@ def tokenize_document(
             prefix and the text is a text token, its range clamped to start at the text.)
         NoContentTokensError: no token has a source range.
     """
-    [(ids, offsets, special)] = _encodings(tokenizer, [encoder_text(prefix, text)])
-    return _from_encoding(ids, offsets, special, text, prefix, index, doc_id)
+    [encoded] = _encodings(tokenizer, [encoder_text(prefix, text)])
+    return _from_encoding(encoded, text, prefix, index, doc_id)
 
 
 def tokenize_documents(
@@ -345,18 +418,16 @@ def tokenize_documents(
         return []
     out: list[Tokenization | DocumentError] = []
     encodings = _encodings(tokenizer, [encoder_text(prefix, t) for t in texts])
-    for k, (ids, offsets, special) in enumerate(encodings):
+    for k, encoded in enumerate(encodings):
         try:
-            out.append(_from_encoding(ids, offsets, special, texts[k], prefix, indices[k], doc_ids[k]))
+            out.append(_from_encoding(encoded, texts[k], prefix, indices[k], doc_ids[k]))
         except DocumentError as exc:
             out.append(exc)
     return out
 
 
 def _from_encoding(
-    input_ids: Sequence[int],
-    raw: Sequence[tuple[int, int]],
-    special_mask: Sequence[int],
+    encoded: _Encoded,
     text: str,
     prefix: str,
     index: int,
@@ -370,12 +441,10 @@ def _from_encoding(
     starts inside the prefix and ends after it is a text token whose range starts where the text
     does (contract section 1); sourced starts must not decrease and ends must stay inside the text.
     """
-    ids: list[int] = input_ids if isinstance(input_ids, list) else list(input_ids)
+    ids, pairs, special_arr = encoded
     n = len(ids)
-    if len(raw) != n:
+    if len(pairs) != n or len(special_arr) != n:
         raise OffsetsError(index, doc_id, "tokenizer returned no offset for some tokens")
-    special_arr = np.fromiter(special_mask, dtype=bool, count=n)
-    pairs = np.fromiter(itertools.chain.from_iterable(raw), dtype=np.int64, count=2 * n).reshape(n, 2)
     starts, ends = pairs[:, 0], pairs[:, 1]
     n_pre = len(prefix)
     # The tokenizer saw prefix + text without a leading BOM: offsets move back by the prefix, on by the BOM.
@@ -400,4 +469,4 @@ def _from_encoding(
     out_s = np.full(n, -1, dtype=np.int64)
     out_e = np.full(n, -1, dtype=np.int64)
     out_s[src], out_e[src] = s_src, e_src
-    return Tokenization(ids, None, special_arr.tolist(), int(in_prefix.sum()), starts=out_s, ends=out_e)
+    return Tokenization(ids, None, special_arr, int(in_prefix.sum()), starts=out_s, ends=out_e)
