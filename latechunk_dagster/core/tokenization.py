@@ -15,7 +15,6 @@ the same rule (:func:`bom_length`). A U+FEFF anywhere else is text (a zero-width
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Sequence
 from typing import Any
 
@@ -30,6 +29,9 @@ from latechunk_dagster.core.errors import (
     NoContentTokensError,
     OffsetsError,
 )
+from latechunk_dagster.core.tokenizer_call import _ENCODE_KW as _ENCODE_KW  # moved; still importable here
+from latechunk_dagster.core.tokenizer_call import Encoded, encodings
+from latechunk_dagster.core.tokenizer_call import _backend as _backend
 
 #: The byte order mark as a code point (what ``"utf-8"`` decoding leaves of ``EF BB BF``).
 BOM = "\ufeff"
@@ -289,90 +291,6 @@ def check_query(query: object, index: int | None = None) -> str:
     return query
 
 
-_ENCODE_KW: dict[str, Any] = {
-    "add_special_tokens": True,
-    "return_offsets_mapping": True,
-    "return_special_tokens_mask": True,
-    "truncation": False,
-    "padding": False,
-    "verbose": False,
-}
-
-
-def _backend(tokenizer: Any) -> Any | None:
-    """The Rust ``tokenizers.Tokenizer`` under a transformers fast tokenizer, when calling it
-    directly gives exactly what ``tokenizer(texts, **_ENCODE_KW)`` gives; else ``None``.
-
-    transformers' batch call (``TokenizersBackend._encode_plus``, transformers 5) turns truncation
-    and padding off on the backend, sets its ``encode_special_tokens`` to the tokenizer's
-    ``split_special_tokens``, calls ``encode_batch(texts, add_special_tokens=True)`` and then copies
-    every encoding into Python lists (0.15 of 1.72 s of :func:`tokenize_documents`, single-threaded,
-    on ``bench/host_ceiling.py``'s 958,761-token corpus under cProfile; more under GIL contention).
-    The direct call is taken only while the backend is in that state;
-    otherwise the transformers call runs (and leaves the backend in it for the next batch).
-    """
-    backend = getattr(tokenizer, "_tokenizer", None)
-    if backend is None or not hasattr(backend, "encode_batch") or not _stock_batch_call(type(tokenizer)):
-        return None
-    try:
-        if backend.truncation is not None or backend.padding is not None:
-            return None
-        if bool(backend.encode_special_tokens) != bool(getattr(tokenizer, "split_special_tokens", False)):
-            return None
-    except AttributeError:  # a tokenizers release without these properties
-        return None
-    return backend
-
-
-#: Where transformers 5 defines the batch call that :func:`_backend` stands in for.
-_STOCK_CALL = {
-    "__call__": "transformers.tokenization_utils_base",
-    "_encode_plus": "transformers.tokenization_utils_tokenizers",
-}
-
-
-def _stock_batch_call(cls: type) -> bool:
-    """True when ``cls`` inherits transformers' own ``__call__`` and ``_encode_plus`` (a model's
-    tokenizer class that overrides either one keeps its own call)."""
-    for name, module in _STOCK_CALL.items():
-        owner = next((c for c in cls.__mro__ if name in c.__dict__), None)
-        if owner is None or owner.__module__ != module:
-            return False
-    return True
-
-
-#: One encoding as arrays: ids int64 ``[n]``, offsets int64 ``[n, 2]`` (code points into the
-#: tokenizer's input), special-tokens mask bool ``[n]``.
-_Encoded = tuple[np.ndarray, np.ndarray, np.ndarray]
-
-
-def _as_arrays(ids: Sequence[int], offsets: Sequence[tuple[int, int]], special_mask: Sequence[int]) -> _Encoded:
-    """One encoding's lists (what ``tokenizers`` hands to Python) as arrays, one ``np.fromiter`` each.
-
-    ``tokenizers`` (0.23) has no array or buffer output: ``Encoding.ids`` / ``.offsets`` /
-    ``.special_tokens_mask`` build Python lists (a tuple per offset). Each list is read into its
-    array as soon as it is made, so the per-token objects die young, one document at a time, instead
-    of the whole batch's being alive at once (``bench/token_arrays.py`` measures the options).
-    """
-    n = len(ids)
-    pairs = np.fromiter(itertools.chain.from_iterable(offsets), dtype=np.int64, count=2 * len(offsets))
-    return (
-        np.fromiter(ids, dtype=np.int64, count=n),
-        pairs.reshape(-1, 2),
-        np.fromiter(special_mask, dtype=bool, count=len(special_mask)),
-    )
-
-
-def _encodings(tokenizer: Any, inputs: list[str]) -> list[_Encoded]:
-    """``(input_ids, code-point offsets, special-tokens mask)`` arrays of each input, from one batch call."""
-    backend = _backend(tokenizer)
-    if backend is not None:
-        encodings = backend.encode_batch(inputs, add_special_tokens=True)
-        return [_as_arrays(e.ids, e.offsets, e.special_tokens_mask) for e in encodings]
-    enc = tokenizer(inputs, **_ENCODE_KW)
-    return [_as_arrays(*e) for e in zip(enc["input_ids"], enc["offset_mapping"], enc["special_tokens_mask"])]
-
-
 def tokenize_document(
     tokenizer: Any, text: str, *, prefix: str = "", index: int = 0, doc_id: str = "0"
 ) -> Tokenization:
@@ -394,7 +312,7 @@ def tokenize_document(
             prefix and the text is a text token, its range clamped to start at the text.)
         NoContentTokensError: no token has a source range.
     """
-    [encoded] = _encodings(tokenizer, [encoder_text(prefix, text)])
+    [encoded] = encodings(tokenizer, [encoder_text(prefix, text)])
     return _from_encoding(encoded, text, prefix, index, doc_id)
 
 
@@ -417,8 +335,8 @@ def tokenize_documents(
     if not texts:
         return []
     out: list[Tokenization | DocumentError] = []
-    encodings = _encodings(tokenizer, [encoder_text(prefix, t) for t in texts])
-    for k, encoded in enumerate(encodings):
+    batch = encodings(tokenizer, [encoder_text(prefix, t) for t in texts])
+    for k, encoded in enumerate(batch):
         try:
             out.append(_from_encoding(encoded, texts[k], prefix, indices[k], doc_ids[k]))
         except DocumentError as exc:
@@ -427,7 +345,7 @@ def tokenize_documents(
 
 
 def _from_encoding(
-    encoded: _Encoded,
+    encoded: Encoded,
     text: str,
     prefix: str,
     index: int,
