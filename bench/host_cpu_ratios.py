@@ -85,9 +85,8 @@ def main() -> None:
         f"{ROOT}, heap {heap}M lists, load {os.getloadavg()[0]:.1f}: "
         + ", ".join(f"{k} {v:.3f} CPU s" for k, v in best.items())
     )
-    print(
-        f"encode_batch / tokenize {enc / best['tokenize']:.2f}, / chunk() {enc / best['chunk()']:.2f}, / partition {enc / best['partition']:.2f}"
-    )
+    ratios = ", ".join(f"/ {k} {enc / best[k]:.2f}" for k in ("tokenize", "chunk()", "partition"))
+    print(f"encode_batch {ratios}")
 
 
 if __name__ == "__main__":
