@@ -51,7 +51,7 @@ def build_encoder(model: str | None, device: str, dtype: str) -> tuple[object, i
     from transformers import AutoModel, BertConfig, BertModel
 
     if model:
-        enc = AutoModel.from_pretrained(model, torch_dtype=getattr(torch, dtype))
+        enc = AutoModel.from_pretrained(model).to(getattr(torch, dtype))  # no dtype keyword: transformers 4 and 5
     else:
         enc = BertModel(BertConfig(**{k: v for k, v in MINILM.items() if k != "model_type"}), add_pooling_layer=False)
         enc = enc.to(getattr(torch, dtype))
