@@ -116,9 +116,9 @@ class CharSpans(ChunkingStrategy):
         k_of = np.searchsorted(range_starts, s_src, side="right") - 1
         holds = k_of >= 0
         holds[holds] = s_src[holds] < range_ends[k_of[holds]]
-        has_token = np.zeros(len(pairs), dtype=bool)
-        has_token[k_of[holds]] = True
-        has_token = has_token.tolist()
+        held = np.zeros(len(pairs), dtype=bool)
+        held[k_of[holds]] = True
+        has_token: list[bool] = held.tolist()
         if not all(has_token):
             k = has_token.index(False)
             raise _fail(
