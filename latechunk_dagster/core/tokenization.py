@@ -15,7 +15,6 @@ the same rule (:func:`bom_length`). A U+FEFF anywhere else is text (a zero-width
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Sequence
 from typing import Any
 
@@ -30,6 +29,9 @@ from latechunk_dagster.core.errors import (
     NoContentTokensError,
     OffsetsError,
 )
+from latechunk_dagster.core.tokenizer_call import _ENCODE_KW as _ENCODE_KW  # moved; still importable here
+from latechunk_dagster.core.tokenizer_call import Encoded, encodings
+from latechunk_dagster.core.tokenizer_call import _backend as _backend
 
 #: The byte order mark as a code point (what ``"utf-8"`` decoding leaves of ``EF BB BF``).
 BOM = "\ufeff"
@@ -57,30 +59,36 @@ def encoder_text(prefix: str, text: str) -> str:
 
 
 class Tokenization:
-    """Token ids and per-token source ranges of one document.
+    """Token ids and per-token source ranges of one document, held in numpy arrays.
 
     Attributes:
-        token_ids: ``list[int]`` of length ``n_tokens``: the ids that are encoded and pooled,
-            special tokens and instruction-prefix tokens included.
-        offsets: ``list[tuple[int, int] | None]`` of length ``n_tokens``: half-open code-point
-            range of each token in the document text, ``None`` for a token without a source
-            range (special tokens, prefix tokens). Built from :meth:`offset_arrays` on first
-            use: the host path itself reads only the arrays.
-        special: ``list[bool]``: True for the tokenizer's special tokens ([CLS], [SEP], ...).
+        ids: int64 ``[n_tokens]``: the ids that are encoded and pooled, special tokens and
+            instruction-prefix tokens included.
+        special_mask: bool ``[n_tokens]``: True for the tokenizer's special tokens ([CLS], [SEP], ...).
+        starts, ends: int64 ``[n_tokens]``: half-open code-point range of each token in the document
+            text, ``-1`` for a token without a source range (special tokens, prefix tokens).
         n_prefix: number of instruction-prefix tokens (they follow the leading special tokens).
 
-    Build it from ``offsets`` (tuples) or from ``starts`` / ``ends`` (int64 ``[n_tokens]``,
-    ``-1`` where unsourced), not both. Two tokenizations are equal when their ids, ranges,
-    special marks and prefix lengths are.
+    The list views :attr:`token_ids` (``list[int]``), :attr:`special` (``list[bool]``) and
+    :attr:`offsets` (``list[tuple[int, int] | None]``) are built from the arrays on first use and
+    cached; the host path itself reads the arrays (no Python object per token).
+
+    Build it from ``offsets`` (tuples) or from ``starts`` / ``ends``, not both; ``token_ids`` and
+    ``special`` may be lists or arrays. Two tokenizations are equal when their ids, ranges, special
+    marks and prefix lengths are. Treat it as read-only: the arrays are shared with slices.
+
+    Raises:
+        ValueError: at construction, neither or both of ``offsets`` and ``starts`` / ``ends``, or
+            arrays of different lengths.
     """
 
-    __slots__ = ("token_ids", "special", "n_prefix", "_offsets", "_arrays")
+    __slots__ = ("ids", "special_mask", "n_prefix", "_offsets", "_arrays", "_token_ids", "_special")
 
     def __init__(
         self,
-        token_ids: list[int],
+        token_ids: Sequence[int] | np.ndarray,
         offsets: list[tuple[int, int] | None] | None = None,
-        special: list[bool] | None = None,
+        special: Sequence[bool] | np.ndarray | None = None,
         n_prefix: int = 0,
         *,
         starts: np.ndarray | None = None,
@@ -88,22 +96,57 @@ class Tokenization:
     ) -> None:
         if (offsets is None) == (starts is None or ends is None):
             raise ValueError("Tokenization needs offsets, or starts and ends, not both")
-        self.token_ids = token_ids
-        self.special = [False] * len(token_ids) if special is None else special
+        self.ids: np.ndarray = _int64_array(token_ids)
+        n = len(self.ids)
+        self._token_ids: list[int] | None = token_ids if isinstance(token_ids, list) else None
+        if special is None:
+            self.special_mask: np.ndarray = np.zeros(n, dtype=bool)
+        else:
+            self.special_mask = np.asarray(special, dtype=bool).reshape(-1)
+        self._special: list[bool] | None = special if isinstance(special, list) else None
         self.n_prefix = n_prefix
         self._offsets = offsets
         self._arrays = None if starts is None or ends is None else (starts, ends)
+        lengths = {n, len(self.special_mask), len(offsets) if offsets is not None else len(starts)}  # type: ignore[arg-type]
+        if self._arrays is not None:
+            lengths.add(len(self._arrays[1]))
+        if len(lengths) != 1:
+            raise ValueError(f"Tokenization: ids, special marks and ranges differ in length ({sorted(lengths)})")
+
+    @property
+    def token_ids(self) -> list[int]:
+        """:attr:`ids` as ``list[int]`` (built once; the engines' prompts and the results take lists)."""
+        if self._token_ids is None:
+            self._token_ids = self.ids.tolist()
+        return self._token_ids
+
+    @property
+    def special(self) -> list[bool]:
+        """:attr:`special_mask` as ``list[bool]`` (built once)."""
+        if self._special is None:
+            self._special = self.special_mask.tolist()
+        return self._special
+
+    @property
+    def starts(self) -> np.ndarray:
+        """int64 ``[n_tokens]``: first code point of each token's range, ``-1`` where unsourced."""
+        return self.offset_arrays()[0]
+
+    @property
+    def ends(self) -> np.ndarray:
+        """int64 ``[n_tokens]``: end (exclusive) of each token's range, ``-1`` where unsourced."""
+        return self.offset_arrays()[1]
 
     def __len__(self) -> int:
-        return len(self.token_ids)
+        return len(self.ids)
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Tokenization):
             return NotImplemented
         (s1, e1), (s2, e2) = self.offset_arrays(), other.offset_arrays()
         return (
-            self.token_ids == other.token_ids
-            and list(self.special) == list(other.special)
+            np.array_equal(self.ids, other.ids)
+            and np.array_equal(self.special_mask, other.special_mask)
             and self.n_prefix == other.n_prefix
             and np.array_equal(s1, s2)
             and np.array_equal(e1, e2)
@@ -115,11 +158,13 @@ class Tokenization:
         return f"Tokenization({len(self)} tokens, n_prefix={self.n_prefix})"
 
     def __getstate__(self) -> tuple:
-        return (self.token_ids, self.special, self.n_prefix, self.offset_arrays())
+        return (self.ids, self.special_mask, self.n_prefix, self.offset_arrays())
 
     def __setstate__(self, state: tuple) -> None:
-        self.token_ids, self.special, self.n_prefix, self._arrays = state
-        self._offsets = None
+        ids, special, self.n_prefix, self._arrays = state
+        self.ids = _int64_array(ids)
+        self.special_mask = np.asarray(special, dtype=bool)
+        self._token_ids = self._special = self._offsets = None
 
     @property
     def offsets(self) -> list[tuple[int, int] | None]:
@@ -133,10 +178,10 @@ class Tokenization:
         return self._offsets
 
     def offset_arrays(self) -> tuple[np.ndarray, np.ndarray]:
-        """:attr:`offsets` as two int64 arrays ``(starts, ends)`` of length ``n_tokens``, ``-1`` where unsourced.
+        """The ranges as two int64 arrays ``(starts, ends)`` of length ``n_tokens``, ``-1`` where unsourced.
 
-        Built once (by the tokenizer pass, or on first use) and cached; the strategies' token
-        maps and the chunk ranges use them instead of the tuples.
+        Made by the tokenizer pass (or from ``offsets`` on first use) and cached; the strategies'
+        token maps and the chunk ranges use them instead of the tuples.
         """
         if self._arrays is None:
             offsets = self._offsets  # the constructor took offsets when it took no arrays
@@ -152,9 +197,17 @@ class Tokenization:
         return self.offset_arrays()[0] >= 0
 
     def slice(self, lo: int, hi: int) -> Tokenization:
-        """Tokens ``[lo, hi)`` as a tokenization of their own (ranges still index the whole text)."""
+        """Tokens ``[lo, hi)`` as a tokenization of their own (views of these arrays; ranges still
+        index the whole text; its ``n_prefix`` is 0)."""
         starts, ends = self.offset_arrays()
-        return Tokenization(self.token_ids[lo:hi], None, self.special[lo:hi], starts=starts[lo:hi], ends=ends[lo:hi])
+        return Tokenization(self.ids[lo:hi], None, self.special_mask[lo:hi], starts=starts[lo:hi], ends=ends[lo:hi])
+
+
+def _int64_array(values: Sequence[int] | np.ndarray) -> np.ndarray:
+    """``values`` as an int64 ``[n]`` array (no copy when it already is one)."""
+    if isinstance(values, np.ndarray):
+        return values.astype(np.int64, copy=False).reshape(-1)
+    return np.fromiter(values, dtype=np.int64, count=len(values))
 
 
 #: What a byte that is not UTF-8 most likely means, by where the text came from (:func:`unicode_problem`).
@@ -238,68 +291,6 @@ def check_query(query: object, index: int | None = None) -> str:
     return query
 
 
-_ENCODE_KW: dict[str, Any] = {
-    "add_special_tokens": True,
-    "return_offsets_mapping": True,
-    "return_special_tokens_mask": True,
-    "truncation": False,
-    "padding": False,
-    "verbose": False,
-}
-
-
-def _backend(tokenizer: Any) -> Any | None:
-    """The Rust ``tokenizers.Tokenizer`` under a transformers fast tokenizer, when calling it
-    directly gives exactly what ``tokenizer(texts, **_ENCODE_KW)`` gives; else ``None``.
-
-    transformers' batch call (``TokenizersBackend._encode_plus``, transformers 5) turns truncation
-    and padding off on the backend, sets its ``encode_special_tokens`` to the tokenizer's
-    ``split_special_tokens``, calls ``encode_batch(texts, add_special_tokens=True)`` and then copies
-    every encoding into Python lists (0.15 of 1.72 s of :func:`tokenize_documents`, single-threaded,
-    on ``bench/host_ceiling.py``'s 958,761-token corpus under cProfile; more under GIL contention).
-    The direct call is taken only while the backend is in that state;
-    otherwise the transformers call runs (and leaves the backend in it for the next batch).
-    """
-    backend = getattr(tokenizer, "_tokenizer", None)
-    if backend is None or not hasattr(backend, "encode_batch") or not _stock_batch_call(type(tokenizer)):
-        return None
-    try:
-        if backend.truncation is not None or backend.padding is not None:
-            return None
-        if bool(backend.encode_special_tokens) != bool(getattr(tokenizer, "split_special_tokens", False)):
-            return None
-    except AttributeError:  # a tokenizers release without these properties
-        return None
-    return backend
-
-
-#: Where transformers 5 defines the batch call that :func:`_backend` stands in for.
-_STOCK_CALL = {
-    "__call__": "transformers.tokenization_utils_base",
-    "_encode_plus": "transformers.tokenization_utils_tokenizers",
-}
-
-
-def _stock_batch_call(cls: type) -> bool:
-    """True when ``cls`` inherits transformers' own ``__call__`` and ``_encode_plus`` (a model's
-    tokenizer class that overrides either one keeps its own call)."""
-    for name, module in _STOCK_CALL.items():
-        owner = next((c for c in cls.__mro__ if name in c.__dict__), None)
-        if owner is None or owner.__module__ != module:
-            return False
-    return True
-
-
-def _encodings(tokenizer: Any, inputs: list[str]) -> list[tuple[list[int], list[tuple[int, int]], list[int]]]:
-    """``(input_ids, code-point offsets, special-tokens mask)`` of each input, from one batch call."""
-    backend = _backend(tokenizer)
-    if backend is not None:
-        encodings = backend.encode_batch(inputs, add_special_tokens=True)
-        return [(e.ids, e.offsets, e.special_tokens_mask) for e in encodings]
-    enc = tokenizer(inputs, **_ENCODE_KW)
-    return list(zip(enc["input_ids"], enc["offset_mapping"], enc["special_tokens_mask"]))
-
-
 def tokenize_document(
     tokenizer: Any, text: str, *, prefix: str = "", index: int = 0, doc_id: str = "0"
 ) -> Tokenization:
@@ -321,8 +312,8 @@ def tokenize_document(
             prefix and the text is a text token, its range clamped to start at the text.)
         NoContentTokensError: no token has a source range.
     """
-    [(ids, offsets, special)] = _encodings(tokenizer, [encoder_text(prefix, text)])
-    return _from_encoding(ids, offsets, special, text, prefix, index, doc_id)
+    [encoded] = encodings(tokenizer, [encoder_text(prefix, text)])
+    return _from_encoding(encoded, text, prefix, index, doc_id)
 
 
 def tokenize_documents(
@@ -344,19 +335,17 @@ def tokenize_documents(
     if not texts:
         return []
     out: list[Tokenization | DocumentError] = []
-    encodings = _encodings(tokenizer, [encoder_text(prefix, t) for t in texts])
-    for k, (ids, offsets, special) in enumerate(encodings):
+    batch = encodings(tokenizer, [encoder_text(prefix, t) for t in texts])
+    for k, encoded in enumerate(batch):
         try:
-            out.append(_from_encoding(ids, offsets, special, texts[k], prefix, indices[k], doc_ids[k]))
+            out.append(_from_encoding(encoded, texts[k], prefix, indices[k], doc_ids[k]))
         except DocumentError as exc:
             out.append(exc)
     return out
 
 
 def _from_encoding(
-    input_ids: Sequence[int],
-    raw: Sequence[tuple[int, int]],
-    special_mask: Sequence[int],
+    encoded: Encoded,
     text: str,
     prefix: str,
     index: int,
@@ -370,12 +359,10 @@ def _from_encoding(
     starts inside the prefix and ends after it is a text token whose range starts where the text
     does (contract section 1); sourced starts must not decrease and ends must stay inside the text.
     """
-    ids: list[int] = input_ids if isinstance(input_ids, list) else list(input_ids)
+    ids, pairs, special_arr = encoded
     n = len(ids)
-    if len(raw) != n:
+    if len(pairs) != n or len(special_arr) != n:
         raise OffsetsError(index, doc_id, "tokenizer returned no offset for some tokens")
-    special_arr = np.fromiter(special_mask, dtype=bool, count=n)
-    pairs = np.fromiter(itertools.chain.from_iterable(raw), dtype=np.int64, count=2 * n).reshape(n, 2)
     starts, ends = pairs[:, 0], pairs[:, 1]
     n_pre = len(prefix)
     # The tokenizer saw prefix + text without a leading BOM: offsets move back by the prefix, on by the BOM.
@@ -400,4 +387,4 @@ def _from_encoding(
     out_s = np.full(n, -1, dtype=np.int64)
     out_e = np.full(n, -1, dtype=np.int64)
     out_s[src], out_e[src] = s_src, e_src
-    return Tokenization(ids, None, special_arr.tolist(), int(in_prefix.sum()), starts=out_s, ends=out_e)
+    return Tokenization(ids, None, special_arr, int(in_prefix.sum()), starts=out_s, ends=out_e)

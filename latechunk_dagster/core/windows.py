@@ -105,16 +105,13 @@ def plan_windows(tokens: Tokenization, max_len: int, overlap: int) -> WindowPlan
         ValueError: ``max_len`` leaves no room for body tokens beside this document's special and
             prefix tokens, or ``overlap`` is not in ``[0, W)``.
     """
-    ids = tokens.token_ids
-    n = len(ids)
+    n = len(tokens)
     if n <= max_len:
-        return WindowPlan([ids], None)
-    lead = 0
-    while lead < n and tokens.special[lead]:
-        lead += 1
-    trail = 0
-    while trail < n - lead and tokens.special[n - 1 - trail]:
-        trail += 1
+        return WindowPlan([tokens.token_ids], None)
+    ids, special = tokens.ids, tokens.special_mask
+    plain = np.flatnonzero(~special)  # the leading / trailing special tokens are those outside it
+    lead = int(plain[0]) if len(plain) else n
+    trail = n - 1 - int(plain[-1]) if len(plain) else 0
     head_len = lead + tokens.n_prefix
     header, body, footer = ids[:head_len], ids[head_len : n - trail], ids[n - trail :]
     width = max_len - len(header) - len(footer)
@@ -132,7 +129,7 @@ def plan_windows(tokens: Tokenization, max_len: int, overlap: int) -> WindowPlan
     nb = len(body)
     count = 1 + math.ceil(max(nb - width, 0) / stride)
     starts = [min(k * stride, nb - width) for k in range(count)]
-    windows = [header + body[s : s + width] + footer for s in starts]
+    windows = [np.concatenate((header, body[s : s + width], footer)).tolist() for s in starts]
     return WindowPlan(windows, _best_sources(starts, width, nb, len(header), len(footer), len(windows[-1])))
 
 

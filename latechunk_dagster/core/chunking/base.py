@@ -112,11 +112,12 @@ def attach_unsourced(spans: Sequence[Span], tokens: Tokenization) -> list[Span]:
     even if that chunk then exceeds ``max_tokens`` by those tokens.
     """
     # sourced tokens before each position: span [a, b) holds one iff before[b] > before[a]
-    before = np.concatenate(([0], np.cumsum(tokens.sourced()))).tolist()
+    before = np.concatenate(([0], np.cumsum(tokens.sourced())))
+    bounds = np.fromiter((x for s in spans for x in (s.start, s.end)), dtype=np.int64, count=2 * len(spans))
+    holds = (before[bounds[1::2]] > before[bounds[0::2]]).tolist()
     out: list[Span] = []
     pending: Span | None = None
-    for s in spans:
-        sourced = before[s.end] > before[s.start]
+    for s, sourced in zip(spans, holds):
         if pending is not None:
             s = Span(pending.start, s.end, s.headings)
             pending = None
@@ -147,8 +148,13 @@ def chunk_of_each_token(tokens: Tokenization, boundaries: Sequence[int]) -> list
         non-decreasing. A sourced token goes to the segment containing its first
         character; leading unsourced tokens go to the first sourced token's segment,
         trailing ones to the last sourced token's segment, any other to the segment of
-        the token before it.
+        the token before it. (:func:`segment_of_each_token` gives the same as an array.)
     """
+    return segment_of_each_token(tokens, boundaries).tolist()
+
+
+def segment_of_each_token(tokens: Tokenization, boundaries: Sequence[int]) -> np.ndarray:
+    """:func:`chunk_of_each_token` as an int64 ``[n_tokens]`` array (no Python object per token)."""
     starts, _ = tokens.offset_arrays()
     sourced = np.flatnonzero(starts >= 0)
     # segment of each sourced token: bisect_right(boundaries, start), all at once
@@ -157,23 +163,29 @@ def chunk_of_each_token(tokens: Tokenization, boundaries: Sequence[int]) -> list
     last = np.full(len(starts), -1, dtype=np.int64)
     last[sourced] = np.arange(len(sourced))
     last = np.maximum.accumulate(last)
-    return seg[np.maximum(last, 0)].tolist()
+    return seg[np.maximum(last, 0)]
 
 
 def spans_from_segments(
-    segment_of_token: Sequence[int], headings: Sequence[tuple[str, ...]] | None = None
+    segment_of_token: Sequence[int] | np.ndarray, headings: Sequence[tuple[str, ...]] | None = None
 ) -> list[Span]:
-    """Group consecutive tokens of the same segment into spans (segments without tokens vanish)."""
+    """Group consecutive tokens of the same segment into spans (segments without tokens vanish).
+
+    Args:
+        segment_of_token: the segment index of each token (``list[int]`` or an int ``[n_tokens]`` array).
+        headings: the heading path of each segment, when the spans carry one.
+    """
     seg = np.asarray(segment_of_token)
-    cuts = [0, *(np.flatnonzero(seg[1:] != seg[:-1]) + 1).tolist(), len(seg)]
+    cuts = np.concatenate(([0], np.flatnonzero(seg[1:] != seg[:-1]) + 1, [len(seg)])).tolist()
     if headings is None:
         return [Span(a, b) for a, b in zip(cuts, cuts[1:])]
-    return [Span(a, b, headings[int(seg[a])]) for a, b in zip(cuts, cuts[1:])]
+    firsts = seg[cuts[:-1]].tolist()
+    return [Span(a, b, headings[k]) for a, b, k in zip(cuts, cuts[1:], firsts)]
 
 
 def spans_from_char_boundaries(tokens: Tokenization, boundaries: Sequence[int]) -> list[Span]:
     """Token spans of the text segments that start at ``boundaries`` (see :func:`chunk_of_each_token`)."""
-    return spans_from_segments(chunk_of_each_token(tokens, sorted(boundaries)))
+    return spans_from_segments(segment_of_each_token(tokens, sorted(boundaries)))
 
 
 def pack_units(units: Sequence[Span], max_tokens: int) -> list[Span]:

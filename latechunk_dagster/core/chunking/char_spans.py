@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-import bisect
 from dataclasses import dataclass
 from typing import Any, ClassVar
+
+import numpy as np
 
 from latechunk_dagster.core.chunking.base import ChunkingStrategy, Span, spans_from_char_boundaries
 from latechunk_dagster.core.errors import SpanError
@@ -93,24 +94,31 @@ class CharSpans(ChunkingStrategy):
             if prev is not None and a < prev[1]:
                 raise _fail(f"{self.unit} {k} ({a}, {b}) overlaps {self.unit} {k - 1} {prev}")
             prev = (a, b)
-        bounds = sorted({x for p in pairs for x in p})
-        starts = [a for a, _ in pairs]
-        has_token = [False] * len(pairs)
-        for t, off in enumerate(tokens.offsets):
-            if off is None:
-                continue
-            s, e = off
-            i = bisect.bisect_right(bounds, s)
-            if i < len(bounds) and bounds[i] < e:
-                b = bounds[i]
-                k, side = next((k, side) for k, p in enumerate(pairs) for side, x in zip(("start", "end"), p) if x == b)
-                raise _fail(
-                    f"{self.unit} {k} {pairs[k]}: its {side} {b} falls inside token {t} {text[s:e]!r} at characters "
-                    f"({s}, {e}); a span boundary must not split a token (use {s} or {e})"
-                )
-            k = bisect.bisect_right(starts, s) - 1
-            if k >= 0 and s < pairs[k][1]:
-                has_token[k] = True
+        bounds = np.array(sorted({x for p in pairs for x in p}), dtype=np.int64)
+        t_starts, t_ends = tokens.offset_arrays()
+        src = np.flatnonzero(t_starts >= 0)
+        s_src, e_src = t_starts[src], t_ends[src]
+        # the first boundary after each sourced token's start: inside the token when it is before its end
+        nxt = np.searchsorted(bounds, s_src, side="right")
+        inside = nxt < len(bounds)
+        inside[inside] = bounds[nxt[inside]] < e_src[inside]
+        if inside.any():
+            first = int(np.argmax(inside))
+            t, s, e, b = int(src[first]), int(s_src[first]), int(e_src[first]), int(bounds[nxt[first]])
+            k, side = next((k, side) for k, p in enumerate(pairs) for side, x in zip(("start", "end"), p) if x == b)
+            raise _fail(
+                f"{self.unit} {k} {pairs[k]}: its {side} {b} falls inside token {t} {text[s:e]!r} at characters "
+                f"({s}, {e}); a span boundary must not split a token (use {s} or {e})"
+            )
+        # the range that holds each sourced token's first character, if any
+        range_starts = np.array([a for a, _ in pairs], dtype=np.int64)
+        range_ends = np.array([b for _, b in pairs], dtype=np.int64)
+        k_of = np.searchsorted(range_starts, s_src, side="right") - 1
+        holds = k_of >= 0
+        holds[holds] = s_src[holds] < range_ends[k_of[holds]]
+        held = np.zeros(len(pairs), dtype=bool)
+        held[k_of[holds]] = True
+        has_token: list[bool] = held.tolist()
         if not all(has_token):
             k = has_token.index(False)
             raise _fail(

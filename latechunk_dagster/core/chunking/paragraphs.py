@@ -16,8 +16,8 @@ from typing import ClassVar
 from latechunk_dagster.core.chunking.base import (
     Span,
     TokenBudgetStrategy,
-    chunk_of_each_token,
     pack_units,
+    segment_of_each_token,
     spans_from_segments,
 )
 from latechunk_dagster.core.chunking.segmenters import DEFAULT_SEGMENTER, sentence_starts
@@ -89,8 +89,10 @@ def cut_at_chars(
     produced by the contract's rule (its unsourced tokens follow a sourced one in it, or lead
     the document).
     """
-    seg = chunk_of_each_token(_slice(tokens, lo, hi), boundaries)
-    return [(Span(lo + s.start, lo + s.end, headings), seg[s.start]) for s in spans_from_segments(seg)]
+    seg = segment_of_each_token(_slice(tokens, lo, hi), boundaries)
+    spans = spans_from_segments(seg)
+    firsts = seg[[s.start for s in spans]].tolist()
+    return [(Span(lo + s.start, lo + s.end, headings), j) for s, j in zip(spans, firsts)]
 
 
 def segment_region(boundaries: Sequence[int], j: int, start: int, end: int) -> tuple[int, int]:
