@@ -17,15 +17,8 @@ from latechunk_dagster.core.chunker import LateChunker
 from latechunk_dagster.core.chunking import ChunkingStrategy
 from latechunk_dagster.pipeline.config import DEFAULT_STRATEGY
 from latechunk_dagster.pipeline.removals import check_removals
-from latechunk_dagster.pipeline.run_tables import open_run_tables
-from latechunk_dagster.pipeline.shard import (
-    CHAR_SPANS_REFUSAL,
-    ShardSettings,
-    Strategies,
-    run_shard,
-    shard_summary,
-    strategy_from_run_config,
-)
+from latechunk_dagster.pipeline.shard import CHAR_SPANS_REFUSAL, ShardSettings, Strategies, strategy_from_run_config
+from latechunk_dagster.pipeline.shard_job import ShardJob
 from latechunk_dagster.sink import validation
 from latechunk_dagster.sink.database import LanceDBSettings
 from latechunk_dagster.sink.generations import built_table
@@ -203,8 +196,8 @@ def chunk_shard(
     log: logging.Logger | Any | None = None,
     storage_options: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
-    """Late-chunk one shard of a store into ``table_name``: the shard run both orchestrators call
-    (:func:`~latechunk_dagster.pipeline.shard.run_shard`).
+    """Late-chunk one shard of a store into ``table_name``: the shard job both orchestrators run
+    (:class:`~latechunk_dagster.pipeline.shard_job.ShardJob`).
 
     Streaming batches, incremental skip, one atomic commit (per granularity table with several
     strategies ``{granularity: strategy}``: each ``granularity_table(table_name, granularity)``,
@@ -221,44 +214,39 @@ def chunk_shard(
         SystemicFailureError, and a shard that cannot be read (``sources.documents.READ_ERRORS``):
             as :func:`~latechunk_dagster.pipeline.shard.run_shard` (recorded, old rows kept).
     """
-    db.rejected_table(rejected_table_name)  # a bad URI fails before the shard is read
-    settings = settings or ShardSettings()
-    settings.check_strategies(strategy)  # given_chunks without a chunks_column: before the shard is read
-    # under generations (the definition's log exists): the generation of this run's vector configuration
-    target = open_run_tables(
+    job = ShardJob(
         db,
-        table_name,
-        rejected_table_name,
         strategy,
-        chunker,
-        run_id=run_id,
-        warn=(log or logging.getLogger(__name__)).warning,
-    )
-    tables, rejected_table, table_name = target.chunk_table, target.rejected_table, target.table_name
-    store = DocumentStore.from_path(store_path, chunks_column=settings.chunks_column, storage_options=storage_options)
-    report = run_shard(
-        chunker,
-        store.iter_shard(shard),
-        shard,
-        strategy,
-        chunk_table=tables,
-        rejected_table=rejected_table,
-        run_id=run_id,
-        settings=settings,
-        expected_documents=store.count_documents(shard),
-        log=log,
-    )
-    first = tables if isinstance(strategy, ChunkingStrategy) else next(iter(tables.values()))
-    return shard_summary(
-        report,
-        chunker,
-        strategy,
-        table_uri=db.table_uri(table_name),
+        settings or ShardSettings(),
         table_name=table_name,
-        table_version=first.version,
+        rejected_name=rejected_table_name,
         run_id=run_id,
-        generation=target.generation,
+        log=log,
+    )  # a bad URI, or given_chunks without a chunks_column: refused before the shard is read
+    return run_store_shard(job, chunker, store_path, shard, storage_options)
+
+
+def run_store_shard(
+    job: ShardJob,
+    chunker: LateChunker,
+    store_path: str,
+    shard: str,
+    storage_options: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """``job`` (:class:`~latechunk_dagster.pipeline.shard_job.ShardJob`) on ``chunker`` over one shard
+    of the store at ``store_path`` (read with ``job.settings.chunks_column``).
+
+    Returns:
+        The shard's summary (:meth:`ShardJob.run <latechunk_dagster.pipeline.shard_job.ShardJob.run>`).
+
+    Raises:
+        As :meth:`ShardJob.open <latechunk_dagster.pipeline.shard_job.ShardJob.open>` and ``ShardJob.run``.
+    """
+    job.open(chunker)
+    store = DocumentStore.from_path(
+        store_path, chunks_column=job.settings.chunks_column, storage_options=storage_options
     )
+    return job.run(shard, store.iter_shard(shard), store.count_documents(shard))
 
 
 def check_shards(

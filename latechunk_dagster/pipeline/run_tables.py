@@ -12,6 +12,7 @@ from typing import Any
 from latechunk_dagster.core.chunker import LateChunker
 from latechunk_dagster.pipeline.config import granularity_configs
 from latechunk_dagster.pipeline.shard import Strategies, open_chunk_tables
+from latechunk_dagster.sink.database import LanceDBSettings
 from latechunk_dagster.sink.generations import definition_key, enable_generations, writing_tables
 
 
@@ -35,13 +36,19 @@ class RunTables:
     key: str
 
 
+def lance_settings(db: Any) -> LanceDBSettings:
+    """The :class:`~latechunk_dagster.sink.database.LanceDBSettings` of a ``LanceDBSettings``, Dagster's
+    ``LanceDBResource`` (``settings()``) or Airflow's ``LanceDBHook`` (``get_settings()``)."""
+    for attr in ("settings", "get_settings"):
+        if callable(getattr(db, attr, None)):
+            return getattr(db, attr)()
+    return db
+
+
 def lance_connection(db: Any) -> Any:
     """A ``lancedb`` connection from a ``LanceDBSettings``, Dagster's ``LanceDBResource`` (``settings()``)
     or Airflow's ``LanceDBHook`` (``get_settings()``)."""
-    for attr in ("settings", "get_settings"):
-        if callable(getattr(db, attr, None)):
-            return getattr(db, attr)().connect()
-    return db.connect()
+    return lance_settings(db).connect()
 
 
 def open_run_tables(

@@ -18,24 +18,25 @@ A DAG (see :mod:`latechunk_dagster.airflow.example_dags.example_late_chunk`)::
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from functools import cached_property
 from typing import Any
 
 from airflow.sdk import Asset, BaseOperator, Context
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
-from latechunk_dagster.airflow.engine import EngineSpec, open_chunker, task_settings
+from latechunk_dagster.airflow.engine import EngineSpec, open_chunker, shared_chunker, task_settings
 from latechunk_dagster.airflow.hooks.lancedb import LanceDBHook
 from latechunk_dagster.airflow.hooks.store import store_storage_options
 from latechunk_dagster.airflow.tasks import (
     ChecksFailedError,
     check_granularities,
     check_strategy_form,
-    chunk_shard,
     drop_removed_shards,
     lineage_run_id,
     list_shards,
     refresh_table_indexes,
     resolve_strategies,
+    run_store_shard,
     table_names,
     xcom_list,
 )
@@ -43,12 +44,26 @@ from latechunk_dagster.core.chunking import ChunkingStrategy
 from latechunk_dagster.pipeline import SystemicFailureError
 from latechunk_dagster.pipeline.removals import TooManyRemovalsError
 from latechunk_dagster.pipeline.shard import ShardSettings, describe_strategies
+from latechunk_dagster.pipeline.shard_job import ShardJob
 from latechunk_dagster.sink import CHUNK_TABLE, REJECTED_TABLE
 from latechunk_dagster.sink.schema import granularity_table
 
 #: Airflow pool of the tasks that hold an engine: create it with as many slots as GPUs
 #: (``airflow pools set latechunk_engine 1 "late-chunking engines"``).
 ENGINE_POOL = "latechunk_engine"
+
+
+class LanceDBOperator(BaseOperator):
+    """An operator over a ``lancedb`` connection (``lancedb_conn_id``): one hook per task instance,
+    built on first use (:attr:`hook`), as the Apache providers' operators hold theirs."""
+
+    lancedb_conn_id: str = LanceDBHook.default_conn_name
+
+    @cached_property
+    def hook(self) -> LanceDBHook:
+        """The :class:`~latechunk_dagster.airflow.hooks.lancedb.LanceDBHook` of ``lancedb_conn_id``
+        (its connection is read once)."""
+        return LanceDBHook(self.lancedb_conn_id)
 
 
 def table_asset(table_name: str, lancedb_conn_id: str = LanceDBHook.default_conn_name) -> Asset:
@@ -60,7 +75,7 @@ def table_asset(table_name: str, lancedb_conn_id: str = LanceDBHook.default_conn
     return Asset(uri=f"lancedb://{lancedb_conn_id}/{table_name}", name=f"latechunk/{lancedb_conn_id}/{table_name}")
 
 
-class ListShardsOperator(BaseOperator):
+class ListShardsOperator(LanceDBOperator):
     """Return the shard names of a document store (XCom: ``list[str]``), to ``.expand(shard=...)`` over.
 
     With ``table_name``, the rows of shards that left the store are deleted from that table and
@@ -109,7 +124,7 @@ class ListShardsOperator(BaseOperator):
         self.log.info("%d shards in %s: %s", len(shards), self.store_path, shards[:20])
         check_map_length(len(shards), self.store_path)
         if self.table_name:
-            db = LanceDBHook(self.lancedb_conn_id).get_settings()
+            db = self.hook.get_settings()
             names = table_names(self.table_name, self.granularities or ())
             try:
                 drop_removed_shards(db, listing, [*names, self.rejected_table_name], self.log, self.max_delete)
@@ -148,7 +163,7 @@ def check_one_strategy_form(task_id: Any, strategy: Any, strategy_params: Any, s
         raise ValueError(f"LateChunkShardOperator {task_id!r}: {exc}") from None
 
 
-class LateChunkShardOperator(BaseOperator):
+class LateChunkShardOperator(LanceDBOperator):
     """Late-chunk one shard of a document store into a LanceDB table (one atomic commit).
 
     What Dagster's chunk asset does for one partition, with the same function
@@ -297,39 +312,44 @@ class LateChunkShardOperator(BaseOperator):
         return task_settings(self.settings, model=self.model, vllm_conn_id=self.vllm_conn_id)[0]
 
     def execute(self, context: Context) -> dict[str, Any]:
-        # a bad strategy, or given_chunks without a chunks_column, fails before the engine starts
-        strategy = resolve_strategies(self.strategy, self.strategy_params, self.strategies)
-        settings = self.shard_settings()
-        settings.check_strategies(strategy)
-        db = LanceDBHook(self.lancedb_conn_id).get_settings()
-        run_id = lineage_run_id(context["run_id"], context["ti"].map_index)
+        # a bad strategy, a bad URI, or given_chunks without a chunks_column: before the engine starts
+        job = ShardJob(
+            self.hook.get_settings(),
+            resolve_strategies(self.strategy, self.strategy_params, self.strategies),
+            self.shard_settings(),
+            table_name=self.table_name,
+            rejected_name=self.rejected_table_name,
+            run_id=lineage_run_id(context["run_id"], context["ti"].map_index),
+            log=self.log,
+        )
         self.log.info(
             "late-chunking shard %r of %s into %s (%s)",
             self.shard,
             self.store_path,
-            db.table_uri(self.table_name),
-            describe_strategies(strategy),
+            job.db.table_uri(self.table_name),
+            describe_strategies(job.strategy),
         )
         with open_chunker(self.engine_spec(), self.log) as chunker:
+            self._engine = None if chunker is shared_chunker() else chunker  # what on_kill stops
             try:
-                result = chunk_shard(
-                    chunker,
-                    db,
-                    self.store_path,
-                    self.shard,
-                    strategy,
-                    table_name=self.table_name,
-                    rejected_table_name=self.rejected_table_name,
-                    run_id=run_id,
-                    settings=settings,
-                    log=self.log,
-                    storage_options=store_storage_options(self.store_conn_id),
+                result = run_store_shard(
+                    job, chunker, self.store_path, self.shard, store_storage_options(self.store_conn_id)
                 )
             except SystemicFailureError as exc:
                 raise AirflowFailException(str(exc)) from exc
+            finally:
+                self._engine = None
         self._emit(context, result)
         self.log.info("shard %r: %s", self.shard, result)
         return result
+
+    def on_kill(self) -> None:
+        """Stop the engine this task started (an in-process engine, or the server chunker's requests);
+        a chunker handed over with :func:`~latechunk_dagster.airflow.engine.use_chunker` is left open."""
+        engine, self._engine = getattr(self, "_engine", None), None
+        if engine is not None:
+            self.log.info("task killed: closing its engine")
+            engine.close()
 
     def _emit(self, context: Context, result: dict[str, Any]) -> None:
         """The asset event of each outlet asset: what the commit left (no vectors), partitioned by the shard."""
@@ -342,7 +362,7 @@ class LateChunkShardOperator(BaseOperator):
                 event.add_partitions(self.shard)
 
 
-class LateChunkChecksOperator(BaseOperator):
+class LateChunkChecksOperator(LanceDBOperator):
     """The Dagster asset checks' assertions over shards the late-chunk tasks wrote; fails on a failed check.
 
     ``vectors_valid``, ``spans_tile``, ``unique_chunk_ids``, ``documents_accounted``,
@@ -402,7 +422,7 @@ class LateChunkChecksOperator(BaseOperator):
 
     def execute(self, context: Context) -> dict[str, Any]:
         per = check_granularities(
-            LanceDBHook(self.lancedb_conn_id).get_settings(),
+            self.hook.get_settings(),
             self.store_path,
             table_name=self.table_name,
             rejected_table_name=self.rejected_table_name,
@@ -429,7 +449,7 @@ class LateChunkChecksOperator(BaseOperator):
         return returned[""] if list(returned) == [""] else returned
 
 
-class LateChunkIndexOperator(BaseOperator):
+class LateChunkIndexOperator(LanceDBOperator):
     """Build or refresh the chunk table's indexes, then compact (what Dagster's index asset does).
 
     Returns the report of :func:`~latechunk_dagster.sink.indexing.refresh_indexes` (rows, vector
@@ -458,7 +478,7 @@ class LateChunkIndexOperator(BaseOperator):
         self.lancedb_conn_id = lancedb_conn_id
 
     def execute(self, context: Context) -> dict[str, Any]:
-        db = LanceDBHook(self.lancedb_conn_id).get_settings()
+        db = self.hook.get_settings()
         names = xcom_list(self.granularities)
         reports = {}
         for g, name in zip(names or [""], table_names(self.table_name, names), strict=True):
