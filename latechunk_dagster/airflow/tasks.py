@@ -10,6 +10,7 @@ shard, :func:`~latechunk_dagster.sink.validation.check_partitions` for the check
 from __future__ import annotations
 
 import logging
+import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -19,11 +20,11 @@ from latechunk_dagster.pipeline.config import DEFAULT_STRATEGY
 from latechunk_dagster.pipeline.removals import check_removals
 from latechunk_dagster.pipeline.shard import CHAR_SPANS_REFUSAL, ShardSettings, Strategies, strategy_from_run_config
 from latechunk_dagster.pipeline.shard_job import ShardJob
+from latechunk_dagster.pipeline.table_checks import granularity_table_outcomes
 from latechunk_dagster.sink import validation
 from latechunk_dagster.sink.database import LanceDBSettings
 from latechunk_dagster.sink.generations import built_table
 from latechunk_dagster.sink.indexing import refresh_indexes
-from latechunk_dagster.sink.parents import PARENT_CHECK, parents_exist
 from latechunk_dagster.sink.schema import granularity_table
 from latechunk_dagster.sink.writes import stored_partitions
 from latechunk_dagster.sources.files import DocumentStore
@@ -116,6 +117,13 @@ def table_names(table_name: str, granularities: Iterable[str] = ()) -> list[str]
     (:func:`~latechunk_dagster.sink.schema.granularity_table`), in the order given."""
     names = list(granularities)
     return [granularity_table(table_name, g) for g in names] if names else [table_name]
+
+
+def built_table_names(db: LanceDBSettings, table_name: str, granularities: Iterable[str] = ()) -> list[str]:
+    """The tables of a table definition the late-chunk tasks write now (:func:`table_names`): under
+    generations the newest generation's (:func:`~latechunk_dagster.sink.generations.built_table`,
+    what Dagster's index asset and both fronts' checks read), else the configured names."""
+    return table_names(built_table(db.connect(), table_name)[0], granularities)
 
 
 def list_shards(
@@ -285,38 +293,23 @@ def check_shards(
     Memory: one partition's rows and one shard's documents at a time (:func:`validation.check_partitions`).
     """
     reported = {r["partition"]: r for r in results if r}
-    partitions = sorted(set(reported) | set(shards))
+    # each partition's own report: its granularity's entry of the summary (its count of rows)
+    own = {p: (r.get("granularities") or {}).get(granularity, r) if granularity else r for p, r in reported.items()}
     # under generations: the newest generation's tables (what the shard tasks wrote)
     table_name, rejected = built_table(db.connect(), table_name)
-    rejected_table_name = rejected or rejected_table_name
-    name = granularity_table(table_name, granularity)
-    checks = [*validation.CHECKS, *(PARENT_CHECK if parent is not None else {})]
-    table = db.open_table(name)
-    if table is None:
-        return {check: (False, {"reason": f"no table {name!r} at {db.uri}"}) for check in checks}
-    dims = {int(r["embedding_dim"]) for r in reported.values() if "embedding_dim" in r}
-    dim = dims.pop() if len(dims) == 1 else table.schema.field("vector").type.list_size
-    own = {p: (r.get("granularities") or {}).get(granularity, r) if granularity else r for p, r in reported.items()}
-    outcomes = validation.check_partitions(  # one partition at a time: memory bounded by a partition
-        table,
-        db.open_table(rejected_table_name),
-        partitions,
-        dim=dim,
-        expected_rows={p: (int(own[p]["partition_rows"]) if p in own else None) for p in partitions},
+    return granularity_table_outcomes(
+        db,
+        granularity_table(table_name, granularity),
+        rejected or rejected_table_name,
+        sorted(set(reported) | set(shards)),
+        expected_rows=lambda p: int(own[p]["partition_rows"]) if p in own else None,
+        reported_dim=lambda p: reported[p].get("embedding_dim") if p in reported else None,
+        parent_table=granularity_table(table_name, parent) if parent is not None else None,
         store=DocumentStore.from_path(store_path, chunks_column=chunks_column, storage_options=storage_options),
-    )
-    if parent is not None:
-        coarse_name = granularity_table(table_name, parent)
-        coarse = db.open_table(coarse_name)
-        outcomes["parents_exist"] = (
-            parents_exist(table, coarse, partitions)
-            if coarse is not None
-            else (False, {"reason": f"no table {coarse_name!r} (granularity {parent!r}'s) at {db.uri}"})
-        )
-    return outcomes
+    )[1]
 
 
-def check_granularities(
+def check_granularity_tables(
     db: LanceDBSettings,
     store_path: str,
     *,
@@ -358,6 +351,17 @@ def check_granularities(
         )
         for i, g in enumerate(names)
     }
+
+
+def check_granularities(*args: Any, **kwargs: Any) -> dict[str, dict[str, validation.Outcome]]:
+    """Deprecated name of :func:`check_granularity_tables` (``check_granularities`` is
+    :func:`latechunk_dagster.core.granularities.check_granularities`, the strategy mapping's check)."""
+    warnings.warn(
+        "latechunk_dagster.airflow.tasks.check_granularities is deprecated: use check_granularity_tables",
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    return check_granularity_tables(*args, **kwargs)
 
 
 def result_granularities(results: Iterable[Mapping[str, Any] | None]) -> list[str]:

@@ -33,7 +33,6 @@ from latechunk_dagster.integration.run_config import StrategyConfig as StrategyC
 from latechunk_dagster.integration.wiring import Granularity, TableWiring
 from latechunk_dagster.pipeline.partition import SHARD_ERRORS
 from latechunk_dagster.pipeline.partition import UNREADABLE_SHARD as UNREADABLE_SHARD  # re-exported
-from latechunk_dagster.pipeline.run_tables import lance_settings
 from latechunk_dagster.pipeline.shard_job import ShardJob
 from latechunk_dagster.sink.indexing import refresh_indexes
 from latechunk_dagster.sources.documents import UnknownShardError
@@ -213,7 +212,7 @@ def _run_metadata(
     """A granularity asset's metadata of a whole run: its table, the run's totals, the engine."""
     table = job.tables[g.name]
     metadata = {
-        **table_metadata(table, lance_settings(job.db).table_uri(table.name)),
+        **table_metadata(table, job.db.table_uri(table.name)),
         **totals.metadata(),
         "model": dg.MetadataValue.text(chunker.card.name),
         "model_sha256": dg.MetadataValue.text(chunker.card.fingerprint),

@@ -24,10 +24,11 @@ from collections.abc import Iterable
 from typing import Any
 
 from latechunk_dagster.core.chunker import LateChunker
-from latechunk_dagster.core.chunking import ChunkingStrategy
 from latechunk_dagster.core.granularities import SINGLE
+from latechunk_dagster.pipeline.config import Granularities, is_single
 from latechunk_dagster.pipeline.run_tables import RunTables, lance_settings, open_run_tables
 from latechunk_dagster.pipeline.shard import ShardSettings, Strategies, run_shard, shard_summary
+from latechunk_dagster.sink.database import LanceDBSettings
 from latechunk_dagster.sources.documents import Document, RejectedRow
 
 
@@ -35,8 +36,8 @@ class ShardJob:
     """One run's shard job over a LanceDB database (module docstring).
 
     Args:
-        db: a ``LanceDBSettings``, Dagster's ``LanceDBResource`` or Airflow's ``LanceDBHook``
-            (``rejected_table``, ``chunk_table``, ``uri``).
+        db: a ``LanceDBSettings``, Dagster's ``LanceDBResource`` or Airflow's ``LanceDBHook`` (whose
+            connection is read after the strategy check); :attr:`db` is its ``LanceDBSettings``.
         strategy: one strategy, or the granularities ``{name: strategy}`` finest first, as the
             front's edge normalised them (run config, operator arguments).
         settings: the shard run's :class:`~latechunk_dagster.pipeline.shard.ShardSettings`.
@@ -65,24 +66,25 @@ class ShardJob:
         log: logging.Logger | Any | None = None,
         chunks_column_hint: str | None = None,
     ) -> None:
-        self.db, self.strategy, self.settings = db, strategy, settings
+        self.strategy, self.settings = strategy, settings
         self.table_name, self.rejected_name, self.run_id = table_name, rejected_name, run_id
         self.generations = generations
         self.log = log or logging.getLogger(__name__)
-        db.rejected_table(rejected_name)  # a bad URI fails before the engine loads
-        try:
-            self.granularities: dict[str, ChunkingStrategy] = settings.check_strategies(strategy)
+        try:  # the run's edge: normalised and checked once (before any connection), then passed down
+            self.granularities: Granularities = settings.check_strategies(strategy)
         except ValueError as exc:
             if chunks_column_hint:
                 raise ValueError(f"{exc}: {chunks_column_hint}") from None
             raise
+        self.db: LanceDBSettings = lance_settings(db)  # a hook reads its connection here
+        self.db.rejected_table(rejected_name)  # a bad URI fails before the engine loads
         self._chunker: LateChunker | None = None
         self._target: RunTables | None = None
 
     @property
     def single(self) -> bool:
         """One strategy (one table, ``table_name`` itself), not several granularities."""
-        return isinstance(self.strategy, ChunkingStrategy)
+        return is_single(self.granularities)
 
     def open(self, chunker: LateChunker) -> RunTables:
         """Open (or create) the run's tables for ``chunker``'s vectors; every :meth:`run` writes them.
@@ -100,7 +102,7 @@ class ShardJob:
             self.db,
             self.table_name,
             self.rejected_name,
-            self.strategy,
+            self.granularities,
             chunker,
             run_id=self.run_id,
             generations=self.generations,
@@ -124,7 +126,7 @@ class ShardJob:
     @property
     def table_uri(self) -> str:
         """Where the written table definition lives: ``<database uri>/<table>`` (one ``/``)."""
-        return lance_settings(self.db).table_uri(self.target.table_name)
+        return self.db.table_uri(self.target.table_name)
 
     def run(
         self,
@@ -160,11 +162,12 @@ class ShardJob:
             settings=self.settings,
             expected_documents=expected_documents,
             log=self.log,
+            granularities=self.granularities,
         )
         return shard_summary(
             report,
             chunker,
-            self.strategy,
+            self.granularities,
             table_uri=self.table_uri,
             table_name=target.table_name,
             table_version=next(iter(self.tables.values())).version,

@@ -29,7 +29,8 @@ from latechunk_dagster.airflow.hooks.lancedb import LanceDBHook
 from latechunk_dagster.airflow.hooks.store import store_storage_options
 from latechunk_dagster.airflow.tasks import (
     ChecksFailedError,
-    check_granularities,
+    built_table_names,
+    check_granularity_tables,
     check_strategy_form,
     drop_removed_shards,
     lineage_run_id,
@@ -314,7 +315,7 @@ class LateChunkShardOperator(LanceDBOperator):
     def execute(self, context: Context) -> dict[str, Any]:
         # a bad strategy, a bad URI, or given_chunks without a chunks_column: before the engine starts
         job = ShardJob(
-            self.hook.get_settings(),
+            self.hook,
             resolve_strategies(self.strategy, self.strategy_params, self.strategies),
             self.shard_settings(),
             table_name=self.table_name,
@@ -421,7 +422,7 @@ class LateChunkChecksOperator(LanceDBOperator):
         self.lancedb_conn_id = lancedb_conn_id
 
     def execute(self, context: Context) -> dict[str, Any]:
-        per = check_granularities(
+        per = check_granularity_tables(
             self.hook.get_settings(),
             self.store_path,
             table_name=self.table_name,
@@ -460,6 +461,9 @@ class LateChunkIndexOperator(LanceDBOperator):
         table_name, lancedb_conn_id: as :class:`LateChunkShardOperator` (``table_name`` templated).
         granularities: the granularity names of a table definition of several strategies
             (templated): each one's table (``table_name_<granularity>``) is refreshed.
+
+    Under generations the tables refreshed are the newest generation's (what the late-chunk tasks
+    wrote: :func:`~latechunk_dagster.airflow.tasks.built_table_names`), as Dagster's index asset.
     """
 
     template_fields: Sequence[str] = ("table_name", "granularities")
@@ -481,7 +485,7 @@ class LateChunkIndexOperator(LanceDBOperator):
         db = self.hook.get_settings()
         names = xcom_list(self.granularities)
         reports = {}
-        for g, name in zip(names or [""], table_names(self.table_name, names), strict=True):
+        for g, name in zip(names or [""], built_table_names(db, self.table_name, names), strict=True):
             try:
                 reports[g] = refresh_table_indexes(db, name)
             except LookupError as exc:
