@@ -46,9 +46,7 @@ def dagster_summary(chunker: LateChunker, store: Path, uri: str) -> tuple[dict, 
         sync_partitions(instance, DocumentStore.from_path(store), table.partitions_def)
         result = defs.resolve_job_def("chunk").execute_in_process(instance=instance, partition_key="alpha")
         assert result.success
-        records = instance.fetch_materializations(
-            dg.AssetRecordsFilter(asset_key=table.chunk_keys[0]), limit=5
-        ).records
+        records = instance.fetch_materializations(dg.AssetRecordsFilter(asset_key=table.chunk_keys[0]), limit=5).records
         by_partition = [r for r in records if r.asset_materialization.partition == "alpha"]
         metadata = [{k: v.value for k, v in r.asset_materialization.metadata.items()} for r in by_partition]
     partition = next(m for m in metadata if "documents_in" in m)
@@ -123,3 +121,38 @@ def test_transformers_settings_are_refused_where_they_do_not_apply(settings: dic
 
     with pytest.raises(ValueError, match=named.replace("(", r"\(")):
         task_settings(settings, model="/models/m")
+
+
+def test_operators_hold_one_hook_and_on_kill_stops_only_the_engine_they_started(minilm_dir: Path) -> None:
+    from latechunk_dagster.airflow.engine import open_chunker, use_chunker
+    from latechunk_dagster.airflow.hooks.lancedb import LanceDBHook
+    from latechunk_dagster.airflow.operators import (
+        LateChunkChecksOperator,
+        LateChunkIndexOperator,
+        LateChunkPromoteOperator,
+        LateChunkShardOperator,
+        ListShardsOperator,
+    )
+
+    ops = [
+        ListShardsOperator(task_id="l", store_path="s", lancedb_conn_id="vectors"),
+        LateChunkChecksOperator(task_id="c", store_path="s", lancedb_conn_id="vectors"),
+        LateChunkIndexOperator(task_id="i", lancedb_conn_id="vectors"),
+        LateChunkPromoteOperator(task_id="p", lancedb_conn_id="vectors"),
+    ]
+    settings = {"engine": "transformers", "device": "cpu"}
+    shard = LateChunkShardOperator(
+        task_id="t", store_path="s", shard="a", model=str(minilm_dir), settings=settings, lancedb_conn_id="vectors"
+    )
+    for op in [*ops, shard]:
+        assert isinstance(op.hook, LanceDBHook) and op.hook is op.hook and op.hook.lancedb_conn_id == "vectors"
+    shard.on_kill()  # nothing started: nothing to stop
+    started = shard.engine_spec().start()
+    shard._engine = started  # what execute records while its engine runs
+    shard.on_kill()
+    assert started.engine is None  # closed: the engine's processes and memory are released
+    with LateChunker(minilm_dir, engine="transformers") as handed, use_chunker(handed):
+        with open_chunker(shard.engine_spec()) as chunker:
+            assert chunker is handed  # execute records no engine of its own for a handed-over chunker
+        shard.on_kill()
+        assert handed.engine is not None

@@ -228,21 +228,22 @@ def chunk_shard(
         settings or ShardSettings(),
         table_name=table_name,
         rejected_name=rejected_table_name,
-        run_id=run_id,
         log=log,
     )  # a bad URI, or given_chunks without a chunks_column: refused before the shard is read
-    return run_store_shard(job, chunker, store_path, shard, storage_options)
+    return run_store_shard(job, chunker, run_id, store_path, shard, storage_options)
 
 
 def run_store_shard(
     job: ShardJob,
     chunker: LateChunker,
+    run_id: str,
     store_path: str,
     shard: str,
     storage_options: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """``job`` (:class:`~latechunk_dagster.pipeline.shard_job.ShardJob`) on ``chunker`` over one shard
-    of the store at ``store_path`` (read with ``job.settings.chunks_column``).
+    of the store at ``store_path`` (read with ``job.settings.chunks_column``), its rows' lineage
+    ``run_id``.
 
     Returns:
         The shard's summary (:meth:`ShardJob.run <latechunk_dagster.pipeline.shard_job.ShardJob.run>`).
@@ -250,7 +251,7 @@ def run_store_shard(
     Raises:
         As :meth:`ShardJob.open <latechunk_dagster.pipeline.shard_job.ShardJob.open>` and ``ShardJob.run``.
     """
-    job.open(chunker)
+    job.open(chunker, run_id)
     store = DocumentStore.from_path(
         store_path, chunks_column=job.settings.chunks_column, storage_options=storage_options
     )

@@ -166,13 +166,12 @@ def materialize_chunks(
         config.shard_settings(getattr(engine, "host_workers", None), chunks_column(w, context)),
         table_name=w.table_name,
         rejected_name=w.rejected_table_name,
-        run_id=context.run.run_id,
         generations=w.generations,
         log=context.log,
         chunks_column_hint=_chunks_column_hint(w),
     )  # a bad URI, or given_chunks without a column of chunks: refused before the engine loads
     chunker = engine.get_chunker()
-    job.open(chunker)
+    job.open(chunker, context.run.run_id)
     totals = {g.name: RunTotals() for g in w.granularities}
     for partition, documents, expected in _partition_sources(context, w, upstream):
         try:

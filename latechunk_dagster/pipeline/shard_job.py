@@ -5,12 +5,13 @@ Airflow's late-chunk task (:func:`~latechunk_dagster.airflow.tasks.chunk_shard`)
 :class:`ShardJob` and call it; what they add is only their own orchestration (where documents come
 from, how an engine is started, how a summary is published). In order:
 
-1. :class:`ShardJob` (before the engine loads): the rejected-documents table is opened, so a bad
-   database URI fails first, and the strategy is checked against the settings (``given_chunks``
-   without a ``chunks_column`` is refused);
+1. :class:`ShardJob` (before the engine loads): the strategy is normalised and checked against the
+   settings (``given_chunks`` without a ``chunks_column`` is refused) before any connection, then
+   the rejected-documents table is opened, so a bad database URI fails before the engine loads;
 2. :meth:`ShardJob.open` (once the engine is up: the table definition's key needs the model's
-   lineage): the run's tables (:func:`~latechunk_dagster.pipeline.run_tables.open_run_tables`:
-   the generation of the run's vector configuration under generations, else the configured names);
+   lineage; with the run's lineage id): the run's tables
+   (:func:`~latechunk_dagster.pipeline.run_tables.open_run_tables`: the generation of the run's
+   vector configuration under generations, else the configured names);
 3. :meth:`ShardJob.run` per shard: :func:`~latechunk_dagster.pipeline.shard.run_shard` and its
    :func:`~latechunk_dagster.pipeline.shard.shard_summary` under one table URI form
    (:meth:`~latechunk_dagster.sink.database.LanceDBSettings.table_uri`, no doubled ``/``) and the
@@ -42,7 +43,6 @@ class ShardJob:
             front's edge normalised them (run config, operator arguments).
         settings: the shard run's :class:`~latechunk_dagster.pipeline.shard.ShardSettings`.
         table_name, rejected_name: the configured table definition and rejected-documents table.
-        run_id: the lineage run id of every row written.
         generations: put the definition under generations first (Dagster's ``generations=True``).
         log: where progress and warnings go (a ``logging.Logger``, Dagster's ``context.log``).
         chunks_column_hint: where the front's user sets ``chunks_column``, appended to the
@@ -61,13 +61,13 @@ class ShardJob:
         *,
         table_name: str,
         rejected_name: str,
-        run_id: str,
         generations: bool = False,
         log: logging.Logger | Any | None = None,
         chunks_column_hint: str | None = None,
     ) -> None:
         self.strategy, self.settings = strategy, settings
-        self.table_name, self.rejected_name, self.run_id = table_name, rejected_name, run_id
+        self.table_name, self.rejected_name = table_name, rejected_name
+        self.run_id = ""
         self.generations = generations
         self.log = log or logging.getLogger(__name__)
         try:  # the run's edge: normalised and checked once (before any connection), then passed down
@@ -86,8 +86,11 @@ class ShardJob:
         """One strategy (one table, ``table_name`` itself), not several granularities."""
         return is_single(self.granularities)
 
-    def open(self, chunker: LateChunker) -> RunTables:
+    def open(self, chunker: LateChunker, run_id: str) -> RunTables:
         """Open (or create) the run's tables for ``chunker``'s vectors; every :meth:`run` writes them.
+
+        Args:
+            run_id: the lineage run id of every row the run writes.
 
         Returns:
             The :class:`~latechunk_dagster.pipeline.run_tables.RunTables` written (a generation's
@@ -97,7 +100,7 @@ class ShardJob:
             ValueError: as :func:`~latechunk_dagster.pipeline.run_tables.open_run_tables` (a table
                 of another schema).
         """
-        self._chunker = chunker
+        self._chunker, self.run_id = chunker, run_id
         self._target = open_run_tables(
             self.db,
             self.table_name,
@@ -114,7 +117,7 @@ class ShardJob:
     def target(self) -> RunTables:
         """The tables :meth:`open` opened (``RuntimeError`` before it)."""
         if self._target is None:
-            raise RuntimeError("ShardJob.open(chunker) first: the run's tables are opened once the engine is up")
+            raise RuntimeError("ShardJob.open(chunker, run_id) first: the run's tables open once the engine is up")
         return self._target
 
     @property

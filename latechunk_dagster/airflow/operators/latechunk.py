@@ -18,32 +18,30 @@ A DAG (see :mod:`latechunk_dagster.airflow.example_dags.example_late_chunk`)::
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from functools import cached_property
 from typing import Any
 
-from airflow.sdk import Asset, BaseOperator, Context
+from airflow.sdk import Asset, Context
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from latechunk_dagster.airflow.engine import EngineSpec, open_chunker, shared_chunker, task_settings
 from latechunk_dagster.airflow.hooks.lancedb import LanceDBHook
 from latechunk_dagster.airflow.hooks.store import store_storage_options
+from latechunk_dagster.airflow.operators.base import LanceDBOperator as LanceDBOperator  # re-exported
+from latechunk_dagster.airflow.operators.shards import ListShardsOperator as ListShardsOperator  # re-exported
+from latechunk_dagster.airflow.operators.shards import check_map_length as check_map_length  # re-exported
 from latechunk_dagster.airflow.tasks import (
     ChecksFailedError,
     built_table_names,
     check_granularity_tables,
     check_strategy_form,
-    drop_removed_shards,
     lineage_run_id,
-    list_shards,
     refresh_table_indexes,
     resolve_strategies,
     run_store_shard,
-    table_names,
     xcom_list,
 )
 from latechunk_dagster.core.chunking import ChunkingStrategy
 from latechunk_dagster.pipeline import SystemicFailureError
-from latechunk_dagster.pipeline.removals import TooManyRemovalsError
 from latechunk_dagster.pipeline.shard import ShardSettings, describe_strategies
 from latechunk_dagster.pipeline.shard_job import ShardJob
 from latechunk_dagster.sink import CHUNK_TABLE, REJECTED_TABLE
@@ -54,19 +52,6 @@ from latechunk_dagster.sink.schema import granularity_table
 ENGINE_POOL = "latechunk_engine"
 
 
-class LanceDBOperator(BaseOperator):
-    """An operator over a ``lancedb`` connection (``lancedb_conn_id``): one hook per task instance,
-    built on first use (:attr:`hook`), as the Apache providers' operators hold theirs."""
-
-    lancedb_conn_id: str = LanceDBHook.default_conn_name
-
-    @cached_property
-    def hook(self) -> LanceDBHook:
-        """The :class:`~latechunk_dagster.airflow.hooks.lancedb.LanceDBHook` of ``lancedb_conn_id``
-        (its connection is read once)."""
-        return LanceDBHook(self.lancedb_conn_id)
-
-
 def table_asset(table_name: str, lancedb_conn_id: str = LanceDBHook.default_conn_name) -> Asset:
     """The Airflow asset of a chunk table: ``lancedb://<conn id>/<table>`` (name ``latechunk/<conn id>/<table>``).
 
@@ -74,82 +59,6 @@ def table_asset(table_name: str, lancedb_conn_id: str = LanceDBHook.default_conn
     parsed; the event's ``extra`` carries the resolved ``table_uri`` and ``version``.
     """
     return Asset(uri=f"lancedb://{lancedb_conn_id}/{table_name}", name=f"latechunk/{lancedb_conn_id}/{table_name}")
-
-
-class ListShardsOperator(LanceDBOperator):
-    """Return the shard names of a document store (XCom: ``list[str]``), to ``.expand(shard=...)`` over.
-
-    With ``table_name``, the rows of shards that left the store are deleted from that table and
-    ``rejected_table_name`` first (as Dagster's partition sync does), so the mapped tasks over the
-    listed shards leave a table of exactly the store's documents.
-
-    Args:
-        store_path: the store (a directory of ``.txt``/``.md``, a ``.jsonl``/``.parquet`` file or a
-            directory of them; :class:`~latechunk_dagster.sources.files.DocumentStore`). Templated.
-        table_name: the chunk table to drop removed shards from (``None``: leave tables alone). Templated.
-        granularities: the granularity names of a table definition of several strategies (the keys
-            of the late-chunk task's ``strategies``): the removed shards are dropped from each
-            granularity's table (``table_name_<granularity>``). Templated.
-        rejected_table_name, lancedb_conn_id, store_conn_id: as :class:`LateChunkShardOperator`.
-        max_delete: the share of the table's partitions that may be removed at once (``0.5``,
-            ``"50%"``; ``None``: ``$LATECHUNK_MAX_DELETE``, default 50%). More fails the task
-            (no retry) naming the partitions and their rows, and deletes nothing. Templated.
-    """
-
-    template_fields: Sequence[str] = ("store_path", "table_name", "granularities", "rejected_table_name", "max_delete")
-
-    def __init__(
-        self,
-        *,
-        store_path: str,
-        table_name: str | None = None,
-        granularities: Sequence[str] = (),
-        rejected_table_name: str = REJECTED_TABLE,
-        lancedb_conn_id: str = LanceDBHook.default_conn_name,
-        max_delete: float | str | None = None,
-        store_conn_id: str | None = None,
-        **kwargs: Any,
-    ) -> None:
-        super().__init__(**kwargs)
-        self.store_path = store_path
-        self.store_conn_id = store_conn_id
-        self.table_name = table_name
-        self.granularities = granularities
-        self.rejected_table_name = rejected_table_name
-        self.lancedb_conn_id = lancedb_conn_id
-        self.max_delete = max_delete
-
-    def execute(self, context: Context) -> list[str]:
-        listing = list_shards(self.store_path, self.log, store_storage_options(self.store_conn_id))
-        shards = list(listing.shards)
-        self.log.info("%d shards in %s: %s", len(shards), self.store_path, shards[:20])
-        check_map_length(len(shards), self.store_path)
-        if self.table_name:
-            db = self.hook.get_settings()
-            names = table_names(self.table_name, self.granularities or ())
-            try:
-                drop_removed_shards(db, listing, [*names, self.rejected_table_name], self.log, self.max_delete)
-            except TooManyRemovalsError as exc:  # a retry would refuse again: the user's call
-                raise AirflowFailException(str(exc)) from None
-        return shards
-
-
-def check_map_length(count: int, store_path: str) -> None:
-    """Refuse a shard list longer than Airflow maps (``[core] max_map_length``, default 1024): the
-    downstream ``.expand(shard=...)`` would fail later with a message naming neither.
-
-    Raises:
-        AirflowFailException: more shards than the setting allows, naming both and the way out.
-    """
-    from airflow.sdk.configuration import conf
-
-    limit = conf.getint("core", "max_map_length", fallback=1024)
-    if count > limit:
-        raise AirflowFailException(
-            f"{store_path} has {count} shards, more than Airflow maps over one task "
-            f"([core] max_map_length = {limit}); raise it (AIRFLOW__CORE__MAX_MAP_LENGTH={count}) "
-            "or split the store into fewer, larger shards"
-        )
 
 
 def check_one_strategy_form(task_id: Any, strategy: Any, strategy_params: Any, strategies: Any) -> None:
@@ -210,7 +119,8 @@ class LateChunkShardOperator(LanceDBOperator):
         settings: everything else, as one dict (:func:`~latechunk_dagster.airflow.engine.task_settings`
             names every key): ``engine`` (``"vllm"``, the default, or ``"transformers"``: the light
             engine, no vLLM, for workers vLLM does not run on; it takes none of the vLLM settings, and
-            its name is recorded in the rows' lineage, so a switch re-encodes the shard once); the
+            its name is recorded in the rows' lineage, so a switch re-encodes the shard once; its own
+            ``device`` and ``forward_tokens``, padded tokens per forward pass); the
             in-process ``vllm.LLM`` (``dtype``, ``gpu_memory_utilization``, ``tensor_parallel_size``,
             ``enforce_eager``, ``engine_args``); the ``LateChunker`` options (``max_model_len``,
             ``engine_path``, ``prefix``, ``query_prefix``, ``dimensions``, ``window_overlap``, the
@@ -320,7 +230,6 @@ class LateChunkShardOperator(LanceDBOperator):
             self.shard_settings(),
             table_name=self.table_name,
             rejected_name=self.rejected_table_name,
-            run_id=lineage_run_id(context["run_id"], context["ti"].map_index),
             log=self.log,
         )
         self.log.info(
@@ -333,9 +242,9 @@ class LateChunkShardOperator(LanceDBOperator):
         with open_chunker(self.engine_spec(), self.log) as chunker:
             self._engine = None if chunker is shared_chunker() else chunker  # what on_kill stops
             try:
-                result = run_store_shard(
-                    job, chunker, self.store_path, self.shard, store_storage_options(self.store_conn_id)
-                )
+                run_id = lineage_run_id(context["run_id"], context["ti"].map_index)
+                options = store_storage_options(self.store_conn_id)
+                result = run_store_shard(job, chunker, run_id, self.store_path, self.shard, options)
             except SystemicFailureError as exc:
                 raise AirflowFailException(str(exc)) from exc
             finally:
