@@ -3,29 +3,7 @@
 Nothing here is fixed at import: keys, group, partitions, pool, resource keys and table names
 are arguments, and a :class:`~latechunk_dagster.integration.translator.LateChunkTranslator`
 turns them into asset specs. Two calls (two models, two tables) live side by side in one
-``Definitions``.
-
-Example (two models, two tables, one store)::
-
-    import dagster as dg
-    from latechunk_dagster import (DocumentStoreResource, FixedTokens, LanceDBResource,
-                                   VLLMEngineResource, late_chunk_assets)
-
-    shards = dg.DynamicPartitionsDefinition(name="shards")
-    minilm = late_chunk_assets(key_prefix="minilm", table_name="chunks_minilm", partitions_def=shards)
-    e5 = late_chunk_assets(key_prefix="e5", table_name="chunks_e5", partitions_def=shards,
-                           engine_resource_key="e5_engine", strategy=FixedTokens(chunk_size=256),
-                           sensor=False)
-    defs = dg.Definitions.merge(
-        minilm.to_definitions(),
-        e5.to_definitions(),
-        dg.Definitions(resources={
-            "engine": VLLMEngineResource(model="/models/all-MiniLM-L6-v2"),
-            "e5_engine": VLLMEngineResource(model="/models/e5-base-v2", prefix="passage: "),
-            "lancedb": LanceDBResource(uri="/tmp/latechunk-example/lancedb"),
-            "store": DocumentStoreResource(path="/tmp/latechunk-example/documents"),
-        }),
-    )
+``Definitions`` (the example of :func:`late_chunk_assets`).
 """
 
 from __future__ import annotations
@@ -92,6 +70,13 @@ def _check_chunks_column(
         raise ValueError(
             "given_chunks reads each document's own chunks from a column: pass chunks_column= with documents="
         )
+
+
+def _checked_granularities(args: FactoryArgs) -> dict[str, ChunkingStrategy]:
+    """The call's granularities (:func:`_granularities`), its ``chunks_column`` checked against them."""
+    granularities = _granularities(args.strategy, args.strategies)
+    _check_chunks_column(granularities, args.documents, args.chunks_column)
+    return granularities
 
 
 def late_chunk_assets(
@@ -166,9 +151,8 @@ def late_chunk_assets(
             automation...); each spec reaches Dagster whole.
         automation_condition: Dagster declarative automation of the chunk asset, e.g.
             ``dg.AutomationCondition.eager()`` (new shards and shards whose data version changed are
-            requested) or ``dg.AutomationCondition.on_cron("0 3 * * *")``; evaluated by the
-            automation sensor (``dagster dev`` / the daemon). Default ``None``: runs come from the
-            store sensor, a job or the UI.
+            requested) or ``...on_cron("0 3 * * *")``, evaluated by the automation sensor (``dagster
+            dev`` / the daemon); ``None`` (default): runs come from the store sensor, a job or the UI.
         index: add the index asset; sensor: add the store sensor (dynamic partitions over a store);
         parity_check: add the ``parity_sample`` check (re-embeds two documents per partition).
         job_name, index_job_name, sensor_name: names of the two jobs and the sensor (default
@@ -195,9 +179,21 @@ def late_chunk_assets(
             upstream documents is ignored.
         TypeError: a ``strategies`` value that is not a strategy.
 
-    Example: the module docstring (two models, two tables, one store).
+    Example (two models, two tables, one store)::
+
+        import dagster as dg
+        from latechunk_dagster import (DocumentStoreResource, FixedTokens, LanceDBResource,
+                                       VLLMEngineResource, late_chunk_assets)
+
+        shards = dg.DynamicPartitionsDefinition(name="shards")
+        minilm = late_chunk_assets(key_prefix="minilm", table_name="chunks_minilm", partitions_def=shards)
+        e5 = late_chunk_assets(key_prefix="e5", table_name="chunks_e5", partitions_def=shards,
+                               engine_resource_key="e5_engine", strategy=FixedTokens(chunk_size=256), sensor=False)
+        resources = {"engine": VLLMEngineResource(model="/models/all-MiniLM-L6-v2"),
+                     "e5_engine": VLLMEngineResource(model="/models/e5-base-v2", prefix="passage: "),
+                     "lancedb": LanceDBResource(uri="/tmp/latechunk-example/lancedb"),
+                     "store": DocumentStoreResource(path="/tmp/latechunk-example/documents")}
+        defs = dg.Definitions.merge(minilm.to_definitions(), e5.to_definitions(), dg.Definitions(resources=resources))
     """
     args = FactoryArgs(**locals())
-    granularities = _granularities(strategy, strategies)
-    _check_chunks_column(granularities, documents, chunks_column)
-    return build_table_definitions(args, granularities)
+    return build_table_definitions(args, _checked_granularities(args))
