@@ -24,7 +24,12 @@ from pathlib import Path
 from typing import Any
 
 from latechunk_dagster.core.chunker import ENGINES, LateChunker
-from latechunk_dagster.pipeline.engine_settings import ChunkerOptions, VLLMSettings, engine_up_line
+from latechunk_dagster.pipeline.engine_settings import (
+    ChunkerOptions,
+    TransformersSettings,
+    VLLMSettings,
+    engine_up_line,
+)
 from latechunk_dagster.pipeline.shard import ShardSettings
 
 _SHARED: dict[str, LateChunker] = {}
@@ -71,6 +76,9 @@ class EngineSpec:
         vllm: the in-process ``vllm.LLM``
             (:class:`~latechunk_dagster.pipeline.engine_settings.VLLMSettings`: defaults float32 and
             0.3 on CPU, auto and 0.9 on GPU).
+        transformers: the light engine's ``device`` and ``forward_tokens``
+            (:class:`~latechunk_dagster.pipeline.engine_settings.TransformersSettings`: the values
+            Dagster's ``TransformersEngineResource(device=, batch_tokens=)`` passes).
         options: the ``LateChunker`` options every engine shares
             (:class:`~latechunk_dagster.pipeline.engine_settings.ChunkerOptions`: ``max_model_len``,
             ``engine_path``, ``prefix``, ``query_prefix``, ``dimensions``, ``window_overlap``, and the
@@ -78,7 +86,8 @@ class EngineSpec:
 
     Raises:
         ValueError: (when built) an ``engine`` other than :data:`~latechunk_dagster.core.chunker.ENGINES`;
-            ``engine="transformers"`` with a ``vllm_conn_id`` or a vLLM setting (each named).
+            ``engine="transformers"`` with a ``vllm_conn_id`` or a vLLM setting (each named); a
+            transformers setting for another engine (named).
     """
 
     model: str | None = None
@@ -86,10 +95,16 @@ class EngineSpec:
     engine: str = "vllm"
     vllm: VLLMSettings = field(default_factory=VLLMSettings)
     options: ChunkerOptions = field(default_factory=ChunkerOptions)
+    transformers: TransformersSettings = field(default_factory=TransformersSettings)
 
     def __post_init__(self) -> None:
         if self.engine not in ENGINES:
             raise ValueError(f"engine must be one of {list(ENGINES)}, got {self.engine!r}")
+        if self.engine != "transformers":
+            given = [f"{k}={getattr(self.transformers, k)!r}" for k in TransformersSettings.field_names()]
+            given = [g for g in given if not g.endswith("=None")]
+            if given:
+                raise ValueError(f"{', '.join(given)} set the transformers engine; engine={self.engine!r} takes none")
         if self.engine == "transformers":
             vllm = self.vllm
             settings = {
@@ -105,7 +120,8 @@ class EngineSpec:
                 raise ValueError(f"engine='transformers' runs in the task in float32 and takes no {', '.join(given)}")
 
     def start(self) -> LateChunker:
-        """A new chunker on this spec (the caller closes it).
+        """A new chunker on this spec (the caller closes it). An in-process engine starts on the first
+        encode, so a shard with nothing to encode (empty, or every document unchanged) starts none.
 
         Raises:
             ValueError: no model for an in-process engine; anything ``LateChunker`` raises
@@ -115,14 +131,14 @@ class EngineSpec:
         if self.engine == "transformers":
             if not self.model:
                 raise ValueError("engine='transformers' needs `model` (a model directory)")
-            return LateChunker(self.model, engine="transformers", **options)
+            return self.transformers.start(self.model, self.options, engine_start="first_encode")
         if self.vllm_conn_id:
             from latechunk_dagster.airflow.hooks.vllm import VLLMServerHook
 
             return VLLMServerHook(self.vllm_conn_id).get_chunker(self.model, **options)
         if not self.model:
             raise ValueError("an in-process engine needs `model` (a model directory), or give `vllm_conn_id`")
-        return self.vllm.start(self.model, self.options)
+        return self.vllm.start(self.model, self.options, engine_start="first_encode")
 
 
 #: The keys of a late-chunk task's ``settings``, by the value each goes to: the engine's name, the
@@ -132,6 +148,7 @@ SETTINGS_KEYS: dict[str, tuple[str, ...]] = {
     "engine": ("engine",),
     "vllm": VLLMSettings.field_names(),
     "options": ChunkerOptions.field_names(),
+    "transformers": TransformersSettings.field_names(),
     "shard": tuple(f.name for f in fields(ShardSettings)),
 }
 
@@ -147,7 +164,8 @@ def task_settings(
             ``tensor_parallel_size``, ``enforce_eager``, ``engine_args``; the ``LateChunker``
             options ``max_model_len``, ``engine_path``, ``prefix``, ``query_prefix``,
             ``dimensions``, ``window_overlap``, ``allow_causal``, ``allow_non_mean_pooling``,
-            ``trust_remote_code``; the shard run's ``batch_tokens``, ``force``,
+            ``trust_remote_code``; the transformers engine's ``device`` and ``forward_tokens``
+            (padded tokens per forward pass); the shard run's ``batch_tokens``, ``force``,
             ``max_rejected_share``, ``systemic_min_documents``, ``host_workers``, ``chunks_column``
             (every field of :class:`ShardSettings`). A key left out
             keeps its default (each value's docstring).
@@ -174,6 +192,7 @@ def task_settings(
         **part["engine"],
         vllm=VLLMSettings(**part["vllm"]),
         options=ChunkerOptions(**part["options"]),
+        transformers=TransformersSettings(**part["transformers"]),
     )
     return spec, ShardSettings(**part["shard"])
 

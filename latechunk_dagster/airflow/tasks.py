@@ -10,6 +10,7 @@ shard, :func:`~latechunk_dagster.sink.validation.check_partitions` for the check
 from __future__ import annotations
 
 import logging
+import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -17,20 +18,13 @@ from latechunk_dagster.core.chunker import LateChunker
 from latechunk_dagster.core.chunking import ChunkingStrategy
 from latechunk_dagster.pipeline.config import DEFAULT_STRATEGY
 from latechunk_dagster.pipeline.removals import check_removals
-from latechunk_dagster.pipeline.run_tables import open_run_tables
-from latechunk_dagster.pipeline.shard import (
-    CHAR_SPANS_REFUSAL,
-    ShardSettings,
-    Strategies,
-    run_shard,
-    shard_summary,
-    strategy_from_run_config,
-)
+from latechunk_dagster.pipeline.shard import CHAR_SPANS_REFUSAL, ShardSettings, Strategies, strategy_from_run_config
+from latechunk_dagster.pipeline.shard_job import ShardJob
+from latechunk_dagster.pipeline.table_checks import granularity_table_outcomes
 from latechunk_dagster.sink import validation
 from latechunk_dagster.sink.database import LanceDBSettings
 from latechunk_dagster.sink.generations import built_table
 from latechunk_dagster.sink.indexing import refresh_indexes
-from latechunk_dagster.sink.parents import PARENT_CHECK, parents_exist
 from latechunk_dagster.sink.schema import granularity_table
 from latechunk_dagster.sink.writes import stored_partitions
 from latechunk_dagster.sources.files import DocumentStore
@@ -125,6 +119,13 @@ def table_names(table_name: str, granularities: Iterable[str] = ()) -> list[str]
     return [granularity_table(table_name, g) for g in names] if names else [table_name]
 
 
+def built_table_names(db: LanceDBSettings, table_name: str, granularities: Iterable[str] = ()) -> list[str]:
+    """The tables of a table definition the late-chunk tasks write now (:func:`table_names`): under
+    generations the newest generation's (:func:`~latechunk_dagster.sink.generations.built_table`,
+    what Dagster's index asset and both fronts' checks read), else the configured names."""
+    return table_names(built_table(db.connect(), table_name)[0], granularities)
+
+
 def list_shards(
     store_path: str, log: logging.Logger | Any | None = None, storage_options: Mapping[str, str] | None = None
 ) -> Listing:
@@ -203,8 +204,8 @@ def chunk_shard(
     log: logging.Logger | Any | None = None,
     storage_options: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
-    """Late-chunk one shard of a store into ``table_name``: the shard run both orchestrators call
-    (:func:`~latechunk_dagster.pipeline.shard.run_shard`).
+    """Late-chunk one shard of a store into ``table_name``: the shard job both orchestrators run
+    (:class:`~latechunk_dagster.pipeline.shard_job.ShardJob`).
 
     Streaming batches, incremental skip, one atomic commit (per granularity table with several
     strategies ``{granularity: strategy}``: each ``granularity_table(table_name, granularity)``,
@@ -221,44 +222,40 @@ def chunk_shard(
         SystemicFailureError, and a shard that cannot be read (``sources.documents.READ_ERRORS``):
             as :func:`~latechunk_dagster.pipeline.shard.run_shard` (recorded, old rows kept).
     """
-    db.rejected_table(rejected_table_name)  # a bad URI fails before the shard is read
-    settings = settings or ShardSettings()
-    settings.check_strategies(strategy)  # given_chunks without a chunks_column: before the shard is read
-    # under generations (the definition's log exists): the generation of this run's vector configuration
-    target = open_run_tables(
+    job = ShardJob(
         db,
-        table_name,
-        rejected_table_name,
         strategy,
-        chunker,
-        run_id=run_id,
-        warn=(log or logging.getLogger(__name__)).warning,
-    )
-    tables, rejected_table, table_name = target.chunk_table, target.rejected_table, target.table_name
-    store = DocumentStore.from_path(store_path, chunks_column=settings.chunks_column, storage_options=storage_options)
-    report = run_shard(
-        chunker,
-        store.iter_shard(shard),
-        shard,
-        strategy,
-        chunk_table=tables,
-        rejected_table=rejected_table,
-        run_id=run_id,
-        settings=settings,
-        expected_documents=store.count_documents(shard),
-        log=log,
-    )
-    first = tables if isinstance(strategy, ChunkingStrategy) else next(iter(tables.values()))
-    return shard_summary(
-        report,
-        chunker,
-        strategy,
-        table_uri=db.table_uri(table_name),
+        settings or ShardSettings(),
         table_name=table_name,
-        table_version=first.version,
-        run_id=run_id,
-        generation=target.generation,
+        rejected_name=rejected_table_name,
+        log=log,
+    )  # a bad URI, or given_chunks without a chunks_column: refused before the shard is read
+    return run_store_shard(job, chunker, run_id, store_path, shard, storage_options)
+
+
+def run_store_shard(
+    job: ShardJob,
+    chunker: LateChunker,
+    run_id: str,
+    store_path: str,
+    shard: str,
+    storage_options: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """``job`` (:class:`~latechunk_dagster.pipeline.shard_job.ShardJob`) on ``chunker`` over one shard
+    of the store at ``store_path`` (read with ``job.settings.chunks_column``), its rows' lineage
+    ``run_id``.
+
+    Returns:
+        The shard's summary (:meth:`ShardJob.run <latechunk_dagster.pipeline.shard_job.ShardJob.run>`).
+
+    Raises:
+        As :meth:`ShardJob.open <latechunk_dagster.pipeline.shard_job.ShardJob.open>` and ``ShardJob.run``.
+    """
+    job.open(chunker, run_id)
+    store = DocumentStore.from_path(
+        store_path, chunks_column=job.settings.chunks_column, storage_options=storage_options
     )
+    return job.run(shard, store.iter_shard(shard), store.count_documents(shard))
 
 
 def check_shards(
@@ -297,38 +294,23 @@ def check_shards(
     Memory: one partition's rows and one shard's documents at a time (:func:`validation.check_partitions`).
     """
     reported = {r["partition"]: r for r in results if r}
-    partitions = sorted(set(reported) | set(shards))
+    # each partition's own report: its granularity's entry of the summary (its count of rows)
+    own = {p: (r.get("granularities") or {}).get(granularity, r) if granularity else r for p, r in reported.items()}
     # under generations: the newest generation's tables (what the shard tasks wrote)
     table_name, rejected = built_table(db.connect(), table_name)
-    rejected_table_name = rejected or rejected_table_name
-    name = granularity_table(table_name, granularity)
-    checks = [*validation.CHECKS, *(PARENT_CHECK if parent is not None else {})]
-    table = db.open_table(name)
-    if table is None:
-        return {check: (False, {"reason": f"no table {name!r} at {db.uri}"}) for check in checks}
-    dims = {int(r["embedding_dim"]) for r in reported.values() if "embedding_dim" in r}
-    dim = dims.pop() if len(dims) == 1 else table.schema.field("vector").type.list_size
-    own = {p: (r.get("granularities") or {}).get(granularity, r) if granularity else r for p, r in reported.items()}
-    outcomes = validation.check_partitions(  # one partition at a time: memory bounded by a partition
-        table,
-        db.open_table(rejected_table_name),
-        partitions,
-        dim=dim,
-        expected_rows={p: (int(own[p]["partition_rows"]) if p in own else None) for p in partitions},
+    return granularity_table_outcomes(
+        db,
+        granularity_table(table_name, granularity),
+        rejected or rejected_table_name,
+        sorted(set(reported) | set(shards)),
+        expected_rows=lambda p: int(own[p]["partition_rows"]) if p in own else None,
+        reported_dim=lambda p: reported[p].get("embedding_dim") if p in reported else None,
+        parent_table=granularity_table(table_name, parent) if parent is not None else None,
         store=DocumentStore.from_path(store_path, chunks_column=chunks_column, storage_options=storage_options),
-    )
-    if parent is not None:
-        coarse_name = granularity_table(table_name, parent)
-        coarse = db.open_table(coarse_name)
-        outcomes["parents_exist"] = (
-            parents_exist(table, coarse, partitions)
-            if coarse is not None
-            else (False, {"reason": f"no table {coarse_name!r} (granularity {parent!r}'s) at {db.uri}"})
-        )
-    return outcomes
+    )[1]
 
 
-def check_granularities(
+def check_granularity_tables(
     db: LanceDBSettings,
     store_path: str,
     *,
@@ -370,6 +352,17 @@ def check_granularities(
         )
         for i, g in enumerate(names)
     }
+
+
+def check_granularities(*args: Any, **kwargs: Any) -> dict[str, dict[str, validation.Outcome]]:
+    """Deprecated name of :func:`check_granularity_tables` (``check_granularities`` is
+    :func:`latechunk_dagster.core.granularities.check_granularities`, the strategy mapping's check)."""
+    warnings.warn(
+        "latechunk_dagster.airflow.tasks.check_granularities is deprecated: use check_granularity_tables",
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    return check_granularity_tables(*args, **kwargs)
 
 
 def result_granularities(results: Iterable[Mapping[str, Any] | None]) -> list[str]:

@@ -21,17 +21,19 @@ from typing import Any
 import dagster as dg
 
 from latechunk_dagster.core.granularities import SINGLE
+from latechunk_dagster.integration.chunk_metadata import (
+    RunTotals,
+    granularity_summary,
+    partition_metadata,
+    shard_error_metadata,
+    table_metadata,
+)
 from latechunk_dagster.integration.run_config import ChunkingConfig as ChunkingConfig  # re-exported
 from latechunk_dagster.integration.run_config import StrategyConfig as StrategyConfig  # re-exported
-from latechunk_dagster.integration.wiring import TableWiring
+from latechunk_dagster.integration.wiring import Granularity, TableWiring
 from latechunk_dagster.pipeline.partition import SHARD_ERRORS
 from latechunk_dagster.pipeline.partition import UNREADABLE_SHARD as UNREADABLE_SHARD  # re-exported
-from latechunk_dagster.pipeline.run_tables import open_run_tables
-from latechunk_dagster.pipeline.shard import (
-    Strategies,
-    run_shard,
-    shard_summary,
-)
+from latechunk_dagster.pipeline.shard_job import ShardJob
 from latechunk_dagster.sink.indexing import refresh_indexes
 from latechunk_dagster.sources.documents import UnknownShardError
 from latechunk_dagster.sources.frames import iter_table_documents, partition_tables
@@ -151,142 +153,80 @@ def materialize_chunks(
     code_versions: Mapping[dg.AssetKey, str | None],
 ) -> Iterator[dg.MaterializeResult]:
     """Late-chunk every partition of the run into every granularity table (one commit per table per
-    partition, each document encoded once), each partition with the shard run Airflow calls too
-    (:func:`~latechunk_dagster.pipeline.shard.run_shard`); each granularity's
-    :func:`~latechunk_dagster.pipeline.shard.shard_summary` is the partition's metadata of that
-    granularity's asset. Yields one ``MaterializeResult`` per granularity asset, finest first."""
+    partition, each document encoded once) with the shard job Airflow runs too
+    (:class:`~latechunk_dagster.pipeline.shard_job.ShardJob`); each shard's summary, per granularity
+    (:func:`~latechunk_dagster.integration.chunk_metadata.partition_metadata`), is the partition's
+    metadata of that granularity's asset. Yields one ``MaterializeResult`` per granularity asset,
+    finest first."""
     strategies = config.build_granularities(w.strategies)
-    strategy: Strategies = strategies[SINGLE] if w.single else strategies
-    lancedb = w.resource(context, w.lancedb_key)
-    rejected_table = lancedb.rejected_table(w.rejected_table_name)  # a bad URI fails before the engine loads
     engine = w.resource(context, w.engine_key)
-    settings = config.shard_settings(getattr(engine, "host_workers", None), chunks_column(w, context))
-    try:  # given_chunks without a column of chunks: refused before the engine loads
-        settings.check_strategies(strategy)
-    except ValueError as exc:
-        where = (
-            "late_chunk_assets(chunks_column=...)"
-            if w.documents_from_asset
-            else "DocumentStoreResource(chunks_column=...)"
-        )
-        raise ValueError(f"{exc}: {where}") from None
-    chunker = engine.get_chunker()
-    # the generation of this run's vector configuration, under generations; else the configured tables
-    target = open_run_tables(
-        lancedb,
-        w.table_name,
-        w.rejected_table_name,
-        strategy,
-        chunker,
-        run_id=context.run.run_id,
+    job = ShardJob(
+        w.resource(context, w.lancedb_key),
+        strategies[SINGLE] if w.single else strategies,
+        config.shard_settings(getattr(engine, "host_workers", None), chunks_column(w, context)),
+        table_name=w.table_name,
+        rejected_name=w.rejected_table_name,
         generations=w.generations,
-        warn=context.log.warning,
-    )
-    opened, rejected_table = target.chunk_table, target.rejected_table
-    tables = {SINGLE: opened} if w.single else dict(opened)
-    table_uri = f"{lancedb.uri}/{target.table_name}"
-    totals = {
-        g: dict.fromkeys(("documents", "chunks", "rejected", "tokens", "seconds", "unreadable_shards"), 0.0)
-        for g in strategies
-    }
+        log=context.log,
+        chunks_column_hint=_chunks_column_hint(w),
+    )  # a bad URI, or given_chunks without a column of chunks: refused before the engine loads
+    chunker = engine.get_chunker()
+    job.open(chunker, context.run.run_id)
+    totals = {g.name: RunTotals() for g in w.granularities}
     for partition, documents, expected in _partition_sources(context, w, upstream):
         try:
-            out = run_shard(
-                chunker,
-                documents,
-                partition,
-                strategy,
-                chunk_table=opened,
-                rejected_table=rejected_table,
-                run_id=context.run.run_id,
-                settings=settings,
-                expected_documents=expected,
-                log=context.log,
-            )
+            summary = job.run(partition, documents, expected)
         except SHARD_ERRORS as exc:
             # The shard cannot be read or its documents failed for one reason: its old chunk rows
             # are kept in every granularity table, the reason is recorded (run_shard), and the
             # blocking `documents_accounted` checks fail for it, while the other partitions of the
             # run are written as usual.
             for g in w.granularities:
-                context.add_asset_metadata(
-                    {"shard_error": dg.MetadataValue.text(str(exc)), "partition_rows": dg.MetadataValue.int(-1)},
-                    asset_key=g.chunk_key,
-                    partition_key=partition,
-                )
-                totals[g.name]["unreadable_shards"] += 1
+                context.add_asset_metadata(shard_error_metadata(exc), asset_key=g.chunk_key, partition_key=partition)
+                totals[g.name].unreadable_shards += 1
             continue
-        summary = shard_summary(
-            out,
-            chunker,
-            strategy,
-            table_uri=table_uri,
-            table_name=target.table_name,
-            table_version=tables[w.granularities[0].name].version,
-            run_id=context.run.run_id,
-            generation=target.generation,
-        )
-        shared = {k: v for k, v in summary.items() if k != "granularities"}
         for g in w.granularities:
-            # a granularity's own table, counts and commit over the shard's shared counts
-            mine = summary if w.single else {**shared, **summary["granularities"][g.name], "granularity": g.name}
+            mine = granularity_summary(summary, g.name)
             context.add_asset_metadata(
-                {k: _metadata_value(v) for k, v in mine.items()}, asset_key=g.chunk_key, partition_key=partition
+                partition_metadata(summary, g.name), asset_key=g.chunk_key, partition_key=partition
             )
-            for k, key in (
-                ("documents", "documents_in"),
-                ("chunks", "chunks_written"),
-                ("rejected", "documents_rejected"),
-                ("tokens", "tokens_encoded"),
-                ("seconds", "engine_seconds"),
-            ):
-                totals[g.name][k] += mine[key]
+            totals[g.name].add(mine)
     for g in w.granularities:
-        table, t = tables[g.name], totals[g.name]
-        metadata = {
-            "dagster/row_count": dg.MetadataValue.int(table.count_rows()),
-            "dagster/uri": dg.MetadataValue.text(f"{lancedb.uri}/{table.name}"),
-            "dagster/column_schema": _column_schema(table.schema),
-            "version": dg.MetadataValue.int(table.version),
-            "run_documents_in": dg.MetadataValue.int(int(t["documents"])),
-            "run_chunks_written": dg.MetadataValue.int(int(t["chunks"])),
-            "run_documents_rejected": dg.MetadataValue.int(int(t["rejected"])),
-            "run_unreadable_shards": dg.MetadataValue.int(int(t["unreadable_shards"])),
-            "run_tokens_per_second": dg.MetadataValue.float(t["tokens"] / max(t["seconds"], 1e-9)),
-            "model": dg.MetadataValue.text(chunker.card.name),
-            "model_sha256": dg.MetadataValue.text(chunker.card.fingerprint),
-            "strategy": dg.MetadataValue.text(strategies[g.name].describe()),
-            "engine_path": dg.MetadataValue.text(chunker.path),
-            "engine": dg.MetadataValue.text(chunker.settings.engine),
-            "vllm_version": dg.MetadataValue.text(chunker.settings.engine_record),
-            "code_version": dg.MetadataValue.text(code_versions.get(g.chunk_key) or ""),
-        }
-        if target.generation is not None:
-            metadata["generation"] = dg.MetadataValue.int(target.generation)
-        if not w.single:
-            metadata["granularity"] = dg.MetadataValue.text(g.name)
-            metadata["parent_table"] = dg.MetadataValue.text(w.chunk_tables[g.parent] if g.parent else "")
-        yield dg.MaterializeResult(asset_key=g.chunk_key, metadata=metadata)
+        yield dg.MaterializeResult(
+            asset_key=g.chunk_key,
+            metadata=_run_metadata(w, g, job, chunker, totals[g.name], code_versions.get(g.chunk_key)),
+        )
 
 
-def _metadata_value(value: Any) -> Any:
-    """A summary value as Dagster metadata (ints, floats, text; dicts as JSON; None as null, so a
-    reader gets ``None`` back as Airflow's XCom holds it, not the text ``"None"``)."""
-    if value is None:
-        return dg.MetadataValue.null()
-    if isinstance(value, bool):
-        return dg.MetadataValue.bool(value)
-    if isinstance(value, int):
-        return dg.MetadataValue.int(value)
-    if isinstance(value, float):
-        return dg.MetadataValue.float(value)
-    if isinstance(value, dict):
-        return dg.MetadataValue.json(value)
-    return dg.MetadataValue.text(str(value))
+def _chunks_column_hint(w: TableWiring) -> str:
+    """Where a user of this table sets the documents' column of their own chunks."""
+    if w.documents_from_asset:
+        return "late_chunk_assets(chunks_column=...)"
+    return "DocumentStoreResource(chunks_column=...)"
 
 
-def _column_schema(schema: Any) -> dg.TableSchemaMetadataValue:
-    return dg.MetadataValue.table_schema(dg.TableSchema(columns=[dg.TableColumn(f.name, str(f.type)) for f in schema]))
+def _run_metadata(
+    w: TableWiring, g: Granularity, job: ShardJob, chunker: Any, totals: RunTotals, code_version: str | None
+) -> dict[str, Any]:
+    """A granularity asset's metadata of a whole run: its table, the run's totals, the engine."""
+    table = job.tables[g.name]
+    metadata = {
+        **table_metadata(table, job.db.table_uri(table.name)),
+        **totals.metadata(),
+        "model": dg.MetadataValue.text(chunker.card.name),
+        "model_sha256": dg.MetadataValue.text(chunker.card.fingerprint),
+        "strategy": dg.MetadataValue.text(job.granularities[g.name].describe()),
+        "engine_path": dg.MetadataValue.text(chunker.path),
+        "engine": dg.MetadataValue.text(chunker.settings.engine),
+        "vllm_version": dg.MetadataValue.text(chunker.settings.engine_record),
+        "code_version": dg.MetadataValue.text(code_version or ""),
+    }
+    if job.target.generation is not None:
+        metadata["generation"] = dg.MetadataValue.int(job.target.generation)
+    if not w.single:
+        metadata["granularity"] = dg.MetadataValue.text(g.name)
+        metadata["parent_table"] = dg.MetadataValue.text(w.chunk_tables[g.parent] if g.parent else "")
+    return metadata
 
 
 def build_index_asset(w: TableWiring, specs: Sequence[dg.AssetSpec]) -> dg.AssetsDefinition:

@@ -22,8 +22,9 @@ from pydantic import Field
 
 from latechunk_dagster.core.chunking import GivenChunks, strategy_from_config
 from latechunk_dagster.integration.wiring import Granularity, TableWiring
+from latechunk_dagster.pipeline.table_checks import granularity_table_outcomes
 from latechunk_dagster.sink import indexing, validation
-from latechunk_dagster.sink.parents import PARENT_CHECK, parents_exist
+from latechunk_dagster.sink.parents import PARENT_CHECK
 from latechunk_dagster.sink.schema import sql_in, sql_string
 from latechunk_dagster.sink.writes import table_partitions
 
@@ -127,35 +128,20 @@ def build_table_checks(w: TableWiring, g: Granularity) -> dg.AssetChecksDefiniti
             )
 
         built, rejected_name = w.built_tables(lancedb)  # the newest generation's, under generations
-        table = lancedb.open_table(built[g.name])
-        if table is None:
-            for name in described:
-                yield result(name, (False, {"reason": f"no table {built[g.name]!r}"}), [])
-            return
-        partitions = run_partitions(w, context, config, table)
-        dim = table.schema.field("vector").type.list_size
-        reported = {last_reported(key, context.instance, p, "embedding_dim") for p in partitions} - {None}
-        outcomes = validation.check_partitions(  # one partition at a time: memory bounded by a partition
-            table,
-            lancedb.open_table(rejected_name),
-            partitions,
-            dim=reported.pop() if len(reported) == 1 else dim,
-            expected_rows={p: last_reported(key, context.instance, p, "partition_rows") for p in partitions},
+        partitions, outcomes = granularity_table_outcomes(
+            lancedb,
+            built[g.name],
+            rejected_name,
+            lambda table: run_partitions(w, context, config, table),
+            expected_rows=lambda p: last_reported(key, context.instance, p, "partition_rows"),
+            reported_dim=lambda p: last_reported(key, context.instance, p, "embedding_dim"),
+            parent_table=built[g.parent] if g.parent is not None else None,
             store=None if w.documents_from_asset else w.resource(context, w.store_key).get_store(),
             accounted=(lambda p, rows, rejected: _reported_outcome(key, context.instance, p, rows, rejected))
             if w.documents_from_asset
             else None,
         )
-        for name in CHECKS:
-            yield result(name, outcomes[name], partitions)
-        if g.parent is not None:
-            coarse = lancedb.open_table(built[g.parent])
-            [name] = PARENT_CHECK
-            outcome = (
-                parents_exist(table, coarse, partitions)
-                if coarse is not None
-                else (False, {"reason": f"no table {built[g.parent]!r} (the next granularity's)"})
-            )
+        for name, outcome in outcomes.items():
             yield result(name, outcome, partitions)
 
     return chunk_table_checks

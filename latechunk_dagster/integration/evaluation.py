@@ -158,22 +158,7 @@ def retrieval_eval_asset(
         else:
             plot_report(report, png)
         k_margin = margin if config.margin is None else config.margin
-        several_tables = isinstance(report, GranularityEvalReport)  # chunks per granularity, and a winner
-        verdict = f"\n\n{report.verdict()}" if several_tables else ""
-        image = base64.b64encode(png.read_bytes()).decode("ascii")
-        metadata: dict[str, Any] = {
-            "table": dg.MetadataValue.md(f"{report.markdown()}\n\n{report.caption()}{verdict}{sweep_md}"),
-            **{k: dg.MetadataValue.float(v) for k, v in report.floats().items()},
-            "queries": dg.MetadataValue.int(len(report.queries)),
-            "queries_skipped": dg.MetadataValue.int(len(report.skipped)),
-            "chunks": dg.MetadataValue.int(sum(report.chunks.values()) if several_tables else report.chunks),
-            "k": dg.MetadataValue.int(report.k),
-            **({"checked_granularity": dg.MetadataValue.text(report.granularities[0])} if several_tables else {}),
-            "margin": dg.MetadataValue.float(k_margin),
-            "queries_path": dg.MetadataValue.path(str(queries_path)),
-            "plot_path": dg.MetadataValue.path(str(png)),
-            "plot": dg.MetadataValue.md(f"![late vs naive](data:image/png;base64,{image})"),
-        }
+        metadata = eval_metadata(report, sweep_md, k_margin, queries_path, png)
         context.log.info(f"retrieval late vs naive:\n{report.markdown()}")
         return dg.MaterializeResult(metadata=metadata)
 
@@ -189,6 +174,27 @@ def retrieval_eval_asset(
         return late_vs_naive_result(event.asset_materialization.metadata)
 
     return _retrieval_eval, _late_not_below_naive
+
+
+def eval_metadata(report: Any, sweep_md: str, margin: float, queries_path: str | Path, png: Path) -> dict[str, Any]:
+    """The ``retrieval_eval`` materialization's metadata: the report's table and scores, its counts,
+    the check's ``margin`` (nDCG@k points), the plot (``png``, also inlined)."""
+    several_tables = isinstance(report, GranularityEvalReport)  # chunks per granularity, and a winner
+    verdict = f"\n\n{report.verdict()}" if several_tables else ""
+    image = base64.b64encode(png.read_bytes()).decode("ascii")
+    return {
+        "table": dg.MetadataValue.md(f"{report.markdown()}\n\n{report.caption()}{verdict}{sweep_md}"),
+        **{k: dg.MetadataValue.float(v) for k, v in report.floats().items()},
+        "queries": dg.MetadataValue.int(len(report.queries)),
+        "queries_skipped": dg.MetadataValue.int(len(report.skipped)),
+        "chunks": dg.MetadataValue.int(sum(report.chunks.values()) if several_tables else report.chunks),
+        "k": dg.MetadataValue.int(report.k),
+        **({"checked_granularity": dg.MetadataValue.text(report.granularities[0])} if several_tables else {}),
+        "margin": dg.MetadataValue.float(margin),
+        "queries_path": dg.MetadataValue.path(str(queries_path)),
+        "plot_path": dg.MetadataValue.path(str(png)),
+        "plot": dg.MetadataValue.md(f"![late vs naive](data:image/png;base64,{image})"),
+    }
 
 
 def late_vs_naive_result(metadata: dict[str, Any]) -> dg.AssetCheckResult:

@@ -3,85 +3,27 @@
 Nothing here is fixed at import: keys, group, partitions, pool, resource keys and table names
 are arguments, and a :class:`~latechunk_dagster.integration.translator.LateChunkTranslator`
 turns them into asset specs. Two calls (two models, two tables) live side by side in one
-``Definitions``.
+``Definitions`` (the example of :func:`late_chunk_assets`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import dagster as dg
 
 from latechunk_dagster.core.chunking import ChunkingStrategy, GivenChunks
 from latechunk_dagster.core.granularities import check_granularities
-from latechunk_dagster.integration.assets import build_chunk_asset, build_documents_asset, build_index_asset
-from latechunk_dagster.integration.checks import build_checks
-from latechunk_dagster.integration.sensors import build_store_sensor
-from latechunk_dagster.integration.translator import LateChunkTableProps, LateChunkTranslator, as_key_prefix
-from latechunk_dagster.integration.wiring import Granularity, TableWiring, dynamic_name
-from latechunk_dagster.pipeline.config import DEFAULT_STRATEGY
+from latechunk_dagster.integration.table_definitions import UNSET, FactoryArgs, build_table_definitions
+from latechunk_dagster.integration.table_definitions import LateChunkDefinitions as LateChunkDefinitions  # re-exported
+from latechunk_dagster.integration.translator import LateChunkTranslator
+from latechunk_dagster.pipeline.config import DEFAULT_STRATEGY as DEFAULT_STRATEGY  # re-exported
 from latechunk_dagster.sink import CHUNK_TABLE, REJECTED_TABLE
 
 #: Default Dagster concurrency pool of the encoder: set its limit to the number of GPUs
 #: (``dagster instance concurrency set latechunk_engine 1``).
 ENGINE_POOL = "latechunk_engine"
-
-_UNSET: Any = object()
-
-
-@dataclass
-class LateChunkDefinitions:
-    """What :func:`late_chunk_assets` returns for one table.
-
-    Attributes:
-        chunk_asset: the partitioned chunk asset: with ``strategies``, a multi-asset of one asset
-            per granularity table (:attr:`chunk_keys`), materialized by one step.
-        documents_asset: the observable store asset (``None`` when documents come from an upstream asset).
-        index_asset: the index asset (one per granularity table; ``None`` with ``index=False``).
-        asset_checks: the blocking checks on each chunk asset.
-        sensors: the store sensor (dynamic partitions over a store only).
-        jobs: ``chunk_job`` (the chunk asset and its checks) and ``index_job``.
-        wiring: the names every piece shares (keys, resource keys, tables, partitions).
-    """
-
-    chunk_asset: dg.AssetsDefinition
-    documents_asset: dg.AssetsDefinition | None
-    index_asset: dg.AssetsDefinition | None
-    asset_checks: list[dg.AssetChecksDefinition]
-    sensors: list[dg.SensorDefinition]
-    jobs: list[Any]
-    wiring: TableWiring
-    extra_assets: list[Any] = field(default_factory=list)
-
-    @property
-    def assets(self) -> list[Any]:
-        """Every asset of the table (documents, chunks, index, and any added ones)."""
-        return [a for a in (self.documents_asset, self.chunk_asset, self.index_asset) if a is not None] + list(
-            self.extra_assets
-        )
-
-    @property
-    def chunk_keys(self) -> list[dg.AssetKey]:
-        """The chunk asset key of each granularity table, finest first (one for a single strategy)."""
-        return self.wiring.chunk_keys
-
-    @property
-    def partitions_def(self) -> dg.PartitionsDefinition:
-        return self.wiring.partitions_def
-
-    def to_definitions(self, resources: dict[str, Any] | None = None, **kwargs: Any) -> dg.Definitions:
-        """A ``Definitions`` with every piece (merge it with others via ``dg.Definitions.merge``)."""
-        return dg.Definitions(
-            assets=self.assets,
-            asset_checks=self.asset_checks,
-            sensors=self.sensors,
-            jobs=self.jobs,
-            resources=resources,
-            **kwargs,
-        )
 
 
 def _granularities(
@@ -109,13 +51,41 @@ def _granularities(
     return granularities
 
 
+def _check_chunks_column(
+    granularities: dict[str, ChunkingStrategy], documents: object, chunks_column: str | None
+) -> None:
+    """``chunks_column`` reads an upstream asset's column, which ``given_chunks`` then needs.
+
+    Raises:
+        ValueError: ``chunks_column`` without ``documents``; ``given_chunks`` with ``documents`` but
+            no ``chunks_column``.
+    """
+    if chunks_column is not None and documents is None:
+        raise ValueError(
+            "chunks_column reads an upstream asset's column (documents=...); a store's column is "
+            "DocumentStoreResource(chunks_column=...)"
+        )
+    given = [g for g, s in granularities.items() if s.name == GivenChunks.name]
+    if given and documents is not None and chunks_column is None:
+        raise ValueError(
+            "given_chunks reads each document's own chunks from a column: pass chunks_column= with documents="
+        )
+
+
+def _checked_granularities(args: FactoryArgs) -> dict[str, ChunkingStrategy]:
+    """The call's granularities (:func:`_granularities`), its ``chunks_column`` checked against them."""
+    granularities = _granularities(args.strategy, args.strategies)
+    _check_chunks_column(granularities, args.documents, args.chunks_column)
+    return granularities
+
+
 def late_chunk_assets(
     *,
     name: str = "chunk_vectors",
     key_prefix: str | Sequence[str] | None = None,
     group_name: str = "latechunk",
     partitions_def: dg.PartitionsDefinition | None = None,
-    backfill_policy: dg.BackfillPolicy | None = _UNSET,
+    backfill_policy: dg.BackfillPolicy | None = UNSET,
     pool: str | None = ENGINE_POOL,
     engine_resource_key: str = "engine",
     lancedb_resource_key: str = "lancedb",
@@ -181,9 +151,8 @@ def late_chunk_assets(
             automation...); each spec reaches Dagster whole.
         automation_condition: Dagster declarative automation of the chunk asset, e.g.
             ``dg.AutomationCondition.eager()`` (new shards and shards whose data version changed are
-            requested) or ``dg.AutomationCondition.on_cron("0 3 * * *")``; evaluated by the
-            automation sensor (``dagster dev`` / the daemon). Default ``None``: runs come from the
-            store sensor, a job or the UI.
+            requested) or ``...on_cron("0 3 * * *")``, evaluated by the automation sensor (``dagster
+            dev`` / the daemon); ``None`` (default): runs come from the store sensor, a job or the UI.
         index: add the index asset; sensor: add the store sensor (dynamic partitions over a store);
         parity_check: add the ``parity_sample`` check (re-embeds two documents per partition).
         job_name, index_job_name, sensor_name: names of the two jobs and the sensor (default
@@ -219,142 +188,12 @@ def late_chunk_assets(
         shards = dg.DynamicPartitionsDefinition(name="shards")
         minilm = late_chunk_assets(key_prefix="minilm", table_name="chunks_minilm", partitions_def=shards)
         e5 = late_chunk_assets(key_prefix="e5", table_name="chunks_e5", partitions_def=shards,
-                               engine_resource_key="e5_engine", strategy=FixedTokens(chunk_size=256),
-                               sensor=False)
-        defs = dg.Definitions.merge(
-            minilm.to_definitions(),
-            e5.to_definitions(),
-            dg.Definitions(resources={
-                "engine": VLLMEngineResource(model="/models/all-MiniLM-L6-v2"),
-                "e5_engine": VLLMEngineResource(model="/models/e5-base-v2", prefix="passage: "),
-                "lancedb": LanceDBResource(uri="/tmp/latechunk-example/lancedb"),
-                "store": DocumentStoreResource(path="/tmp/latechunk-example/documents"),
-            }),
-        )
+                               engine_resource_key="e5_engine", strategy=FixedTokens(chunk_size=256), sensor=False)
+        resources = {"engine": VLLMEngineResource(model="/models/all-MiniLM-L6-v2"),
+                     "e5_engine": VLLMEngineResource(model="/models/e5-base-v2", prefix="passage: "),
+                     "lancedb": LanceDBResource(uri="/tmp/latechunk-example/lancedb"),
+                     "store": DocumentStoreResource(path="/tmp/latechunk-example/documents")}
+        defs = dg.Definitions.merge(minilm.to_definitions(), e5.to_definitions(), dg.Definitions(resources=resources))
     """
-    granularities = _granularities(strategy, strategies)
-    if chunks_column is not None and documents is None:
-        raise ValueError(
-            "chunks_column reads an upstream asset's column (documents=...); a store's column is "
-            "DocumentStoreResource(chunks_column=...)"
-        )
-    given = [g for g, s in granularities.items() if s.name == GivenChunks.name]
-    if given and documents is not None and chunks_column is None:
-        raise ValueError(
-            "given_chunks reads each document's own chunks from a column: pass chunks_column= with documents="
-        )
-    translator = translator or LateChunkTranslator()
-    prefix = as_key_prefix(key_prefix)
-    slug = "_".join([*prefix, name]) if prefix else name
-    if partitions_def is None:
-        partitions_def = dg.DynamicPartitionsDefinition(name="_".join([*prefix, "document_shards"]))
-    if backfill_policy is _UNSET:
-        backfill_policy = dg.BackfillPolicy.single_run()
-    from_asset = documents is not None
-    if isinstance(documents, dg.AssetsDefinition):
-        documents_key = documents.key
-    elif documents is not None:
-        documents_key = dg.AssetKey.from_coercible(documents)
-    else:
-        documents_key = dg.AssetKey([*prefix, "documents"])
-    from latechunk_dagster.core.model_card import model_version
-
-    names = list(granularities)
-    per_granularity = [
-        LateChunkTableProps(
-            name=name,
-            key_prefix=prefix,
-            group_name=group_name,
-            table_name=table_name,
-            rejected_table_name=rejected_table_name,
-            strategy=granularities[g],
-            model_version=model_version(model) if model else None,
-            documents_key=documents_key,
-            automation_condition=automation_condition,
-            granularity=g,
-            parent_strategy=granularities[names[i + 1]] if i + 1 < len(names) else None,
-        )
-        for i, g in enumerate(names)
-    ]
-    chunk_specs = [translator.get_chunk_spec(p) for p in per_granularity]
-    index_specs = [translator.get_index_spec(p) for p in per_granularity] if index else []
-    w = TableWiring(
-        granularities=tuple(
-            Granularity(
-                name=g,
-                strategy=granularities[g],
-                table_name=p.chunk_table_name,
-                chunk_key=spec.key,
-                index_key=index_specs[i].key if index_specs else None,
-                parent=names[i + 1] if g and i + 1 < len(names) else None,
-            )
-            for i, (g, p, spec) in enumerate(zip(names, per_granularity, chunk_specs, strict=True))
-        ),
-        documents_key=documents_key,
-        documents_from_asset=from_asset,
-        id_column=id_column,
-        text_column=text_column,
-        chunks_column=chunks_column,
-        partitions_def=partitions_def,
-        pool=pool,
-        engine_key=engine_resource_key,
-        lancedb_key=lancedb_resource_key,
-        store_key=store_resource_key,
-        table_name=table_name,
-        rejected_table_name=rejected_table_name,
-        op_name=dg.AssetKey([*prefix, name]).to_python_identifier(),
-        generations=generations,
-    )
-    chunk_asset = build_chunk_asset(w, chunk_specs, backfill_policy)
-    documents_asset = (
-        None if from_asset else build_documents_asset(w, translator.get_documents_spec(per_granularity[0]))
-    )
-    index_asset = build_index_asset(w, index_specs) if index_specs else None
-    sensors = []
-    if sensor and not from_asset and dynamic_name(partitions_def):
-        sensors.append(build_store_sensor(w, sensor_name or f"{slug}_store_sensor"))
-    tables = ", ".join(repr(t) for t in w.chunk_tables.values())
-    jobs: list[Any] = [
-        dg.define_asset_job(
-            job_name or f"{slug}_job",
-            selection=dg.AssetSelection.assets(*w.chunk_keys),
-            partitions_def=partitions_def,
-            description=f"Late-chunk partitions into {tables}, then run the asset checks.",
-        )
-    ]
-    if index_asset is not None:
-        jobs.append(
-            dg.define_asset_job(index_job_name or f"{slug}_index_job", selection=dg.AssetSelection.assets(index_asset))
-        )
-    checks = build_checks(w, with_parity=parity_check)
-    extra: list[Any] = []
-    if queries is not None:
-        from latechunk_dagster.integration.evaluation import retrieval_eval_asset
-
-        eval_asset, eval_check = retrieval_eval_asset(
-            chunk_asset_key=w.chunk_key if w.single else w.chunk_keys,
-            queries_path=queries,
-            key=translator.key(per_granularity[0], "retrieval_eval"),
-            group_name=group_name,
-            engine_resource_key=engine_resource_key,
-            lancedb_resource_key=lancedb_resource_key,
-            store_resource_key=None if from_asset else store_resource_key,
-            table_name=table_name,
-            margin=eval_margin,
-        )
-        extra.append(eval_asset)
-        checks.append(eval_check)
-    if generations:
-        from latechunk_dagster.integration.promote import build_promote_asset
-
-        extra.append(build_promote_asset(w, dg.AssetKey([*prefix, f"{name}_promote"]), group_name))
-    return LateChunkDefinitions(
-        chunk_asset=chunk_asset,
-        documents_asset=documents_asset,
-        index_asset=index_asset,
-        asset_checks=checks,
-        sensors=sensors,
-        jobs=jobs,
-        wiring=w,
-        extra_assets=extra,
-    )
+    args = FactoryArgs(**locals())
+    return build_table_definitions(args, _checked_granularities(args))

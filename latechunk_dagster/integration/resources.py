@@ -15,7 +15,12 @@ from dagster import ConfigurableResource, InitResourceContext
 from pydantic import Field, PrivateAttr, field_validator
 
 from latechunk_dagster.core.chunker import LateChunker
-from latechunk_dagster.pipeline.engine_settings import ChunkerOptions, VLLMSettings, engine_up_line
+from latechunk_dagster.pipeline.engine_settings import (
+    ChunkerOptions,
+    TransformersSettings,
+    VLLMSettings,
+    engine_up_line,
+)
 from latechunk_dagster.sink.database import LanceDBSettings, check_read_consistency_interval
 from latechunk_dagster.sources.files import DocumentStore
 
@@ -194,11 +199,13 @@ class TransformersEngineResource(ChunkerResource):
         default=None, ge=1, description="Padded tokens per forward pass (default: the engine's, 16384)."
     )
 
+    def transformers_settings(self) -> TransformersSettings:
+        """The :class:`~latechunk_dagster.pipeline.engine_settings.TransformersSettings` of these fields
+        (the value Airflow's operator builds too; ``batch_tokens`` is its ``forward_tokens``)."""
+        return TransformersSettings(device=self.device, forward_tokens=self.batch_tokens)
+
     def _start(self) -> LateChunker:
-        options: dict[str, Any] = {"device": self.device, "engine_start": "first_encode"}
-        if self.batch_tokens is not None:
-            options["forward_tokens"] = self.batch_tokens
-        return LateChunker(self.model_path(), engine="transformers", **self.chunker_kwargs(), **options)
+        return self.transformers_settings().start(self.model_path(), self.chunker_options(), engine_start="first_encode")
 
 
 #: The engine resources by the name a component's ``engine: {kind: ...}`` gives

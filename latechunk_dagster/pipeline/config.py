@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from latechunk_dagster.core.chunker import LateChunker
 from latechunk_dagster.core.chunking import ChunkingStrategy, Sentences
 from latechunk_dagster.core.chunking.segmenters import segmenter_version
-from latechunk_dagster.core.granularities import check_granularities
+from latechunk_dagster.core.granularities import SINGLE
 from latechunk_dagster.core.results import VLLM_ENGINES, ChunkerSettings
 
 #: Version of the package's chunking semantics (token -> span assignment, char ranges, mean,
@@ -153,16 +153,31 @@ def vector_config(
     return hashlib.sha256(blob.encode("utf-8", "surrogatepass")).hexdigest()[:32]
 
 
-def granularity_configs(
-    settings: ChunkerSettings, strategy: ChunkingStrategy | Mapping[str, ChunkingStrategy]
-) -> dict[str, str]:
+#: A run's granularities as its edge normalised them (run config, component YAML, operator, API:
+#: :func:`~latechunk_dagster.core.granularities.check_granularities`' result): ``{name: strategy}``
+#: finest first, ``{"": strategy}`` for one strategy. Passed down as it is, never checked again.
+Granularities = Mapping[str, ChunkingStrategy]
+
+
+def normalised(granularities: Granularities | ChunkingStrategy) -> Granularities:
+    """``granularities`` as normalised at the edge; a bare strategy (an older caller's form of the
+    single granularity) is ``{"": strategy}``. Nothing is checked here: the edge did it."""
+    return {SINGLE: granularities} if isinstance(granularities, ChunkingStrategy) else granularities
+
+
+def is_single(granularities: Granularities) -> bool:
+    """One strategy (its table is the definition's own name), not several granularities."""
+    return list(granularities) == [SINGLE]
+
+
+def granularity_configs(settings: ChunkerSettings, granularities: Granularities | ChunkingStrategy) -> dict[str, str]:
     """``{granularity: vector_config}`` of a run, finest first (``{"": config}`` for one strategy):
     each granularity's :func:`vector_config` with the next granularity as its parent.
 
-    Raises:
-        TypeError, ValueError: as :func:`~latechunk_dagster.core.granularities.check_granularities`.
+    Args:
+        granularities: as the run's edge normalised them (:data:`Granularities`).
     """
-    granularities = check_granularities(strategy)
+    granularities = normalised(granularities)
     names = list(granularities)
     return {
         g: vector_config(settings, s, (names[k + 1], granularities[names[k + 1]]) if k + 1 < len(names) else None)

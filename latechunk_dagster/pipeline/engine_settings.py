@@ -8,6 +8,8 @@ from their own configuration and start the chunker through them:
   (in process, the light transformers engine, a vLLM server);
 * :class:`VLLMSettings`: the in-process ``vllm.LLM`` and :meth:`VLLMSettings.start`, the one way a
   chunker on it is started;
+* :class:`TransformersSettings`: the light transformers engine (``device``, padded tokens per
+  forward pass) and :meth:`TransformersSettings.start`;
 * :func:`engine_up_line`: the log line of an engine that started.
 """
 
@@ -100,6 +102,49 @@ class VLLMSettings:
             **options.kwargs(),
             **args,
         )
+
+
+@dataclass(frozen=True)
+class TransformersSettings:
+    """The light transformers engine of a chunker (``LateChunker(engine="transformers")``: the model's
+    own transformers class in float32, no vLLM).
+
+    Attributes:
+        device: torch device (``None``: ``cuda`` where torch sees a GPU, else ``cpu``; ``"mps"`` on Apple).
+        forward_tokens: padded tokens per forward pass (``None``: the engine's default, 16,384); the
+            engine's own ``batch_tokens``, not the shard run's (document tokens per engine call).
+
+    Raises:
+        ValueError: (when built) ``forward_tokens`` that is not an integer >= 1, or a ``device``
+            that is not a non-empty string.
+    """
+
+    device: str | None = None
+    forward_tokens: int | None = None
+
+    def __post_init__(self) -> None:
+        n = self.forward_tokens
+        if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
+            raise ValueError(f"forward_tokens must be an integer >= 1 (padded tokens per forward pass), got {n!r}")
+        if self.device is not None and (not isinstance(self.device, str) or not self.device.strip()):
+            raise ValueError(f"device must be a torch device name ('cpu', 'cuda:1', 'mps'), got {self.device!r}")
+
+    @classmethod
+    def field_names(cls) -> tuple[str, ...]:
+        """The setting names, in order."""
+        return tuple(f.name for f in fields(cls))
+
+    def start(self, model: str | os.PathLike[str], options: ChunkerOptions, engine_start: str = "now") -> LateChunker:
+        """A new chunker on ``model`` with the transformers engine of these settings (the caller closes it);
+        ``engine_start="first_encode"``: the engine starts on the first encode (``LateChunker``'s option).
+
+        Raises:
+            Whatever ``LateChunker`` raises (a model refused without its opt-in, an unknown device).
+        """
+        engine: dict[str, Any] = {"device": self.device, "engine_start": engine_start}
+        if self.forward_tokens is not None:
+            engine["forward_tokens"] = self.forward_tokens
+        return LateChunker(model, engine="transformers", **options.kwargs(), **engine)
 
 
 def engine_up_line(chunker: LateChunker) -> str:

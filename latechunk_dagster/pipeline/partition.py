@@ -113,6 +113,7 @@ from latechunk_dagster.core.errors import LateChunkError
 from latechunk_dagster.core.granularities import check_granularities
 from latechunk_dagster.pipeline.accounting import GranularityReport, PartitionReport
 from latechunk_dagster.pipeline.config import (
+    Granularities,
     check_host_workers,
     default_batch_tokens,
     default_host_workers,
@@ -181,6 +182,7 @@ def materialize_partition(
     log: logging.Logger | Any | None = None,
     staging_dir: str | Path | None = None,
     host_workers: int | None = None,
+    granularities: Granularities | None = None,
 ) -> PartitionReport:
     """Late-chunk one partition as a stream of bounded batches and commit it once (module docstring).
 
@@ -215,6 +217,9 @@ def materialize_partition(
             :mod:`latechunk_dagster.pipeline.hostpool`); ``0``: in this process, in the calling and
             writer threads. Default :func:`~latechunk_dagster.pipeline.config.default_host_workers`.
             The results (vectors, ranges, row ids, order) are the same either way.
+        granularities: ``strategy`` as the caller's edge normalised it already
+            (:data:`~latechunk_dagster.pipeline.config.Granularities`; ``run_shard`` passes its own);
+            ``None``: normalised here, once.
 
     Returns:
         A :class:`~latechunk_dagster.pipeline.accounting.PartitionReport`.
@@ -222,6 +227,8 @@ def materialize_partition(
     Raises:
         SystemicFailureError: the partition's documents failed for one reason; nothing written.
         HostWorkerError: a host worker process died; nothing written.
+        TypeError, ValueError: a bad strategy mapping
+            (:func:`~latechunk_dagster.core.granularities.check_granularities`).
         ValueError: ``chunk_table`` is a mapping for one strategy, or not a mapping with the strategies'
             keys for several; ``host_workers`` is not an integer >= 0, or given while the worker
             processes cannot take the
@@ -229,6 +236,8 @@ def materialize_partition(
             default the host work then stays in this process, with a warning).
         Exception: anything the iterator or the engine raises; nothing written.
     """
+    if granularities is None:  # the API's edge: the union normalised once, then passed down
+        granularities = check_granularities(strategy)
     if progress is None and log is not None:
         progress = lambda p: log.info(p.describe())  # noqa: E731
     workers = default_host_workers() if host_workers is None else check_host_workers(host_workers)
@@ -240,9 +249,9 @@ def materialize_partition(
             "partition %r: host work stays in this process (default host_workers=%d): %s", partition, workers, why_not
         )
         workers = 0
-    tables = tables_of_run(strategy, chunk_table)
+    tables = tables_of_run(granularities, chunk_table)
     meter = ProgressMeter(partition, expected_documents, progress, progress_interval)
-    run = _begin(chunker, partition, strategy, tables, run_id, batch_tokens, force, meter)
+    run = _begin(chunker, partition, strategy, granularities, tables, run_id, batch_tokens, force, meter)
     remove_stale_staging(staging_dir)
     with (
         tempfile.TemporaryDirectory(prefix=f"{STAGE_PREFIX}{os.getpid()}-", dir=staging_dir) as tmp,
@@ -265,6 +274,7 @@ def _begin(
     chunker: LateChunker,
     partition: str,
     strategy: ChunkingStrategy | Mapping[str, ChunkingStrategy],
+    granularities: Granularities,
     tables: dict[str, Any],
     run_id: str,
     batch_tokens: int | None,
@@ -277,10 +287,9 @@ def _begin(
     if budget <= 0:
         raise ValueError(f"batch_tokens must be positive, got {batch_tokens}")
     settings = chunker.settings
-    granularities = check_granularities(strategy)
     names = list(granularities)
     parents = {g: (names[k + 1] if k + 1 < len(names) else None) for k, g in enumerate(names)}
-    configs = granularity_configs(settings, strategy)
+    configs = granularity_configs(settings, granularities)
     now = datetime.now(UTC)
     report = PartitionReport(partition)
     report.granularities = {g: GranularityReport(table=getattr(t, "name", "")) for g, t in tables.items()}

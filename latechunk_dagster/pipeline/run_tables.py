@@ -10,8 +10,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from latechunk_dagster.core.chunker import LateChunker
-from latechunk_dagster.pipeline.config import granularity_configs
+from latechunk_dagster.pipeline.config import Granularities, granularity_configs
 from latechunk_dagster.pipeline.shard import Strategies, open_chunk_tables
+from latechunk_dagster.sink.database import LanceDBSettings
 from latechunk_dagster.sink.generations import definition_key, enable_generations, writing_tables
 
 
@@ -35,20 +36,26 @@ class RunTables:
     key: str
 
 
+def lance_settings(db: Any) -> LanceDBSettings:
+    """The :class:`~latechunk_dagster.sink.database.LanceDBSettings` of a ``LanceDBSettings``, Dagster's
+    ``LanceDBResource`` (``settings()``) or Airflow's ``LanceDBHook`` (``get_settings()``)."""
+    for attr in ("settings", "get_settings"):
+        if callable(getattr(db, attr, None)):
+            return getattr(db, attr)()
+    return db
+
+
 def lance_connection(db: Any) -> Any:
     """A ``lancedb`` connection from a ``LanceDBSettings``, Dagster's ``LanceDBResource`` (``settings()``)
     or Airflow's ``LanceDBHook`` (``get_settings()``)."""
-    for attr in ("settings", "get_settings"):
-        if callable(getattr(db, attr, None)):
-            return getattr(db, attr)().connect()
-    return db.connect()
+    return lance_settings(db).connect()
 
 
 def open_run_tables(
     db: Any,
     table_name: str,
     rejected_name: str,
-    strategy: Strategies,
+    strategy: Strategies | Granularities,
     chunker: LateChunker,
     *,
     run_id: str,
@@ -65,11 +72,13 @@ def open_run_tables(
 
     Args:
         db: a ``LanceDBSettings``, ``LanceDBResource`` or ``LanceDBHook`` (``chunk_table``, ``rejected_table``).
+        strategy: the run's granularities as its edge normalised them
+            (:data:`~latechunk_dagster.pipeline.config.Granularities`), or a bare strategy.
         warn: where a removed granularity's dropped table is named (:func:`~latechunk_dagster.pipeline.
             shard.open_chunk_tables`).
 
     Raises:
-        ValueError: as ``db.chunk_table`` (a table of another schema), a bad granularity mapping.
+        ValueError: as ``db.chunk_table`` (a table of another schema).
     """
     conn = lance_connection(db)
     if generations:

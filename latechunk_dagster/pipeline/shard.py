@@ -23,8 +23,6 @@ their own between the store and :func:`~latechunk_dagster.pipeline.materialize_p
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 import math
 from collections.abc import Iterable, Mapping
@@ -34,73 +32,18 @@ from typing import Any
 from latechunk_dagster.core.chunker import LateChunker
 from latechunk_dagster.core.chunking import ChunkingStrategy, GivenChunks, strategy_from_config
 from latechunk_dagster.core.granularities import check_granularities
-from latechunk_dagster.pipeline.accounting import GranularityReport, PartitionReport
-from latechunk_dagster.pipeline.config import check_host_workers
+from latechunk_dagster.pipeline.accounting import PartitionReport
+from latechunk_dagster.pipeline.config import Granularities, check_host_workers, is_single, normalised
 from latechunk_dagster.pipeline.partition import SHARD_ERRORS, materialize_partition, record_shard_failure
-from latechunk_dagster.sink.generations import tag_commit, tag_name
+from latechunk_dagster.pipeline.summary import GRANULARITY_KEYS as GRANULARITY_KEYS  # re-exported
+from latechunk_dagster.pipeline.summary import SUMMARY_KEYS as SUMMARY_KEYS  # re-exported
+from latechunk_dagster.pipeline.summary import Strategies as Strategies  # re-exported
+from latechunk_dagster.pipeline.summary import describe_strategies as describe_strategies  # re-exported
+from latechunk_dagster.pipeline.summary import shard_summary as shard_summary  # re-exported
+from latechunk_dagster.sink.generations import tag_commit
 from latechunk_dagster.sink.schema import granularity_table
 from latechunk_dagster.sources.chunk_column import check_chunks_column
 from latechunk_dagster.sources.documents import Document, RejectedRow
-
-#: One strategy, or several granularities ``{name: strategy}`` finest first.
-Strategies = ChunkingStrategy | Mapping[str, ChunkingStrategy]
-
-#: The keys of :func:`shard_summary`, in order: what both orchestrators publish for a shard.
-SUMMARY_KEYS = (
-    "table_uri",
-    "table",
-    "version",
-    "tag",
-    "partition",
-    "run_id",
-    "documents_in",
-    "documents_reencoded",
-    "documents_new",
-    "documents_skipped",
-    "documents_rejected",
-    "documents_deleted",
-    "rejected_reasons",
-    "chunks_written",
-    "partition_rows",
-    "tokens_encoded",
-    "window_tokens",
-    "encoder_windows",
-    "documents_over_model_length",
-    "embedding_dim",
-    "engine_seconds",
-    "tokens_per_second",
-    "seconds",
-    "engine_paths",
-    "model",
-    "model_sha256",
-    "strategy",
-    "engine_path",
-    "engine",
-    "shard_fingerprint",
-    "doc_ids_sha256",
-    "rows_inserted",
-    "rows_updated",
-    "rows_deleted",
-    "commit_attempts",
-    "lancedb_commit_attempts",
-    "granularities",
-    "generation",
-)
-
-#: The keys of each granularity's entry of a summary's ``granularities`` (``{name: {key: value}}``;
-#: one entry ``""`` for a single strategy, whose values are the top-level ones).
-GRANULARITY_KEYS = (
-    "table_uri",
-    "table",
-    "version",
-    "tag",
-    "strategy",
-    "chunks_written",
-    "partition_rows",
-    "rows_inserted",
-    "rows_updated",
-    "rows_deleted",
-)
 
 CHAR_SPANS_REFUSAL = "char_spans needs per-document spans; call LateChunker.chunk directly"
 
@@ -240,7 +183,9 @@ class ShardSettings:
         return granularities
 
 
-def open_chunk_tables(db: Any, table_name: str, strategy: Strategies, dim: int, warn: Any = None) -> Any:
+def open_chunk_tables(
+    db: Any, table_name: str, strategy: Strategies | Granularities, dim: int, warn: Any = None
+) -> Any:
     """The chunk table(s) of a run, opened or created: ``db.chunk_table(table_name, dim)`` for one
     strategy; ``{granularity: db.chunk_table(granularity_table(table_name, granularity), dim)}``
     (finest first) for several. First the definition's tables that no granularity writes any more
@@ -250,15 +195,18 @@ def open_chunk_tables(db: Any, table_name: str, strategy: Strategies, dim: int, 
     Args:
         db: anything with ``chunk_table(name, dim)``: a
             :class:`~latechunk_dagster.sink.database.LanceDBSettings`, Dagster's ``LanceDBResource``.
+        strategy: the run's granularities as its edge normalised them
+            (:data:`~latechunk_dagster.pipeline.config.Granularities`; a bare strategy is the one granularity).
 
     Raises:
-        ValueError: as ``db.chunk_table`` (a table of another schema), a bad granularity mapping.
+        ValueError: as ``db.chunk_table`` (a table of another schema).
     """
-    granularities = [] if isinstance(strategy, ChunkingStrategy) else list(check_granularities(strategy))
+    granularities = normalised(strategy)
+    single = is_single(granularities)
     drop = getattr(db, "drop_leftover_tables", None)
     if drop is not None:
-        drop(table_name, granularities, warn)
-    if isinstance(strategy, ChunkingStrategy):
+        drop(table_name, [] if single else list(granularities), warn)
+    if single:
         return db.chunk_table(table_name, dim)
     return {g: db.chunk_table(granularity_table(table_name, g), dim) for g in granularities}
 
@@ -277,6 +225,7 @@ def run_shard(
     log: logging.Logger | Any | None = None,
     db: Any = None,
     table_name: str | None = None,
+    granularities: Granularities | None = None,
 ) -> PartitionReport:
     """:func:`~latechunk_dagster.pipeline.materialize_partition` of one shard, with the shared
     error recording and log lines of both orchestrators.
@@ -290,6 +239,8 @@ def run_shard(
             for each of several).
         db: anything with ``chunk_table(name, dim)`` (``LanceDBSettings``, Dagster's ``LanceDBResource``).
         settings: :class:`ShardSettings` (its ``chunks_column`` is what ``given_chunks`` needs).
+        granularities: ``strategy`` as the caller's edge normalised and checked it already
+            (:meth:`ShardSettings.check_strategies`: the shard job's); ``None``: checked here, once.
 
     Raises:
         ValueError: ``given_chunks`` without ``settings.chunks_column``; neither ``chunk_table`` nor
@@ -300,7 +251,8 @@ def run_shard(
             another schema, a bug) propagates with nothing recorded.
     """
     log = log or logging.getLogger(__name__)
-    granularities = settings.check_strategies(strategy)
+    if granularities is None:  # the API's edge: normalised and checked once, then passed down
+        granularities = settings.check_strategies(strategy)
     if settings.chunks_column is not None and not any(isinstance(s, GivenChunks) for s in granularities.values()):
         log.warning(
             f"partition {partition}: chunks_column {settings.chunks_column!r} is read, but no strategy is "
@@ -309,7 +261,7 @@ def run_shard(
     if chunk_table is None:
         if db is None or not table_name:
             raise ValueError("run_shard needs chunk_table, or db and table_name to open the chunk tables")
-        chunk_table = open_chunk_tables(db, table_name, strategy, chunker.embedding_dim, log.warning)
+        chunk_table = open_chunk_tables(db, table_name, granularities, chunker.embedding_dim, log.warning)
     try:
         report = materialize_partition(
             chunker,
@@ -326,6 +278,7 @@ def run_shard(
             expected_documents=expected_documents,
             host_workers=settings.host_workers,
             log=log,
+            granularities=granularities,
         )
     except SHARD_ERRORS as exc:
         reason = record_shard_failure(rejected_table, partition, exc, run_id)
@@ -338,103 +291,6 @@ def run_shard(
             f"{report.rejected_reasons} (see the rejected-documents table)"
         )
     return report
-
-
-def describe_strategies(strategy: Strategies) -> str:
-    """``strategy.describe()``, or ``"small=FixedTokens(...); large=..."`` for several granularities."""
-    if isinstance(strategy, ChunkingStrategy):
-        return strategy.describe()
-    return "; ".join(f"{g}={s.describe()}" for g, s in check_granularities(strategy).items())
-
-
-def shard_summary(
-    report: PartitionReport,
-    chunker: LateChunker,
-    strategy: Strategies,
-    *,
-    table_uri: str,
-    table_name: str,
-    table_version: int,
-    run_id: str,
-    generation: int | None = None,
-) -> dict[str, Any]:
-    """A shard's :class:`PartitionReport` under :data:`SUMMARY_KEYS` (JSON-able, no vectors).
-
-    ``version``: the table version after the commit, or ``table_version`` when nothing changed.
-    With several granularities, ``table_uri`` / ``table_name`` name the table definition
-    (each granularity's table is :func:`~latechunk_dagster.sink.schema.granularity_table` of them),
-    ``version`` is the first (finest) granularity table's, ``chunks_written``, ``partition_rows``,
-    ``rows_*`` and ``commit_attempts`` are sums over the tables, and ``granularities`` holds each
-    table's own (:data:`GRANULARITY_KEYS`); for one strategy its one entry ``""`` repeats the
-    top-level values. ``tag``: the tag :func:`run_shard` put on that commit's table version
-    (:func:`~latechunk_dagster.sink.generations.tag_name`; ``""`` when nothing was committed), so
-    ``table.checkout(tag)`` reads what the run wrote; ``generation``: the table definition's generation
-    the run wrote (:mod:`latechunk_dagster.sink.generations`), ``None`` outside generations.
-    """
-    single = isinstance(strategy, ChunkingStrategy)
-    write = report.write
-    parts = report.granularities or {
-        "": GranularityReport(table_name, report.chunks_written, report.partition_rows, write, table_version)
-    }
-    per: dict[str, dict[str, Any]] = {}
-    for g, s in check_granularities(strategy).items():
-        part = parts[g]
-        w = part.write
-        per[g] = {
-            "table_uri": granularity_table(table_uri, g),
-            "table": granularity_table(table_name, g),
-            "version": int(w.version if w else (table_version if single else part.version)),
-            "tag": tag_name(run_id, report.partition) if w else "",
-            "strategy": s.describe(),
-            "chunks_written": part.chunks_written,
-            "partition_rows": part.partition_rows,
-            "rows_inserted": w.inserted if w else 0,
-            "rows_updated": w.updated if w else 0,
-            "rows_deleted": w.deleted if w else 0,
-        }
-    writes = [p.write for p in parts.values() if p.write is not None]
-    out = {
-        "table_uri": table_uri,
-        "table": table_name,
-        "version": next(iter(per.values()))["version"],
-        "tag": next(iter(per.values()))["tag"],
-        "partition": report.partition,
-        "run_id": run_id,
-        "documents_in": report.documents,
-        "documents_reencoded": report.documents_reencoded,
-        "documents_new": report.documents_new,
-        "documents_skipped": report.documents_skipped,
-        "documents_rejected": report.rejected,
-        "documents_deleted": report.documents_deleted,
-        "rejected_reasons": dict(report.rejected_reasons),
-        "chunks_written": report.chunks_written,
-        "partition_rows": report.partition_rows,
-        "tokens_encoded": report.tokens_encoded,
-        "window_tokens": report.window_tokens,
-        "encoder_windows": report.windows,
-        "documents_over_model_length": report.windowed_documents,
-        "embedding_dim": chunker.embedding_dim,
-        "engine_seconds": round(report.engine_seconds, 3),
-        "tokens_per_second": round(report.tokens_encoded / max(report.engine_seconds, 1e-9), 1),
-        "seconds": round(report.seconds, 3),
-        "engine_paths": dict(report.paths),
-        "model": chunker.card.name,
-        "model_sha256": chunker.card.fingerprint,
-        "strategy": describe_strategies(strategy),
-        "engine_path": chunker.path,
-        "engine": chunker.settings.engine,  # "vllm", "vllm-server", "transformers"
-        "shard_fingerprint": report.fingerprint,
-        "doc_ids_sha256": hashlib.sha256(json.dumps(report.chunked_doc_ids).encode()).hexdigest(),
-        "rows_inserted": sum(w.inserted for w in writes),
-        "rows_updated": sum(w.updated for w in writes),
-        "rows_deleted": sum(w.deleted for w in writes),
-        "commit_attempts": sum(w.attempts for w in writes),
-        "lancedb_commit_attempts": sum(w.lance_attempts for w in writes),
-        "granularities": per,
-        "generation": generation,
-    }
-    assert tuple(out) == SUMMARY_KEYS and all(tuple(v) == GRANULARITY_KEYS for v in per.values())
-    return out
 
 
 def tag_commits(report: PartitionReport, chunk_table: Any, run_id: str) -> None:

@@ -19,25 +19,28 @@ from typing import Any
 import pyarrow as pa
 
 from latechunk_dagster.core.chunking import ChunkingStrategy
-from latechunk_dagster.core.granularities import check_granularities
+from latechunk_dagster.core.granularities import SINGLE
+from latechunk_dagster.pipeline.config import Granularities, is_single, normalised
 from latechunk_dagster.pipeline.killpoints import killing_after_first, kills_here
 from latechunk_dagster.pipeline.run import PartitionRun
 from latechunk_dagster.sink.schema import sql_string
 from latechunk_dagster.sink.writes import commit_documents
 
 
-def tables_of_run(strategy: ChunkingStrategy | Mapping[str, ChunkingStrategy], chunk_table: Any) -> dict[str, Any]:
+def tables_of_run(granularities: Granularities | ChunkingStrategy, chunk_table: Any) -> dict[str, Any]:
     """``{granularity: open table}``, finest first (``{"": chunk_table}`` for one strategy).
 
+    Args:
+        granularities: as the run's edge normalised them (:data:`~latechunk_dagster.pipeline.config.Granularities`).
+
     Raises:
-        TypeError, ValueError: as :func:`~latechunk_dagster.core.granularities.check_granularities`;
-            ``chunk_table`` a mapping for one strategy, or not a mapping of the same keys for several.
+        ValueError: ``chunk_table`` a mapping for one strategy, or not a mapping of the same keys for several.
     """
-    granularities = check_granularities(strategy)
-    if isinstance(strategy, ChunkingStrategy):
+    granularities = normalised(granularities)
+    if is_single(granularities):
         if isinstance(chunk_table, Mapping):
             raise ValueError("chunk_table is a mapping of tables, but strategy is one strategy: give one open table")
-        return {"": chunk_table}
+        return {SINGLE: chunk_table}
     if not isinstance(chunk_table, Mapping) or set(chunk_table) != set(granularities):
         got = sorted(chunk_table) if isinstance(chunk_table, Mapping) else type(chunk_table).__name__
         raise ValueError(

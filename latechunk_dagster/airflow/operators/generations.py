@@ -6,10 +6,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from airflow.sdk import BaseOperator, Context
+from airflow.sdk import Context
 from airflow.sdk.exceptions import AirflowFailException
 
 from latechunk_dagster.airflow.hooks.lancedb import LanceDBHook
+from latechunk_dagster.airflow.operators.base import LanceDBOperator
 from latechunk_dagster.sink.generations import clean, promote, read_state
 from latechunk_dagster.sink.schema import CHUNK_TABLE
 
@@ -52,7 +53,7 @@ def promote_after_shards(db: Any, table_name: str, results: Iterable[Mapping[str
     return {"generation": newest.number, "previous": previous, "promoted": True, "dropped": clean(db, table_name)}
 
 
-class LateChunkPromoteOperator(BaseOperator):
+class LateChunkPromoteOperator(LanceDBOperator):
     """Switch readers of ``table_name`` to the generation the mapped shard tasks wrote (one commit),
     once every one of them wrote into it; place it after the checks task, whose failure stops the
     run before it. Returns ``{"generation", "previous", "promoted"}``; ``latechunk rollback`` undoes it.
@@ -78,7 +79,7 @@ class LateChunkPromoteOperator(BaseOperator):
         self.lancedb_conn_id = lancedb_conn_id
 
     def execute(self, context: Context) -> dict[str, Any]:
-        db = LanceDBHook(self.lancedb_conn_id).get_settings().connect()
+        db = self.hook.get_conn()
         try:
             out = promote_after_shards(db, self.table_name, list(self.results or []))
         except ValueError as exc:

@@ -20,29 +20,30 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from airflow.sdk import Asset, BaseOperator, Context
+from airflow.sdk import Asset, Context
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
-from latechunk_dagster.airflow.engine import EngineSpec, open_chunker, task_settings
+from latechunk_dagster.airflow.engine import EngineSpec, open_chunker, shared_chunker, task_settings
 from latechunk_dagster.airflow.hooks.lancedb import LanceDBHook
 from latechunk_dagster.airflow.hooks.store import store_storage_options
+from latechunk_dagster.airflow.operators.base import LanceDBOperator as LanceDBOperator  # re-exported
+from latechunk_dagster.airflow.operators.shards import ListShardsOperator as ListShardsOperator  # re-exported
+from latechunk_dagster.airflow.operators.shards import check_map_length as check_map_length  # re-exported
 from latechunk_dagster.airflow.tasks import (
     ChecksFailedError,
-    check_granularities,
+    built_table_names,
+    check_granularity_tables,
     check_strategy_form,
-    chunk_shard,
-    drop_removed_shards,
     lineage_run_id,
-    list_shards,
     refresh_table_indexes,
     resolve_strategies,
-    table_names,
+    run_store_shard,
     xcom_list,
 )
 from latechunk_dagster.core.chunking import ChunkingStrategy
 from latechunk_dagster.pipeline import SystemicFailureError
-from latechunk_dagster.pipeline.removals import TooManyRemovalsError
 from latechunk_dagster.pipeline.shard import ShardSettings, describe_strategies
+from latechunk_dagster.pipeline.shard_job import ShardJob
 from latechunk_dagster.sink import CHUNK_TABLE, REJECTED_TABLE
 from latechunk_dagster.sink.schema import granularity_table
 
@@ -60,82 +61,6 @@ def table_asset(table_name: str, lancedb_conn_id: str = LanceDBHook.default_conn
     return Asset(uri=f"lancedb://{lancedb_conn_id}/{table_name}", name=f"latechunk/{lancedb_conn_id}/{table_name}")
 
 
-class ListShardsOperator(BaseOperator):
-    """Return the shard names of a document store (XCom: ``list[str]``), to ``.expand(shard=...)`` over.
-
-    With ``table_name``, the rows of shards that left the store are deleted from that table and
-    ``rejected_table_name`` first (as Dagster's partition sync does), so the mapped tasks over the
-    listed shards leave a table of exactly the store's documents.
-
-    Args:
-        store_path: the store (a directory of ``.txt``/``.md``, a ``.jsonl``/``.parquet`` file or a
-            directory of them; :class:`~latechunk_dagster.sources.files.DocumentStore`). Templated.
-        table_name: the chunk table to drop removed shards from (``None``: leave tables alone). Templated.
-        granularities: the granularity names of a table definition of several strategies (the keys
-            of the late-chunk task's ``strategies``): the removed shards are dropped from each
-            granularity's table (``table_name_<granularity>``). Templated.
-        rejected_table_name, lancedb_conn_id, store_conn_id: as :class:`LateChunkShardOperator`.
-        max_delete: the share of the table's partitions that may be removed at once (``0.5``,
-            ``"50%"``; ``None``: ``$LATECHUNK_MAX_DELETE``, default 50%). More fails the task
-            (no retry) naming the partitions and their rows, and deletes nothing. Templated.
-    """
-
-    template_fields: Sequence[str] = ("store_path", "table_name", "granularities", "rejected_table_name", "max_delete")
-
-    def __init__(
-        self,
-        *,
-        store_path: str,
-        table_name: str | None = None,
-        granularities: Sequence[str] = (),
-        rejected_table_name: str = REJECTED_TABLE,
-        lancedb_conn_id: str = LanceDBHook.default_conn_name,
-        max_delete: float | str | None = None,
-        store_conn_id: str | None = None,
-        **kwargs: Any,
-    ) -> None:
-        super().__init__(**kwargs)
-        self.store_path = store_path
-        self.store_conn_id = store_conn_id
-        self.table_name = table_name
-        self.granularities = granularities
-        self.rejected_table_name = rejected_table_name
-        self.lancedb_conn_id = lancedb_conn_id
-        self.max_delete = max_delete
-
-    def execute(self, context: Context) -> list[str]:
-        listing = list_shards(self.store_path, self.log, store_storage_options(self.store_conn_id))
-        shards = list(listing.shards)
-        self.log.info("%d shards in %s: %s", len(shards), self.store_path, shards[:20])
-        check_map_length(len(shards), self.store_path)
-        if self.table_name:
-            db = LanceDBHook(self.lancedb_conn_id).get_settings()
-            names = table_names(self.table_name, self.granularities or ())
-            try:
-                drop_removed_shards(db, listing, [*names, self.rejected_table_name], self.log, self.max_delete)
-            except TooManyRemovalsError as exc:  # a retry would refuse again: the user's call
-                raise AirflowFailException(str(exc)) from None
-        return shards
-
-
-def check_map_length(count: int, store_path: str) -> None:
-    """Refuse a shard list longer than Airflow maps (``[core] max_map_length``, default 1024): the
-    downstream ``.expand(shard=...)`` would fail later with a message naming neither.
-
-    Raises:
-        AirflowFailException: more shards than the setting allows, naming both and the way out.
-    """
-    from airflow.sdk.configuration import conf
-
-    limit = conf.getint("core", "max_map_length", fallback=1024)
-    if count > limit:
-        raise AirflowFailException(
-            f"{store_path} has {count} shards, more than Airflow maps over one task "
-            f"([core] max_map_length = {limit}); raise it (AIRFLOW__CORE__MAX_MAP_LENGTH={count}) "
-            "or split the store into fewer, larger shards"
-        )
-
-
 def check_one_strategy_form(task_id: Any, strategy: Any, strategy_params: Any, strategies: Any) -> None:
     """:func:`~latechunk_dagster.airflow.tasks.check_strategy_form` when the DAG is parsed, naming the task.
 
@@ -148,7 +73,7 @@ def check_one_strategy_form(task_id: Any, strategy: Any, strategy_params: Any, s
         raise ValueError(f"LateChunkShardOperator {task_id!r}: {exc}") from None
 
 
-class LateChunkShardOperator(BaseOperator):
+class LateChunkShardOperator(LanceDBOperator):
     """Late-chunk one shard of a document store into a LanceDB table (one atomic commit).
 
     What Dagster's chunk asset does for one partition, with the same function
@@ -194,7 +119,8 @@ class LateChunkShardOperator(BaseOperator):
         settings: everything else, as one dict (:func:`~latechunk_dagster.airflow.engine.task_settings`
             names every key): ``engine`` (``"vllm"``, the default, or ``"transformers"``: the light
             engine, no vLLM, for workers vLLM does not run on; it takes none of the vLLM settings, and
-            its name is recorded in the rows' lineage, so a switch re-encodes the shard once); the
+            its name is recorded in the rows' lineage, so a switch re-encodes the shard once; its own
+            ``device`` and ``forward_tokens``, padded tokens per forward pass); the
             in-process ``vllm.LLM`` (``dtype``, ``gpu_memory_utilization``, ``tensor_parallel_size``,
             ``enforce_eager``, ``engine_args``); the ``LateChunker`` options (``max_model_len``,
             ``engine_path``, ``prefix``, ``query_prefix``, ``dimensions``, ``window_overlap``, the
@@ -297,39 +223,43 @@ class LateChunkShardOperator(BaseOperator):
         return task_settings(self.settings, model=self.model, vllm_conn_id=self.vllm_conn_id)[0]
 
     def execute(self, context: Context) -> dict[str, Any]:
-        # a bad strategy, or given_chunks without a chunks_column, fails before the engine starts
-        strategy = resolve_strategies(self.strategy, self.strategy_params, self.strategies)
-        settings = self.shard_settings()
-        settings.check_strategies(strategy)
-        db = LanceDBHook(self.lancedb_conn_id).get_settings()
-        run_id = lineage_run_id(context["run_id"], context["ti"].map_index)
+        # a bad strategy, a bad URI, or given_chunks without a chunks_column: before the engine starts
+        job = ShardJob(
+            self.hook,
+            resolve_strategies(self.strategy, self.strategy_params, self.strategies),
+            self.shard_settings(),
+            table_name=self.table_name,
+            rejected_name=self.rejected_table_name,
+            log=self.log,
+        )
         self.log.info(
             "late-chunking shard %r of %s into %s (%s)",
             self.shard,
             self.store_path,
-            db.table_uri(self.table_name),
-            describe_strategies(strategy),
+            job.db.table_uri(self.table_name),
+            describe_strategies(job.strategy),
         )
         with open_chunker(self.engine_spec(), self.log) as chunker:
+            self._engine = None if chunker is shared_chunker() else chunker  # what on_kill stops
             try:
-                result = chunk_shard(
-                    chunker,
-                    db,
-                    self.store_path,
-                    self.shard,
-                    strategy,
-                    table_name=self.table_name,
-                    rejected_table_name=self.rejected_table_name,
-                    run_id=run_id,
-                    settings=settings,
-                    log=self.log,
-                    storage_options=store_storage_options(self.store_conn_id),
-                )
+                run_id = lineage_run_id(context["run_id"], context["ti"].map_index)
+                options = store_storage_options(self.store_conn_id)
+                result = run_store_shard(job, chunker, run_id, self.store_path, self.shard, options)
             except SystemicFailureError as exc:
                 raise AirflowFailException(str(exc)) from exc
+            finally:
+                self._engine = None
         self._emit(context, result)
         self.log.info("shard %r: %s", self.shard, result)
         return result
+
+    def on_kill(self) -> None:
+        """Stop the engine this task started (an in-process engine, or the server chunker's requests);
+        a chunker handed over with :func:`~latechunk_dagster.airflow.engine.use_chunker` is left open."""
+        engine, self._engine = getattr(self, "_engine", None), None
+        if engine is not None:
+            self.log.info("task killed: closing its engine")
+            engine.close()
 
     def _emit(self, context: Context, result: dict[str, Any]) -> None:
         """The asset event of each outlet asset: what the commit left (no vectors), partitioned by the shard."""
@@ -342,7 +272,7 @@ class LateChunkShardOperator(BaseOperator):
                 event.add_partitions(self.shard)
 
 
-class LateChunkChecksOperator(BaseOperator):
+class LateChunkChecksOperator(LanceDBOperator):
     """The Dagster asset checks' assertions over shards the late-chunk tasks wrote; fails on a failed check.
 
     ``vectors_valid``, ``spans_tile``, ``unique_chunk_ids``, ``documents_accounted``,
@@ -401,8 +331,8 @@ class LateChunkChecksOperator(BaseOperator):
         self.lancedb_conn_id = lancedb_conn_id
 
     def execute(self, context: Context) -> dict[str, Any]:
-        per = check_granularities(
-            LanceDBHook(self.lancedb_conn_id).get_settings(),
+        per = check_granularity_tables(
+            self.hook.get_settings(),
             self.store_path,
             table_name=self.table_name,
             rejected_table_name=self.rejected_table_name,
@@ -429,7 +359,7 @@ class LateChunkChecksOperator(BaseOperator):
         return returned[""] if list(returned) == [""] else returned
 
 
-class LateChunkIndexOperator(BaseOperator):
+class LateChunkIndexOperator(LanceDBOperator):
     """Build or refresh the chunk table's indexes, then compact (what Dagster's index asset does).
 
     Returns the report of :func:`~latechunk_dagster.sink.indexing.refresh_indexes` (rows, vector
@@ -440,6 +370,9 @@ class LateChunkIndexOperator(BaseOperator):
         table_name, lancedb_conn_id: as :class:`LateChunkShardOperator` (``table_name`` templated).
         granularities: the granularity names of a table definition of several strategies
             (templated): each one's table (``table_name_<granularity>``) is refreshed.
+
+    Under generations the tables refreshed are the newest generation's (what the late-chunk tasks
+    wrote: :func:`~latechunk_dagster.airflow.tasks.built_table_names`), as Dagster's index asset.
     """
 
     template_fields: Sequence[str] = ("table_name", "granularities")
@@ -458,10 +391,10 @@ class LateChunkIndexOperator(BaseOperator):
         self.lancedb_conn_id = lancedb_conn_id
 
     def execute(self, context: Context) -> dict[str, Any]:
-        db = LanceDBHook(self.lancedb_conn_id).get_settings()
+        db = self.hook.get_settings()
         names = xcom_list(self.granularities)
         reports = {}
-        for g, name in zip(names or [""], table_names(self.table_name, names), strict=True):
+        for g, name in zip(names or [""], built_table_names(db, self.table_name, names), strict=True):
             try:
                 reports[g] = refresh_table_indexes(db, name)
             except LookupError as exc:
