@@ -83,16 +83,26 @@ def test_a_faked_converter_upgrade_re_encodes_the_documents_it_read_only(
     assert {r["converter"] for r in converters if r["doc_id"] == "docs/tea.html"} == {"html/1 markdownify 999.0-faked"}
 
 
-@pytest.mark.parametrize("kinds", ["mixed", "converted_only"])
+@pytest.mark.parametrize(
+    ("kinds", "enabled_by"), [("mixed", "run"), ("converted_only", "run"), ("mixed", "latechunk generations --enable")]
+)
 def test_generations_on_a_table_of_converted_documents_keep_its_generation(
-    chunker: LateChunker, tmp_path: Path, kinds: str
+    chunker: LateChunker, tmp_path: Path, kinds: str, enabled_by: str
 ) -> None:
     """A table written before generations, converted documents among its rows (or only those), is
-    generation 1 of the run's own key: turning generations on opens no new generation and re-encodes
-    nothing."""
-    files = FILES if kinds == "mixed" else {d: b for d, b in FILES.items() if d.endswith((".html", ".docx"))}
+    generation 1 of the run's own key, whether a run turns generations on or the CLI does (it knows
+    no run configuration): no new generation is opened and nothing is re-encoded."""
+    from latechunk_dagster.sink import generations as gens
+
+    converted = {d: b for d, b in FILES.items() if d.endswith((".html", ".docx"))}
+    # mixed: an HTML page named to come first, so the first stored row is a converted document's
+    files = {"docs/a_tea.html": FILES["docs/tea.html"], **FILES} if kinds == "mixed" else converted
     store, db = _store(tmp_path, files), tmp_path / "db"
     _run(chunker, store, db, "before")
+    first_row = sink.connect(str(db)).open_table("chunks").search().limit(1).to_arrow().to_pylist()[0]
+    assert first_row["converter"] is not None  # the row a key is read from first is a converted one
+    if enabled_by != "run":
+        gens.enable_generations(sink.connect(str(db)), "chunks", "rejected_documents")  # what the CLI calls
     tables, report = _run(chunker, store, db, "with-generations", generations=True)
     assert tables.generation == 1 and tables.table_name == "chunks"
     assert (report.documents_reencoded, report.documents_skipped) == (0, len(files))

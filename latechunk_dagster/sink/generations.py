@@ -106,12 +106,16 @@ def stored_key(db: Any, table: str, run_configs: Mapping[str, str] | None = None
     A converted document's row holds its own ``vector_config`` (the run's with its converter:
     :func:`~latechunk_dagster.sources.documents.converted_vector_config`); when it is the one a run
     of ``run_configs`` (``{granularity: vector_config}``) gives it, the table's configuration is the
-    run's, so a table of converted documents keys as the run that wrote it."""
+    run's, so a table of converted documents keys as the run that wrote it. A row of text read as it
+    is holds the run's own, and is read first where there is one (``latechunk generations --enable``
+    has no run configuration)."""
     tables = granularity_tables(db, table, ordered=False)
     configs: dict[str, str | None] = {}
     for g, t in tables.items():
         columns = ["vector_config", "converter"] if "converter" in t.schema.names else ["vector_config"]
-        rows = t.search().select(columns).limit(1).to_arrow().to_pylist()
+        plain = t.search().where("converter IS NULL") if len(columns) == 2 else None
+        rows = plain.select(columns).limit(1).to_arrow().to_pylist() if plain is not None else []
+        rows = rows or t.search().select(columns).limit(1).to_arrow().to_pylist()
         if rows:
             config, converter = rows[0]["vector_config"], rows[0].get("converter")
             run = (run_configs or {}).get(g)
