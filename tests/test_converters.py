@@ -35,6 +35,18 @@ def test_pdf_text_layer_with_outline_headings_and_page_starts() -> None:
     )
 
 
+def test_blank_pdf_pages_keep_the_converted_text_in_its_normal_form() -> None:
+    """A blank page between two pages, or at the end, adds no blank lines: the text is in the one
+    normal form of every converter (no run of 3+ line breaks, no trailing blank line), and the blank
+    page starts where the text before it ends (before: 'Alpha page.\\n\\n\\n\\nGamma page.', 'Alpha page.\\n\\n')."""
+    gap = convert("gap.pdf", pdf_bytes([["Alpha page."], [" "], ["Gamma page."]]))
+    assert (gap.text, gap.pages) == ("Alpha page.\n\nGamma page.", (0, 11, 13))
+    tail = convert("tail.pdf", pdf_bytes([["Alpha page."], [" "]]))
+    assert (tail.text, tail.pages) == ("Alpha page.", (0, 11))
+    doc = Document.from_converted("gap.pdf", gap.text, gap.converter, gap.pages)
+    assert doc.page_range((13, 24)) == (3, 3)  # "Gamma page." is on page 3, not on the blank page 2
+
+
 def test_docx_heading_styles_paragraphs_and_a_table() -> None:
     data = docx_bytes(
         [

@@ -53,3 +53,36 @@ def test_a_python_example_run_as_a_file_prints_no_engine_info_log(tmp_path) -> N
     assert [line for line in lines if re.search(r"\bINFO\b", line)] == []
     printed = [line for line in out.stdout.splitlines() if not line.startswith("(")]  # vLLM's: "(MainProcess pid=..."
     assert printed == example("chunker.py output").splitlines()
+
+
+def test_a_bucket_of_documents_example_prints_what_the_documents_guide_shows(
+    chunker: LateChunker, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path
+) -> None:  # noqa: ANN001
+    """docs/documents.md's ``bucket_of_documents.py``, run as written against a moto S3 bucket holding
+    the files the guide describes (credentials and endpoint from ``AWS_*``, as the guide says): it
+    prints the guide's lines, and every hit it shows is its chunk's text (the example asserts it)."""
+    import boto3
+
+    from tests.document_files import html_page, pdf_bytes
+    from tests.servers import s3_bucket
+    from tests.test_converted_materialization import PDF_PAGES
+
+    files = {
+        "library/tea/tea.html": html_page(
+            "Tea", [(1, "Tea", "Green tea is steamed."), (2, "Storage", "Keep it dry and dark.")]
+        ).encode(),
+        "library/pumps/report.pdf": pdf_bytes(PDF_PAGES, outline=[(1, "Pumps in Rotterdam", 0), (2, "Maintenance", 1)]),
+        "library/pumps/scan.pdf": pdf_bytes([["scanned words"]], text_layer=False),
+    }
+    with s3_bucket("my-documents") as (srv, _):
+        client = boto3.client(
+            "s3", endpoint_url=srv.url, aws_access_key_id="t", aws_secret_access_key="t", region_name="us-east-1"
+        )
+        for key, body in files.items():
+            client.put_object(Bucket="my-documents", Key=key, Body=body)
+        monkeypatch.setenv("AWS_ENDPOINT_URL", srv.url)
+        monkeypatch.chdir(tmp_path)
+        lend_engine(monkeypatch, chunker)
+        exec(example("bucket_of_documents.py"), {})
+    printed = capsys.readouterr().out.splitlines()
+    assert printed == example("bucket_of_documents.py output").splitlines()

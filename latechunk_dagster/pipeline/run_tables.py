@@ -81,9 +81,10 @@ def open_run_tables(
         ValueError: as ``db.chunk_table`` (a table of another schema).
     """
     conn = lance_connection(db)
+    configs = granularity_configs(chunker.settings, strategy)
     if generations:
-        enable_generations(conn, table_name, rejected_name, run_id=run_id)
-    key = definition_key(granularity_configs(chunker.settings, strategy))
+        enable_generations(conn, table_name, rejected_name, run_id=run_id, run_configs=configs)
+    key = definition_key(configs)
     name, rejected, generation = writing_tables(conn, table_name, rejected_name, key, run_id=run_id)
     return RunTables(
         chunk_table=open_chunk_tables(db, name, strategy, chunker.embedding_dim, warn),

@@ -44,6 +44,7 @@ from latechunk_dagster.sink.creation import open_or_create
 from latechunk_dagster.sink.granularity_tables import granularity_tables
 from latechunk_dagster.sink.retry import retry_commit
 from latechunk_dagster.sink.writes import stored_partitions
+from latechunk_dagster.sources.documents import converted_vector_config
 
 #: The log of a table definition ``t`` is the table ``f"{t}{LOG_SUFFIX}"``.
 LOG_SUFFIX = "__generations"
@@ -104,15 +105,27 @@ def definition_key(configs: Mapping[str, str | None]) -> str:
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()[:16]
 
 
-def stored_key(db: Any, table: str) -> str | None:
+def stored_key(db: Any, table: str, run_configs: Mapping[str, str] | None = None) -> str | None:
     """The definition key of the rows stored under ``table`` (one row's ``vector_config`` per
-    granularity table), or ``None`` when there are none."""
+    granularity table), or ``None`` when there are none.
+
+    A converted document's row holds its own ``vector_config`` (the run's with its converter:
+    :func:`~latechunk_dagster.sources.documents.converted_vector_config`); when it is the one a run
+    of ``run_configs`` (``{granularity: vector_config}``) gives it, the table's configuration is the
+    run's, so a table of converted documents keys as the run that wrote it. A row of text read as it
+    is holds the run's own, and is read first where there is one (``latechunk generations --enable``
+    has no run configuration)."""
     tables = granularity_tables(db, table, ordered=False)
     configs: dict[str, str | None] = {}
     for g, t in tables.items():
-        rows = t.search().select(["vector_config"]).limit(1).to_arrow().column("vector_config").to_pylist()
+        columns = ["vector_config", "converter"] if "converter" in t.schema.names else ["vector_config"]
+        plain = t.search().where("converter IS NULL") if len(columns) == 2 else None
+        rows = plain.select(columns).limit(1).to_arrow().to_pylist() if plain is not None else []
+        rows = rows or t.search().select(columns).limit(1).to_arrow().to_pylist()
         if rows:
-            configs[g] = rows[0]
+            config, converter = rows[0]["vector_config"], rows[0].get("converter")
+            run = (run_configs or {}).get(g)
+            configs[g] = run if run is not None and config == converted_vector_config(run, converter) else config
     return definition_key(configs) if configs else None
 
 
@@ -234,19 +247,23 @@ def _append(db: Any, definition: str, event: str, generation: int, **fields: Any
     )
 
 
-def enable_generations(db: Any, table: str, rejected: str, *, run_id: str | None = None) -> GenerationState:
+def enable_generations(
+    db: Any, table: str, rejected: str, *, run_id: str | None = None, run_configs: Mapping[str, str] | None = None
+) -> GenerationState:
     """Put the table definition ``table`` (its rejected table ``rejected``) under generations:
     create its log and, when rows are stored under ``table`` already, record them as generation 1
     (key :func:`stored_key`) and promote it. Idempotent.
 
     Args:
         db: a LanceDB connection.
+        run_configs: the enabling run's ``{granularity: vector_config}``, which stored rows of
+            converted documents are recognised by (:func:`stored_key`); ``None``: the rows' own.
     """
     state = read_state(db, table)
     if state is not None:
         return state
     open_or_create(db, log_table_name(table), LOG_SCHEMA)
-    key = stored_key(db, table)
+    key = stored_key(db, table, run_configs)
     if key is not None:
         _append(
             db,

@@ -55,6 +55,15 @@ def strip_bom(text: str) -> str:
     return text[1:] if text.startswith(BOM) else text
 
 
+def converted_vector_config(run_config: str, converter: str | None) -> str:
+    """The ``vector_config`` of the rows of a document read by ``converter`` in a run whose own is
+    ``run_config``: ``run_config`` itself for text read as it is (``converter`` ``None``), else the
+    first 32 hex characters of :func:`key_of` ``(run_config, converter)`` (a converter upgrade
+    re-encodes). :meth:`Document.vector_config`; the generations log recovers a table's run
+    configuration from a converted row with it."""
+    return run_config if converter is None else key_of(run_config, converter)[:32]
+
+
 def text_sha256(text: str) -> str:
     """Hex sha256 of the UTF-8 bytes of ``text`` (lone surrogates encoded with ``surrogatepass``)."""
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
@@ -163,9 +172,7 @@ class Document:
         """The ``vector_config`` of this document's rows: the run's (:func:`latechunk_dagster.pipeline.vector_config`)
         for text read as it is; for a converted document the first 32 hex characters of the sha256
         of the JSON array ``[run_config, converter]``, so a converter upgrade re-encodes it."""
-        if self.converter is None:
-            return run_config
-        return key_of(run_config, self.converter)[:32]
+        return converted_vector_config(run_config, self.converter)
 
     def page_range(self, char_range: tuple[int, int] | None) -> tuple[int, int] | None:
         """The pages (from 1, both ends included) a char range of the text lies on, from

@@ -66,6 +66,8 @@ from pathlib import Path, PurePath
 
 from latechunk_dagster.sources.chunk_column import check_chunks_column
 from latechunk_dagster.sources.converters import ConversionLimits
+from latechunk_dagster.sources.counting import count_rows
+from latechunk_dagster.sources.detection import detect_store
 from latechunk_dagster.sources.documents import (
     Document,
     RejectedRow,
@@ -76,45 +78,19 @@ from latechunk_dagster.sources.documents import (
     printable,
     text_sha256,
 )
-from latechunk_dagster.sources.layout import (
-    ROOT_SHARD,
-    TABLE_SUFFIXES,
-    TEXT_SUFFIXES,
-    TREE_SUFFIXES,
-    Layout,
-    directory_layout,
-    kind_of,
-    shard_of,
-)
-from latechunk_dagster.sources.listing import (
-    INCOMPLETE_READS,
-    IncompleteListingError,
-    Listing,
-    Walk,
-    is_regular,
-    not_regular_row,
-    walk,
-)
+from latechunk_dagster.sources.layout import ROOT_SHARD, TEXT_SUFFIXES, Layout, directory_layout, shard_of
+from latechunk_dagster.sources.line_index import shard_lines
+from latechunk_dagster.sources.listed import file_stamp, listing_fingerprints, without_text
+from latechunk_dagster.sources.listing import INCOMPLETE_READS, IncompleteListingError, Listing, Walk
 from latechunk_dagster.sources.readers import (
     Row,
-    document_from_row,
     is_compressed,
-    jsonl_lines,
     jsonl_rows,
-    open_jsonl,
     parquet_rows,
-    read_text_file,
     shard_of_row,
 )
-from latechunk_dagster.sources.storage import (
-    ObjectPath,
-    first_line,
-    kind_of_location,
-    location,
-    open_input,
-    public_uri,
-    stat_of,
-)
+from latechunk_dagster.sources.storage import ObjectPath, kind_of_location, stat_of
+from latechunk_dagster.sources.store_rows import Item, document_columns, located_document, tree_items
 
 __all__ = [
     "ROOT_SHARD",
@@ -215,44 +191,9 @@ class DocumentStore:
                 a ``chunks_column`` the store cannot have (see the class); ``storage_options``
                 that are not known or not for this cloud (naming the key).
         """
-        try:
-            path = location(path, storage_options)
-            what = kind_of_location(path)
-        except OSError as exc:  # e.g. the bucket's region could not be resolved: named without credentials
-            where = path if isinstance(path, PurePath) else public_uri(str(path))
-            raise IncompleteListingError(f"{where}: cannot be reached: {first_line(exc)}") from None
-        if what == "missing":
-            raise FileNotFoundError(f"document store not found: {path}")
-        if what == "file":
-            kind = kind_of(path) if kind_of(path) in TABLE_SUFFIXES.values() else None
-            what = is_regular(path)
-            if kind is None or what is not None:
-                why = f"it is {what}" if what else "expected a .jsonl (.jsonl.gz, .jsonl.zst) or .parquet file"
-                raise ValueError(f"unknown document store kind for file {path}: {why}")
-            return cls(path, kind, chunks_column, limits, single_file=True)
-        found = walk(path)
-        unseen = [row.detail for where, row in found.gaps if where == path]
-        if unseen and not found.files:
-            raise IncompleteListingError(unseen[0])
-        kinds = {file: kind for file in found.files if (kind := kind_of(file))}
-        tables = set(kinds.values()) - {"text"}
-        if len(tables) == 1 and all(f.parent == path for f, k in kinds.items() if k == "text"):
-            store = cls(path, tables.pop(), chunks_column, limits, single_file=False)  # text at the top: a dataset card
-            store._opened = found
-            return store
-        if len(set(kinds.values())) != 1:
-            # a file of each kind; of the text files, one below the top (the one a table store cannot hold)
-            order = sorted(kinds, key=lambda f: (kinds[f] == "text" and f.parent == path,))
-            examples = {k: f for f in reversed(order) for k in (kinds[f],)}
-            found_kinds = ", ".join(f"{k} ({printable(str(examples[k]))})" for k in sorted(examples)) or "none"
-            raise ValueError(
-                f"unknown document store kind for directory {path}: expected only text and document files "
-                f"({'/'.join(TREE_SUFFIXES)}), only .jsonl or only .parquet files (a table store may hold "
-                f"text and document files at its top level), "
-                f"found kinds: {found_kinds}"
-            )
-        store = cls(path, kinds.popitem()[1], chunks_column, limits, single_file=False)
-        store._opened = found  # an object store's first listing serves the first call that lists
+        found = detect_store(path, storage_options)
+        store = cls(found.path, found.kind, chunks_column, limits, single_file=found.single_file)
+        store._opened = found.found  # an object store's first listing serves the first call that lists
         return store
 
     # -- shards ----------------------------------------------------------------------------------
@@ -286,7 +227,9 @@ class DocumentStore:
                 return Listing((), gaps=tuple(gaps))
             return Listing(tuple(sorted(shards or {self._stem})))
         layout = self._layout()
-        listed = self._fingerprints_of(layout) if isinstance(self.path, ObjectPath) and not layout.gaps else None
+        listed = (
+            listing_fingerprints(self.path, layout) if isinstance(self.path, ObjectPath) and not layout.gaps else None
+        )
         return Listing(
             tuple(sorted(layout.groups)), tuple(layout.skipped), frozenset(layout.held), tuple(layout.gaps), listed
         )
@@ -340,15 +283,7 @@ class DocumentStore:
             for shard in shards:
                 yield shard, self.iter_shard(shard)
             return
-        index: dict[str, list[tuple[int, int]]] = {}
-        stem = self._stem
-        try:
-            stamp = _stamp(self.path)
-            for number, offset, row in jsonl_lines(self.path):
-                shard = stem if isinstance(row, RejectedRow) else shard_of_row(row, stem)[0]
-                index.setdefault(shard, []).append((number, offset))
-        except OSError:  # each shard then reads the file itself and records why it cannot
-            index, stamp = {}, (-1, -1)
+        index, stamp = shard_lines(self.path, self._stem)
         for shard in shards:
             if shard in index:
                 yield shard, self._indexed_shard(shard, index[shard], stamp)
@@ -379,29 +314,9 @@ class DocumentStore:
             first = next(iter(self._single_file_rows(("shard",))), None)
             if first is None or (isinstance(first[1], Row) and "shard" in first[1].values):
                 return dict.fromkeys(shards)
-            return dict.fromkeys(shards, self._count_rows([self.path]))
-        layout = self._shard_files()
-        return {shard: self._count_rows(layout.get(shard, [])) for shard in shards}
-
-    def _count_rows(self, files: list[Path]) -> int:
-        if self.kind == "text":
-            return len(files)
-        total = 0
-        for file in files:
-            if is_regular(file) is not None:
-                continue
-            try:
-                if self.kind == "parquet":
-                    import pyarrow.parquet as pq
-
-                    with open_input(file, random_access=True) as handle:
-                        total += pq.ParquetFile(handle).metadata.num_rows
-                else:
-                    with open_jsonl(file) as handle:
-                        total += sum(chunk.count(b"\n") for chunk in iter(lambda: handle.read(1 << 20), b""))
-            except (OSError, ValueError):
-                continue
-        return total
+            return dict.fromkeys(shards, count_rows(self.kind, [self.path]))
+        groups = self._layout().groups
+        return {shard: count_rows(self.kind, groups.get(shard, [])) for shard in shards}
 
     def shard_fingerprint(self, shard: str) -> str:
         """Hex sha256 over the sorted (doc_id, sha256) pairs of a shard (rejected rows included):
@@ -438,7 +353,9 @@ class DocumentStore:
         groups: dict[str, list[tuple[Document, str] | RejectedRow]] = {}
         for shard, item in self._single_file_rows():
             # only (doc_id, sha256, where) are needed: drop the text
-            groups.setdefault(shard, []).append(item if isinstance(item, RejectedRow) else (_light(item[0]), item[1]))
+            groups.setdefault(shard, []).append(
+                item if isinstance(item, RejectedRow) else (without_text(item[0]), item[1])
+            )
         if not groups:
             groups[self._stem] = []
         return {shard: fingerprint_of(first_of_each_id(rows, self._scope(shard))) for shard, rows in groups.items()}
@@ -462,24 +379,11 @@ class DocumentStore:
         tree = self._layout()
         if tree.gaps:  # an object store's listing failed: no shard can be told unchanged (or gone)
             raise IncompleteListingError(Listing((), gaps=tuple(tree.gaps)).incomplete_reason())
-        return self._fingerprints_of(tree)
-
-    def _fingerprints_of(self, tree: Layout) -> dict[str, str]:
-        """:meth:`listed_fingerprints` of one listing of a directory store."""
-        out = {}
-        for shard, files in sorted(tree.groups.items()):
-            stats = [tree.stats.get(f) for f in files]
-            entries = [
-                [f.relative_to(self.path).as_posix(), st.size if st else None, st.mtime_ns if st else None]
-                for f, st in zip(files, stats)
-            ]
-            gaps = sorted([g.where, g.sha256] for g in tree.gaps_of.get(shard, ()))
-            out[shard] = key_of("listing", shard, sorted(entries), gaps)
-        return out
+        return listing_fingerprints(self.path, tree)
 
     # -- layout ----------------------------------------------------------------------------------
 
-    def _raw_shard(self, shard: str) -> Iterator[tuple[Document, str] | RejectedRow]:
+    def _raw_shard(self, shard: str) -> Iterator[Item]:
         if self._is_file():
             matched = False
             for row_shard, item in self._single_file_rows():
@@ -495,25 +399,9 @@ class DocumentStore:
             raise UnknownShardError(f"unknown shard {shard!r} in document store {self.uri}")
         yield from self._files_items(files, layout.gaps_of.get(shard, ()))
 
-    def _files_items(
-        self, files: list[Path], gaps: Iterable[RejectedRow] = ()
-    ) -> Iterator[tuple[Document, str] | RejectedRow]:
-        """Directory stores: ``(document, where)`` or a rejection per row of ``files``, in order,
-        after ``gaps`` (the parts of the shard the listing could not see: the run keeps the old rows)."""
-        yield from gaps
-        for file in files:
-            what = is_regular(file)
-            if what is not None:  # a FIFO would block the reader until a writer comes
-                if self.kind == "text":
-                    yield not_regular_row(file, file.relative_to(self.path).as_posix(), what, "not_a_regular_file")
-                else:  # the file holds the shard's rows: the partition keeps its old ones
-                    yield not_regular_row(file, "*", what, "unreadable_file")
-                continue
-            if self.kind == "text":
-                doc = read_text_file(file, file.relative_to(self.path).as_posix(), self.limits)
-                yield (doc, printable(str(file))) if isinstance(doc, Document) else doc
-            else:
-                yield from self._table_documents(file)
+    def _files_items(self, files: list[Path], gaps: Iterable[RejectedRow] = ()) -> Iterator[Item]:
+        """Directory stores: :func:`~latechunk_dagster.sources.store_rows.tree_items` of ``files``."""
+        return tree_items(self.path, self.kind, files, gaps, limits=self.limits, chunks_column=self.chunks_column)
 
     @property
     def _stem(self) -> str:
@@ -523,12 +411,6 @@ class DocumentStore:
     def _scope(self, shard: str) -> str:
         return f" in shard {shard!r} of document store {printable(self.uri)}"
 
-    def _shard_files(self) -> dict[str, list[Path]]:
-        """Directory stores: {shard: its files}, sorted, for the shards whose name can be a partition
-        key (see :meth:`listing` for the others). Text: shard = first-level subdirectory; tables:
-        shard = relative path without suffix (one file per shard)."""
-        return self._layout().groups
-
     def _layout(self) -> Layout:
         """A directory store's files by shard, with the entries not read (:meth:`listing`)."""
         found, self._opened = self._opened, None
@@ -536,16 +418,13 @@ class DocumentStore:
             found = None  # a local walk is cheap: every call sees the current files
         return directory_layout(self.path, self.kind, found)
 
-    def _shard_of(self, file: Path) -> str:
-        return shard_of(self.path, self.kind, file)
-
     def _single_file_rows(
         self, columns: tuple[str, ...] | None = None, rows: Iterable[Row | RejectedRow] | None = None
-    ) -> Iterator[tuple[str, tuple[Document, str] | RejectedRow]]:
+    ) -> Iterator[tuple[str, Item]]:
         """Single-file store: (shard, document or rejection) per row (of ``rows``, default the file's;
         ``columns``, default the document's and ``shard``)."""
         stem = self._stem
-        columns = (*self._document_columns(), "shard") if columns is None else columns
+        columns = (*document_columns(self.chunks_column), "shard") if columns is None else columns
         if rows is None:
             rows = jsonl_rows(self.path) if self.kind == "jsonl" else parquet_rows(self.path, columns)
         for row in rows:
@@ -558,39 +437,15 @@ class DocumentStore:
             elif "text" not in columns:
                 yield shard, row  # type: ignore[misc]  # shards(): only the shard matters
             else:
-                yield shard, self._with_where(row)
-
-    def _document_columns(self) -> tuple[str, ...]:
-        """The columns a document is read from: ``id``, ``text`` and the chunks column if any."""
-        return ("id", "text") if self.chunks_column is None else ("id", "text", self.chunks_column)
-
-    def _with_where(self, row: Row) -> tuple[Document, str] | RejectedRow:
-        doc = document_from_row(row, self.chunks_column)
-        return (doc, row.where) if isinstance(doc, Document) else doc
-
-    def _table_documents(self, file: Path) -> Iterator[tuple[Document, str] | RejectedRow]:
-        rows = jsonl_rows(file) if kind_of(file) == "jsonl" else parquet_rows(file, self._document_columns())
-        for row in rows:
-            yield row if isinstance(row, RejectedRow) else self._with_where(row)
+                yield shard, located_document(row, self.chunks_column)
 
     def _indexed_shard(
         self, shard: str, lines: list[tuple[int, int]], stamp: tuple[int, int]
     ) -> Iterator[Document | RejectedRow]:
         """A single JSONL file's shard read from its indexed lines; the whole-file scan of
         :meth:`iter_shard` if the file changed since the index was made."""
-        if _stamp(self.path) != stamp:
+        if file_stamp(self.path) != stamp:
             yield from self.iter_shard(shard)
             return
         rows = self._single_file_rows(rows=jsonl_rows(self.path, lines))
         yield from first_of_each_id((item for _, item in rows), self._scope(shard))
-
-
-def _stamp(path: PurePath) -> tuple[int | None, int | None]:
-    """(size, mtime in ns) of a file: whether it changed since an index of it was made."""
-    st = stat_of(path)
-    return st.size, st.mtime_ns
-
-
-def _light(doc: Document) -> Document:
-    """``doc`` without its text and chunks (what a fingerprint needs: doc_id and sha256)."""
-    return Document(doc.doc_id, "", doc.sha256)

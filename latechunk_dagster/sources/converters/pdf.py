@@ -4,7 +4,8 @@ Chosen by measurement (``bench/conversion.py``, bench/README.md): on the same 12
 converted 15.7k tokens/s (60 pages/s), pypdf 11x and pdfminer.six (markitdown's PDF path) 16x
 slower, with the same words. PDFium is the PDF engine of Chrome; the wheel is self-contained.
 
-Text: the pages in order, separated by a blank line, each page's lines as PDFium gives them. Each
+Text: the pages in order, separated by a blank line, each page's lines as PDFium gives them; a
+page without text adds nothing (it starts where the text before it ends). Each
 outline (bookmark) entry becomes a Markdown heading of its depth (``#`` for the top level) on the
 page it points to: the page's first line equal to the title is marked as the heading, else the
 heading is put at the top of that page. :attr:`Converted.pages` holds where each page starts.
@@ -63,9 +64,11 @@ def convert_pdf(data: bytes) -> Converted:
             lines[match] = heading(level, title)
     text, starts = "", []
     for lines in pages:
-        text += "\n\n" if text else ""
+        body = "\n".join(lines).strip("\n")
+        body = body if body.strip() else ""  # a blank page adds no blank lines (tidy's normal form)
+        text += "\n\n" if text and body else ""
         starts.append(len(text))
-        text += "\n".join(lines).strip("\n")
+        text += body
     return Converted(text, converter_name("pdf", RULES, "pypdfium2"), tuple(starts))
 
 

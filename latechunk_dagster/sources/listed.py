@@ -1,0 +1,42 @@
+"""Fingerprints from what a listing says of each file (an object store's: nothing is downloaded),
+and the small pieces a store's fingerprints are made of."""
+
+from __future__ import annotations
+
+from pathlib import PurePath
+
+from latechunk_dagster.sources.documents import Document, key_of
+from latechunk_dagster.sources.layout import Layout
+from latechunk_dagster.sources.storage import stat_of
+
+
+def listing_fingerprints(root: PurePath, tree: Layout) -> dict[str, str]:
+    """{shard: fingerprint} of one listing of the directory store at ``root``: hex
+    :func:`~latechunk_dagster.sources.documents.key_of` of the shard's sorted (path below ``root``,
+    size, modification time in ns) per file (``None`` for what the listing did not say), and its
+    gaps (:meth:`~latechunk_dagster.sources.files.DocumentStore.listed_fingerprints`)."""
+    out = {}
+    for shard, files in sorted(tree.groups.items()):
+        stats = [tree.stats.get(f) for f in files]
+        entries = [
+            [f.relative_to(root).as_posix(), st.size if st else None, st.mtime_ns if st else None]
+            for f, st in zip(files, stats)
+        ]
+        gaps = sorted([g.where, g.sha256] for g in tree.gaps_of.get(shard, ()))
+        out[shard] = key_of("listing", shard, sorted(entries), gaps)
+    return out
+
+
+def file_stamp(path: PurePath) -> tuple[int | None, int | None]:
+    """(size in bytes, mtime in ns) of a file: whether it changed since an index of it was made.
+
+    Raises:
+        OSError: the file cannot be reached.
+    """
+    st = stat_of(path)
+    return st.size, st.mtime_ns
+
+
+def without_text(doc: Document) -> Document:
+    """``doc`` without its text and chunks (what a fingerprint needs: doc_id and sha256)."""
+    return Document(doc.doc_id, "", doc.sha256)
