@@ -73,20 +73,20 @@ def test_direct_tokenizer_call_equals_the_transformers_call(
     texts = TEXTS + MULTILINGUAL
     kw = {"prefix": prefix, "indices": range(len(texts)), "doc_ids": [str(k) for k in range(len(texts))]}
     family_tok(["warm up"], truncation=False, padding=False)  # what a transformers call leaves on the backend
-    assert tokenization._backend(family_tok) is not None  # the direct call is taken
+    assert tokenizer_call.rust_backend(family_tok) is not None  # the direct call is taken
     direct = tokenize_documents(family_tok, texts, **kw)
-    enc = family_tok([tokenization.encoder_text(prefix, t) for t in texts], **tokenization._ENCODE_KW)
+    enc = family_tok([tokenization.encoder_text(prefix, t) for t in texts], **tokenizer_call.ENCODE_KWARGS)
     for k, got in enumerate(direct):
         assert not isinstance(got, DocumentError)
         assert got.token_ids == enc["input_ids"][k]
         assert got.special == [bool(m) for m in enc["special_tokens_mask"][k]]
     with monkeypatch.context() as m:  # the same documents through transformers' own batch call
-        m.setattr(tokenizer_call, "_backend", lambda tokenizer: None)  # where the batch call looks it up
+        m.setattr(tokenizer_call, "rust_backend", lambda tokenizer: None)  # where the batch call looks it up
         assert tokenize_documents(family_tok, texts, **kw) == direct
     family_tok.backend_tokenizer.enable_truncation(8)  # a state transformers' call would undo first
-    assert tokenization._backend(family_tok) is None
+    assert tokenizer_call.rust_backend(family_tok) is None
     assert tokenize_documents(family_tok, texts, **kw) == direct
-    assert tokenization._backend(family_tok) is not None
+    assert tokenizer_call.rust_backend(family_tok) is not None
 
 
 def test_batch_tokenization_refuses_one_document_alone(tok: Any) -> None:

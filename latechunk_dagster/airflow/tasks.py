@@ -26,7 +26,6 @@ from latechunk_dagster.sink.database import LanceDBSettings
 from latechunk_dagster.sink.generations import built_table
 from latechunk_dagster.sink.indexing import refresh_indexes
 from latechunk_dagster.sink.schema import granularity_table
-from latechunk_dagster.sink.writes import stored_partitions
 from latechunk_dagster.sources.files import DocumentStore
 from latechunk_dagster.sources.listing import IncompleteListingError, Listing
 
@@ -178,7 +177,7 @@ def drop_removed_shards(
         TooManyRemovalsError: more than ``max_delete`` of the partitions would go; nothing deleted.
     """
     conn = db.connect()
-    stored = stored_partitions(conn, table_names)
+    stored = db.stored_partitions(table_names)  # every live generation's
     removed = listing.removed(stored)
     how = "ListShardsOperator(max_delete=1.0) for one run"
     check_removals(removed, stored, max_delete, how=how, db=conn, table_names=table_names)

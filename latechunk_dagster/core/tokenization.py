@@ -29,9 +29,7 @@ from latechunk_dagster.core.errors import (
     NoContentTokensError,
     OffsetsError,
 )
-from latechunk_dagster.core.tokenizer_call import _ENCODE_KW as _ENCODE_KW  # moved; still importable here
 from latechunk_dagster.core.tokenizer_call import Encoded, encodings
-from latechunk_dagster.core.tokenizer_call import _backend as _backend
 
 #: The byte order mark as a code point (what ``"utf-8"`` decoding leaves of ``EF BB BF``).
 BOM = "\ufeff"

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-_ENCODE_KW: dict[str, Any] = {
+ENCODE_KWARGS: dict[str, Any] = {
     "add_special_tokens": True,
     "return_offsets_mapping": True,
     "return_special_tokens_mask": True,
@@ -25,9 +25,9 @@ _ENCODE_KW: dict[str, Any] = {
 }
 
 
-def _backend(tokenizer: Any) -> Any | None:
+def rust_backend(tokenizer: Any) -> Any | None:
     """The Rust ``tokenizers.Tokenizer`` under a transformers fast tokenizer, when calling it
-    directly gives exactly what ``tokenizer(texts, **_ENCODE_KW)`` gives; else ``None``.
+    directly gives exactly what ``tokenizer(texts, **ENCODE_KWARGS)`` gives; else ``None``.
 
     transformers' batch call (``TokenizersBackend._encode_plus``, transformers 5) turns truncation
     and padding off on the backend, sets its ``encode_special_tokens`` to the tokenizer's
@@ -51,7 +51,7 @@ def _backend(tokenizer: Any) -> Any | None:
     return backend
 
 
-#: Where transformers 5 defines the batch call that :func:`_backend` stands in for.
+#: Where transformers 5 defines the batch call that :func:`rust_backend` stands in for.
 _STOCK_CALL = {
     "__call__": "transformers.tokenization_utils_base",
     "_encode_plus": "transformers.tokenization_utils_tokenizers",
@@ -95,19 +95,19 @@ def encodings(tokenizer: Any, inputs: list[str]) -> list[Encoded]:
 
     Args:
         tokenizer: a Hugging Face fast tokenizer; its Rust backend is called directly when that gives
-            what its own batch call gives (:func:`_backend`).
+            what its own batch call gives (:func:`rust_backend`).
         inputs: the tokenizer's inputs (prefix + text, :func:`~latechunk_dagster.core.tokenization.encoder_text`).
 
     Returns:
         One :data:`Encoded` per input, in order: int64 ids ``[n]``, int64 offsets ``[n, 2]`` (code
         points into the input; ``(0, 0)`` for special tokens), bool special mask ``[n]``.
     """
-    backend = _backend(tokenizer)
+    backend = rust_backend(tokenizer)
     if backend is not None:
         batch = backend.encode_batch(inputs, add_special_tokens=True)
         with gc_paused():
             return [as_arrays(e.ids, e.offsets, e.special_tokens_mask) for e in batch]
-    enc = tokenizer(inputs, **_ENCODE_KW)
+    enc = tokenizer(inputs, **ENCODE_KWARGS)
     with gc_paused():
         return [as_arrays(*e) for e in zip(enc["input_ids"], enc["offset_mapping"], enc["special_tokens_mask"])]
 

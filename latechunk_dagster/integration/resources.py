@@ -205,7 +205,9 @@ class TransformersEngineResource(ChunkerResource):
         return TransformersSettings(device=self.device, forward_tokens=self.batch_tokens)
 
     def _start(self) -> LateChunker:
-        return self.transformers_settings().start(self.model_path(), self.chunker_options(), engine_start="first_encode")
+        return self.transformers_settings().start(
+            self.model_path(), self.chunker_options(), engine_start="first_encode"
+        )
 
 
 #: The engine resources by the name a component's ``engine: {kind: ...}`` gives

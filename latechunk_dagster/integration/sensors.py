@@ -13,7 +13,6 @@ from latechunk_dagster.integration.resources import LanceDBResource
 from latechunk_dagster.integration.wiring import TableWiring, dynamic_name
 from latechunk_dagster.pipeline.partition import SHARD_ERRORS
 from latechunk_dagster.pipeline.removals import check_removals
-from latechunk_dagster.sink.writes import stored_partitions
 from latechunk_dagster.sources.files import DocumentStore, IncompleteListingError
 
 log = logging.getLogger(__name__)
@@ -67,7 +66,7 @@ def sync_partitions(
         raise IncompleteListingError(listing.incomplete_reason())
     known = instance.get_dynamic_partitions(name)
     db = lancedb.settings().connect() if lancedb and table_names else None
-    stored = stored_partitions(db, table_names) if db is not None and table_names else set()
+    stored = lancedb.settings().stored_partitions(table_names) if lancedb is not None and table_names else set()
     added = sorted(set(listing.shards) - set(known))
     removed = listing.removed(known, stored)
     check_removals(removed, set(known) | stored, max_delete, how=how, db=db, table_names=table_names or ())
@@ -204,7 +203,7 @@ def build_store_sensor(w: TableWiring, name: str) -> dg.SensorDefinition:
         known_order = context.instance.get_dynamic_partitions(pname)
         known = set(known_order)
         db = lancedb.settings().connect()
-        stored = stored_partitions(db, w.table_names)
+        stored = lancedb.settings().stored_partitions(w.table_names)  # every live generation's
         gone = listing.removed(known, stored)
         # too many at once: the tick fails whole (no partition, run or row changes), naming them
         check_removals(gone, known | stored, how=SENSOR_HOW, db=db, table_names=w.table_names)
