@@ -169,6 +169,10 @@ def named_engine(
             return start()
         import transformers
 
+        from latechunk_dagster.core.model_files import check_model_files
+
+        check_model_files(card.path, weights=True)  # as the engine's load would, before it is deferred
+
         traits = {"supports_native": TransformersEngine.supports_native}
         traits |= {"supports_span_sums": TransformersEngine.supports_span_sums}
         return DeferredEngine(

@@ -34,7 +34,7 @@ SINGLE = ""
 
 
 @dataclass(frozen=True, eq=False)
-class Granularities:
+class Granularities(Mapping[str, ChunkingStrategy]):
     """The checked granularities of a call: named strategies, finest first; built once at an edge.
 
     The one value the chunker and the pipeline pass around in place of the old
@@ -50,13 +50,16 @@ class Granularities:
         g.parent("sentence")       # 'paragraph' (the next, coarser granularity)
         Granularities.of(FixedTokens(64)).single   # True: one strategy, named SINGLE ("")
 
+    It is a read-only ``Mapping`` of name to strategy (``g["sentence"]``, ``g.items()``, equal to
+    a dict of the same pairs), so code written for ``{name: strategy}`` reads it as it is.
+
     Attributes:
-        items: ``(name, strategy)`` pairs in order, finest first. A single strategy is the one pair
+        pairs: ``(name, strategy)`` pairs in order, finest first. A single strategy is the one pair
             ``(SINGLE, strategy)``, :attr:`single` true: its results are plain ``ChunkedDocument``s,
             never wrapped in ``{SINGLE: ...}``.
     """
 
-    items: tuple[tuple[str, ChunkingStrategy], ...]
+    pairs: tuple[tuple[str, ChunkingStrategy], ...]
 
     @classmethod
     def of(cls, strategies: Granularities | ChunkingStrategy | Mapping[str, ChunkingStrategy]) -> Granularities:
@@ -93,12 +96,12 @@ class Granularities:
     @property
     def single(self) -> bool:
         """True for a single-strategy call (one granularity named :data:`SINGLE`)."""
-        return len(self.items) == 1 and self.items[0][0] == SINGLE
+        return len(self.pairs) == 1 and self.pairs[0][0] == SINGLE
 
     @property
     def names(self) -> tuple[str, ...]:
         """The granularity names, finest first (``("",)`` for a single strategy)."""
-        return tuple(name for name, _ in self.items)
+        return tuple(name for name, _ in self.pairs)
 
     @property
     def strategy(self) -> ChunkingStrategy:
@@ -107,17 +110,17 @@ class Granularities:
         Raises:
             TypeError: there are several granularities (read :meth:`as_dict`).
         """
-        if len(self.items) != 1:
-            raise TypeError(f"this batch has {len(self.items)} granularities: read .strategies")
-        return self.items[0][1]
+        if len(self.pairs) != 1:
+            raise TypeError(f"this batch has {len(self.pairs)} granularities: read .strategies")
+        return self.pairs[0][1]
 
     @property
     def native_strategy(self) -> FixedTokens | None:
         """The ``FixedTokens`` strategy of a one-granularity value: what an engine's native path
         pools (``None`` for several granularities or another strategy)."""
-        if len(self.items) != 1:
+        if len(self.pairs) != 1:
             return None
-        only = self.items[0][1]
+        only = self.pairs[0][1]
         return only if isinstance(only, FixedTokens) else None
 
     def parent(self, name: str) -> str | None:
@@ -134,16 +137,24 @@ class Granularities:
 
     def as_dict(self) -> dict[str, ChunkingStrategy]:
         """``{name: strategy}``, finest first (a new dict: the caller may change it)."""
-        return dict(self.items)
+        return dict(self.pairs)
 
     def __len__(self) -> int:
-        return len(self.items)
+        return len(self.pairs)
 
     def __iter__(self) -> Iterator[str]:
         return iter(self.names)
 
+    def __getitem__(self, name: str) -> ChunkingStrategy:
+        for n, strategy in self.pairs:
+            if n == name:
+                return strategy
+        raise KeyError(name)
+
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, Granularities) and self.items == other.items
+        if isinstance(other, Granularities):
+            return self.pairs == other.pairs
+        return Mapping.__eq__(self, other)
 
     def __hash__(self) -> int:
         return hash(self.names)

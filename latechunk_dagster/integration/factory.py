@@ -14,7 +14,7 @@ from pathlib import Path
 import dagster as dg
 
 from latechunk_dagster.core.chunking import ChunkingStrategy, GivenChunks
-from latechunk_dagster.core.granularities import check_granularities
+from latechunk_dagster.core.granularities import Granularities
 from latechunk_dagster.integration.table_definitions import UNSET, FactoryArgs, build_table_definitions
 from latechunk_dagster.integration.table_definitions import LateChunkDefinitions as LateChunkDefinitions  # re-exported
 from latechunk_dagster.integration.translator import LateChunkTranslator
@@ -40,7 +40,7 @@ def _granularities(
         raise ValueError("pass strategy= (one table) or strategies= (a table per granularity), not both")
     if strategies is not None and not isinstance(strategies, Mapping):
         raise TypeError(f"strategies must be a mapping {{name: strategy}}, got {strategies!r}")
-    granularities = check_granularities(strategies if strategies is not None else strategy or DEFAULT_STRATEGY)
+    granularities = Granularities.of(strategies if strategies is not None else strategy or DEFAULT_STRATEGY)
     for g, s in granularities.items():
         if s.name == "char_spans":
             where = f"granularity {g!r}: " if g else ""
@@ -139,7 +139,7 @@ def late_chunk_assets(
         strategy: default chunking strategy (run config may choose another per run); default
             ``Sentences(max_tokens=128)``.
         strategies: instead of ``strategy``, several granularities ``{name: strategy}``, finest first
-            (:func:`~latechunk_dagster.core.granularities.check_granularities`): each document is
+            (:meth:`~latechunk_dagster.core.granularities.Granularities.of`): each document is
             encoded once and every granularity is pooled from that pass into its own table; each
             chunk records its parent chunk in the next granularity (``parent_chunk_id``). The chunk
             asset is then a multi-asset of one asset per granularity table (key
@@ -173,7 +173,7 @@ def late_chunk_assets(
 
     Raises:
         ValueError: a ``char_spans`` default strategy; both ``strategy`` and ``strategies``; a bad
-            granularity name (:func:`~latechunk_dagster.core.granularities.check_granularities`);
+            granularity name (:meth:`~latechunk_dagster.core.granularities.Granularities.of`);
             ``chunks_column`` without ``documents`` (the store resource has its own), or
             ``GivenChunks()`` with ``documents`` but no ``chunks_column``. ``sensor=True`` with
             upstream documents is ignored.

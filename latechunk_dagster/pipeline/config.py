@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from latechunk_dagster.core.chunker import LateChunker
 from latechunk_dagster.core.chunking import ChunkingStrategy, Sentences
 from latechunk_dagster.core.chunking.segmenters import segmenter_version
-from latechunk_dagster.core.granularities import SINGLE
+from latechunk_dagster.core.granularities import Granularities
 from latechunk_dagster.core.results import VLLM_ENGINES, ChunkerSettings
 
 #: Version of the package's chunking semantics (token -> span assignment, char ranges, mean,
@@ -153,21 +153,16 @@ def vector_config(
     return hashlib.sha256(blob.encode("utf-8", "surrogatepass")).hexdigest()[:32]
 
 
-#: A run's granularities as its edge normalised them (run config, component YAML, operator, API:
-#: :func:`~latechunk_dagster.core.granularities.check_granularities`' result): ``{name: strategy}``
-#: finest first, ``{"": strategy}`` for one strategy. Passed down as it is, never checked again.
-Granularities = Mapping[str, ChunkingStrategy]
+def normalised(granularities: Granularities | ChunkingStrategy | Mapping[str, ChunkingStrategy]) -> Granularities:
+    """``granularities`` as the checked :class:`~latechunk_dagster.core.granularities.Granularities`
+    value the run's edge built (returned as it is); a bare strategy or a mapping (an older caller's
+    form) is checked into one here."""
+    return Granularities.of(granularities)
 
 
-def normalised(granularities: Granularities | ChunkingStrategy) -> Granularities:
-    """``granularities`` as normalised at the edge; a bare strategy (an older caller's form of the
-    single granularity) is ``{"": strategy}``. Nothing is checked here: the edge did it."""
-    return {SINGLE: granularities} if isinstance(granularities, ChunkingStrategy) else granularities
-
-
-def is_single(granularities: Granularities) -> bool:
+def is_single(granularities: Granularities | ChunkingStrategy | Mapping[str, ChunkingStrategy]) -> bool:
     """One strategy (its table is the definition's own name), not several granularities."""
-    return list(granularities) == [SINGLE]
+    return Granularities.of(granularities).single
 
 
 def granularity_configs(settings: ChunkerSettings, granularities: Granularities | ChunkingStrategy) -> dict[str, str]:

@@ -32,7 +32,7 @@ def given_chunks(
 ) -> list[Any] | None:
     """``[d.chunks for d in batch]`` when a granularity of ``strategy`` is :class:`GivenChunks`, else ``None``
     (a document's chunks are then only part of its ``sha256``)."""
-    if any(isinstance(s, GivenChunks) for _, s in Granularities.of(strategy).items):
+    if any(isinstance(s, GivenChunks) for _, s in Granularities.of(strategy).items()):
         return [d.chunks for d in batch]
     return None
 

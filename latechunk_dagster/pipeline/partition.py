@@ -110,10 +110,9 @@ import pyarrow as pa
 from latechunk_dagster.core.chunker import LateChunker
 from latechunk_dagster.core.chunking import ChunkingStrategy
 from latechunk_dagster.core.errors import LateChunkError
-from latechunk_dagster.core.granularities import check_granularities
+from latechunk_dagster.core.granularities import Granularities
 from latechunk_dagster.pipeline.accounting import GranularityReport, PartitionReport
 from latechunk_dagster.pipeline.config import (
-    Granularities,
     check_host_workers,
     default_batch_tokens,
     default_host_workers,
@@ -193,7 +192,7 @@ def materialize_partition(
             made none (:meth:`DocumentStore.iter_shard`); read once, lazily.
         partition: the partition key.
         strategy: how documents are cut into spans: one strategy, or several granularities
-            ``{name: strategy}`` finest first (:func:`~latechunk_dagster.core.granularities.check_granularities`),
+            ``{name: strategy}`` finest first (:meth:`~latechunk_dagster.core.granularities.Granularities.of`),
             all pooled from one encoder pass per document (:mod:`~latechunk_dagster.pipeline.run`:
             which tables need which documents). With a ``GivenChunks`` granularity each document's
             own chunks (:attr:`Document.chunks <latechunk_dagster.sources.documents.Document.chunks>`)
@@ -228,7 +227,7 @@ def materialize_partition(
         SystemicFailureError: the partition's documents failed for one reason; nothing written.
         HostWorkerError: a host worker process died; nothing written.
         TypeError, ValueError: a bad strategy mapping
-            (:func:`~latechunk_dagster.core.granularities.check_granularities`).
+            (:meth:`~latechunk_dagster.core.granularities.Granularities.of`).
         ValueError: ``chunk_table`` is a mapping for one strategy, or not a mapping with the strategies'
             keys for several; ``host_workers`` is not an integer >= 0, or given while the worker
             processes cannot take the
@@ -237,7 +236,7 @@ def materialize_partition(
         Exception: anything the iterator or the engine raises; nothing written.
     """
     if granularities is None:  # the API's edge: the union normalised once, then passed down
-        granularities = check_granularities(strategy)
+        granularities = Granularities.of(strategy)
     if progress is None and log is not None:
         progress = lambda p: log.info(p.describe())  # noqa: E731
     workers = default_host_workers() if host_workers is None else check_host_workers(host_workers)

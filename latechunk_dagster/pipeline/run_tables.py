@@ -10,7 +10,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from latechunk_dagster.core.chunker import LateChunker
-from latechunk_dagster.pipeline.config import Granularities, granularity_configs
+from latechunk_dagster.core.granularities import Granularities
+from latechunk_dagster.pipeline.config import granularity_configs
 from latechunk_dagster.pipeline.shard import Strategies, open_chunk_tables
 from latechunk_dagster.sink.database import LanceDBSettings
 from latechunk_dagster.sink.generations import definition_key, enable_generations, writing_tables

@@ -31,9 +31,9 @@ from typing import Any
 
 from latechunk_dagster.core.chunker import LateChunker
 from latechunk_dagster.core.chunking import ChunkingStrategy, GivenChunks, strategy_from_config
-from latechunk_dagster.core.granularities import check_granularities
+from latechunk_dagster.core.granularities import Granularities
 from latechunk_dagster.pipeline.accounting import PartitionReport
-from latechunk_dagster.pipeline.config import Granularities, check_host_workers, is_single, normalised
+from latechunk_dagster.pipeline.config import check_host_workers, is_single, normalised
 from latechunk_dagster.pipeline.partition import SHARD_ERRORS, materialize_partition, record_shard_failure
 from latechunk_dagster.pipeline.summary import GRANULARITY_KEYS as GRANULARITY_KEYS  # re-exported
 from latechunk_dagster.pipeline.summary import SUMMARY_KEYS as SUMMARY_KEYS  # re-exported
@@ -112,7 +112,7 @@ def _named_strategies(
             out[g] = strategy_from_run_config(spec.get("name") or None, params, default)  # type: ignore[assignment]
         except ValueError as exc:
             raise ValueError(f"granularity {g!r}: {exc}") from None
-    return check_granularities(out)
+    return Granularities.of(out)
 
 
 def _int_text(value: Any) -> Any:
@@ -164,15 +164,15 @@ class ShardSettings:
             check_host_workers(self.host_workers)
         check_chunks_column(self.chunks_column)
 
-    def check_strategies(self, strategy: Strategies) -> dict[str, ChunkingStrategy]:
-        """The run's granularities (:func:`~latechunk_dagster.core.granularities.check_granularities`),
+    def check_strategies(self, strategy: Strategies) -> Granularities:
+        """The run's granularities (:class:`~latechunk_dagster.core.granularities.Granularities`),
         checked against :attr:`chunks_column`.
 
         Raises:
             ValueError: a ``given_chunks`` strategy without a ``chunks_column`` (naming the granularity),
                 or a bad granularity mapping.
         """
-        granularities = check_granularities(strategy)
+        granularities = Granularities.of(strategy)
         given = [g for g, s in granularities.items() if isinstance(s, GivenChunks)]
         if given and self.chunks_column is None:
             which = "the strategy" if given == [""] else f"granularity {given[0]!r}"

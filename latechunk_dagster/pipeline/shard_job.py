@@ -25,8 +25,8 @@ from collections.abc import Iterable
 from typing import Any
 
 from latechunk_dagster.core.chunker import LateChunker
-from latechunk_dagster.core.granularities import SINGLE
-from latechunk_dagster.pipeline.config import Granularities, is_single
+from latechunk_dagster.core.granularities import SINGLE, Granularities
+from latechunk_dagster.pipeline.config import is_single
 from latechunk_dagster.pipeline.run_tables import RunTables, lance_settings, open_run_tables
 from latechunk_dagster.pipeline.shard import ShardSettings, Strategies, run_shard, shard_summary
 from latechunk_dagster.sink.database import LanceDBSettings

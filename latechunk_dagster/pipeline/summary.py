@@ -11,9 +11,9 @@ from typing import Any
 
 from latechunk_dagster.core.chunker import LateChunker
 from latechunk_dagster.core.chunking import ChunkingStrategy
-from latechunk_dagster.core.granularities import SINGLE
+from latechunk_dagster.core.granularities import SINGLE, Granularities
 from latechunk_dagster.pipeline.accounting import GranularityReport, PartitionReport
-from latechunk_dagster.pipeline.config import Granularities, is_single, normalised
+from latechunk_dagster.pipeline.config import is_single, normalised
 from latechunk_dagster.sink.generations import tag_name
 from latechunk_dagster.sink.schema import granularity_table
 

@@ -19,8 +19,8 @@ from typing import Any
 import pyarrow as pa
 
 from latechunk_dagster.core.chunking import ChunkingStrategy
-from latechunk_dagster.core.granularities import SINGLE
-from latechunk_dagster.pipeline.config import Granularities, is_single, normalised
+from latechunk_dagster.core.granularities import SINGLE, Granularities
+from latechunk_dagster.pipeline.config import is_single, normalised
 from latechunk_dagster.pipeline.killpoints import killing_after_first, kills_here
 from latechunk_dagster.pipeline.run import PartitionRun
 from latechunk_dagster.sink.schema import sql_string
