@@ -52,7 +52,7 @@ _LAZY: dict[str, str] = {
     ),
     "Chunk": "latechunk_dagster.core.results",
     "ChunkedDocument": "latechunk_dagster.core.results",
-    "RemoteLateChunker": "latechunk_dagster.core.remote",
+    "RemoteLateChunker": "latechunk_dagster.core.server_chunker",
     "late_chunk_assets": "latechunk_dagster.integration.factory",
     "LateChunkDefinitions": "latechunk_dagster.integration.factory",
     "LateChunkTranslator": "latechunk_dagster.integration.translator",

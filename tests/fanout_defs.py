@@ -14,8 +14,8 @@ from typing import Any
 import dagster as dg
 
 from latechunk_dagster import FixedTokens, late_chunk_assets
-from latechunk_dagster.integration.remote import VLLMServerEngineResource
 from latechunk_dagster.integration.resources import DocumentStoreResource, LanceDBResource
+from latechunk_dagster.integration.server_resource import VLLMServerEngineResource
 
 SPEC_ENV = "LATECHUNK_FANOUT_SPEC"
 STRATEGY = FixedTokens(chunk_size=8)

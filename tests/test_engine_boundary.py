@@ -32,8 +32,8 @@ from latechunk_dagster.core.engines.vllm_server import (
 )
 from latechunk_dagster.core.errors import EngineAnswerError
 from latechunk_dagster.core.redact import redact_url
-from latechunk_dagster.integration.remote import VLLMServerEngineResource
 from latechunk_dagster.integration.resources import DocumentStoreResource, LanceDBResource
+from latechunk_dagster.integration.server_resource import VLLMServerEngineResource
 from latechunk_dagster.vllm_plugin import span_sum_pairs
 from latechunk_dagster.vllm_plugin.protocol import DIGEST_BYTES, ROUTE
 from tests.servers import Proxy, ServerProcess, plugin_vllm_server

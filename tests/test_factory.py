@@ -17,9 +17,9 @@ import pyarrow as pa
 import pytest
 
 from latechunk_dagster import FixedTokens, LateChunkTranslator, late_chunk_assets, sink
-from latechunk_dagster.integration.remote import VLLMServerEngineResource
 from latechunk_dagster.integration.resources import DocumentStoreResource, LanceDBResource, VLLMEngineResource
 from latechunk_dagster.integration.sensors import sync_partitions
+from latechunk_dagster.integration.server_resource import VLLMServerEngineResource
 from latechunk_dagster.sources.files import DocumentStore
 from tests.conftest import TEST_ENGINE_ARGS
 from tests.reference import reference_chunk_vectors, reference_token_ids

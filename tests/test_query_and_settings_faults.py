@@ -340,7 +340,7 @@ def test_server_settings_out_of_range_are_refused_naming_the_setting(name: str, 
     """A negative backoff failed only at the first retry (time.sleep), retries=-1 sent no request,
     max_inputs_per_request=0 was quietly made 1, "five" named no setting."""
     from latechunk_dagster.core.engines.vllm_server import ServerSettings
-    from latechunk_dagster.integration.remote import VLLMServerEngineResource
+    from latechunk_dagster.integration.server_resource import VLLMServerEngineResource
 
     with pytest.raises(ValueError, match=re.escape(f"ServerSettings: {name} must be {rule}, got {value!r}")):
         ServerSettings(**{name: value})
@@ -350,7 +350,7 @@ def test_server_settings_out_of_range_are_refused_naming_the_setting(name: str, 
 
 def test_server_settings_in_range_keep_their_types() -> None:
     from latechunk_dagster.core.engines.vllm_server import ServerSettings
-    from latechunk_dagster.integration.remote import VLLMServerEngineResource
+    from latechunk_dagster.integration.server_resource import VLLMServerEngineResource
 
     settings = ServerSettings(max_in_flight="8", timeout_s=30, retries=2.0, backoff_s=0)  # type: ignore[arg-type]
     assert (settings.max_in_flight, settings.timeout_s, settings.retries, settings.backoff_s) == (8, 30.0, 2, 0.0)

@@ -274,7 +274,7 @@ def test_refuses_a_server_with_another_tokenizer(server: ServerProcess, minilm_d
 def test_dagster_resource_hands_out_a_remote_chunker(server: ServerProcess, minilm_dir: Path) -> None:
     from dagster import build_init_resource_context
 
-    from latechunk_dagster.integration.remote import VLLMServerEngineResource
+    from latechunk_dagster.integration.server_resource import VLLMServerEngineResource
 
     res = VLLMServerEngineResource(base_url=server.url, model=str(minilm_dir), max_in_flight=2, timeout_s=30)
     ctx = build_init_resource_context()

@@ -17,7 +17,7 @@ import os
 import dagster as dg
 
 from latechunk_dagster import DocumentStoreResource, LanceDBResource, late_chunk_assets
-from latechunk_dagster.integration.remote import VLLMServerEngineResource
+from latechunk_dagster.integration.server_resource import VLLMServerEngineResource
 
 #: The model directory on the models volume: the servers serve it, this process tokenizes with it.
 MODEL = os.environ.get("LATECHUNK_MODEL", "/models/all-MiniLM-L6-v2")

@@ -7,7 +7,7 @@ model expects (its query prompt, pooling, head and Matryoshka cut): :meth:`LateC
 <latechunk_dagster.core.chunker.LateChunker.embed_queries>`. Given a model directory, an embedder
 loads it on the light transformers engine (no vLLM: a second to start, the same vectors within 1e-6,
 :func:`~latechunk_dagster.core.chunker.query_chunker`); given a chunker (in process, or a vLLM server's
-:class:`~latechunk_dagster.core.remote.RemoteLateChunker`) it uses that one. Given the table too, it
+:class:`~latechunk_dagster.core.server_chunker.RemoteLateChunker`) it uses that one. Given the table too, it
 refuses one whose vectors its model cannot reproduce, naming the difference.
 
 * :class:`LangChainEmbeddings`: a ``langchain_core.embeddings.Embeddings``.

