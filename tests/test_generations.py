@@ -15,6 +15,7 @@ from latechunk_dagster import sink
 from latechunk_dagster.core.chunking import FixedTokens, Sentences
 from latechunk_dagster.core.results import ChunkerSettings
 from latechunk_dagster.pipeline.config import granularity_configs, vector_config, vector_config_fields
+from latechunk_dagster.sink import generation_log
 from latechunk_dagster.sink import generations as gens
 from latechunk_dagster.sink.database import LanceDBSettings
 
@@ -83,7 +84,7 @@ def test_two_writers_opening_one_number_for_two_keys_get_two_generations() -> No
         {"seq": 2, "event": "open", "generation": 2, "key": "B", "table": "t__g2", "rejected": "r__g2", "at": at},
         {"seq": 2, "event": "open", "generation": 2, "key": "C", "table": "t__g2", "rejected": "r__g2", "at": at},
     ]
-    state = gens.state_of(rows)
+    state = generation_log.state_of(rows)
     assert state.of_key("B") is not None and state.of_key("C") is None  # the first open owns number 2
     assert state.current is not None and state.current.number == 1
 

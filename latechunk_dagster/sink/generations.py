@@ -27,27 +27,30 @@ the first generation opened is promoted at once: there is nothing served to prot
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 import os
 import re
 import time
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import pyarrow as pa
-
 from latechunk_dagster.sink.catalog import table_names
 from latechunk_dagster.sink.creation import open_or_create
+from latechunk_dagster.sink.generation_log import (
+    LOG_SCHEMA,
+    LOG_SUFFIX,
+    Generation,
+    GenerationState,
+    append_event,
+    definition_key,
+    generation_table,
+    log_table_name,
+    read_state,
+)
 from latechunk_dagster.sink.granularity_tables import granularity_tables
-from latechunk_dagster.sink.retry import retry_commit
 from latechunk_dagster.sink.writes import stored_partitions
 from latechunk_dagster.sources.documents import converted_vector_config
-
-#: The log of a table definition ``t`` is the table ``f"{t}{LOG_SUFFIX}"``.
-LOG_SUFFIX = "__generations"
 
 #: Generations not current are kept this long after they stopped being served (or were opened,
 #: for one never promoted) before :func:`clean` drops them. A week: long enough to roll back after
@@ -58,51 +61,10 @@ DEFAULT_RETENTION = timedelta(days=7)
 #: :data:`DEFAULT_RETENTION`), read by :func:`retention_period`.
 RETENTION_ENV = "LATECHUNK_GENERATION_RETENTION_DAYS"
 
-EVENTS = ("open", "promote", "rollback", "drop")
-
-LOG_SCHEMA = pa.schema(
-    [
-        pa.field("seq", pa.int64(), nullable=False),
-        pa.field("event", pa.string(), nullable=False),
-        pa.field("generation", pa.int64(), nullable=False),
-        pa.field("key", pa.string()),
-        pa.field("table", pa.string()),
-        pa.field("rejected", pa.string()),
-        pa.field("run_id", pa.string()),
-        pa.field("at", pa.timestamp("us", tz="UTC"), nullable=False),
-        pa.field("note", pa.string()),
-    ]
-)
-
 #: Tags :func:`tag_commit` puts on the versions runs commit start with this.
 RUN_TAG_PREFIX = "run-"
 
 _TAG_CHARS = re.compile(r"[^A-Za-z0-9._-]")
-
-
-def log_table_name(table: str) -> str:
-    """The log of the table definition ``table``: ``f"{table}__generations"``."""
-    return f"{table}{LOG_SUFFIX}"
-
-
-def generation_table(table: str, generation: int) -> str:
-    """The name generation ``generation`` gives ``table`` (a chunk table definition or a rejected table).
-
-    Example:
-        >>> generation_table("chunks", 1), generation_table("chunks", 3)
-        ('chunks', 'chunks__g3')
-    """
-    if generation < 1:
-        raise ValueError(f"generations count from 1, got {generation}")
-    return table if generation == 1 else f"{table}__g{generation}"
-
-
-def definition_key(configs: Mapping[str, str | None]) -> str:
-    """The definition key of ``{granularity: vector_config}`` (``{"": config}`` for one strategy): hex
-    sha256 (first 16 characters) of the sorted mapping as JSON. Two runs share a generation exactly
-    when every granularity's ``vector_config`` is the same."""
-    blob = json.dumps(sorted(configs.items()), separators=(",", ":"))
-    return hashlib.sha256(blob.encode("utf-8")).hexdigest()[:16]
 
 
 def stored_key(db: Any, table: str, run_configs: Mapping[str, str] | None = None) -> str | None:
@@ -129,124 +91,6 @@ def stored_key(db: Any, table: str, run_configs: Mapping[str, str] | None = None
     return definition_key(configs) if configs else None
 
 
-@dataclass(frozen=True)
-class Generation:
-    """One generation of a table definition.
-
-    Attributes:
-        number: 1, 2, ...; key: its definition key; table, rejected: its table names (the chunk
-            table definition's, i.e. the base of its granularity tables, and the rejected table's).
-        opened_at: when it was opened (UTC); served_until: when it last stopped being current
-            (``None``: current now, or never promoted); promoted: it has been current at some point.
-        dropped: its tables were dropped (:func:`clean`).
-    """
-
-    number: int
-    key: str
-    table: str
-    rejected: str | None
-    opened_at: datetime
-    promoted: bool = False
-    served_until: datetime | None = None
-    dropped: bool = False
-
-
-@dataclass(frozen=True)
-class GenerationState:
-    """What the log says (:func:`read_state`): every generation and the stack of promotions
-    (``stack[-1]``: the current generation; ``rollback`` pops it)."""
-
-    generations: dict[int, Generation] = field(default_factory=dict)
-    stack: tuple[int, ...] = ()
-    events: int = 0
-
-    @property
-    def current(self) -> Generation | None:
-        """The generation readers are served, or ``None`` (none promoted yet)."""
-        return self.generations[self.stack[-1]] if self.stack else None
-
-    def of_key(self, key: str) -> Generation | None:
-        """The generation (not dropped) opened for definition key ``key``, or ``None``."""
-        found = [g for g in self.generations.values() if g.key == key and not g.dropped]
-        return found[0] if found else None
-
-    @property
-    def newest(self) -> Generation | None:
-        """The generation opened last and not dropped: the one a backfill builds (or the current)."""
-        live = [g for g in self.generations.values() if not g.dropped]
-        return max(live, key=lambda g: g.number) if live else None
-
-
-def read_state(db: Any, table: str, listed: Collection[str] | None = None) -> GenerationState | None:
-    """The generations of ``table`` as its log holds them, or ``None`` when ``table`` is not under
-    generations (no log). One read of the log (a few rows per generation).
-
-    Args:
-        listed: the database's table names when the caller has listed them (saves a listing: one
-            request on an object store).
-    """
-    name = log_table_name(table)
-    if name not in (table_names(db) if listed is None else listed):
-        return None
-    rows = db.open_table(name).to_arrow().sort_by([("seq", "ascending"), ("at", "ascending")]).to_pylist()
-    return state_of(rows)
-
-
-def state_of(rows: list[dict[str, Any]]) -> GenerationState:
-    """:class:`GenerationState` of log rows in commit order (``seq``, then ``at``).
-
-    An ``open`` of a number already opened (two writers opening one at once) is ignored: the first
-    one owns the number. ``promote`` pushes its generation (moving it to the top if already on the
-    stack), ``rollback`` pops the top, ``drop`` marks a generation dropped and takes it off the stack.
-    """
-    gens: dict[int, Generation] = {}
-    stack: list[int] = []
-    for row in rows:
-        n, event, at = row["generation"], row["event"], row["at"]
-        if event == "open":
-            if n not in gens:
-                gens[n] = Generation(n, row["key"], row["table"], row["rejected"], at)
-            continue
-        if n not in gens:
-            continue
-        if event == "promote":
-            if stack and stack[-1] != n:
-                _ended(gens, stack[-1], at)
-            if n in stack:
-                stack.remove(n)
-            stack.append(n)
-            gens[n] = _replace(gens[n], promoted=True, served_until=None)
-        elif event == "rollback" and stack and stack[-1] == n and len(stack) > 1:
-            _ended(gens, stack.pop(), at)
-            gens[stack[-1]] = _replace(gens[stack[-1]], served_until=None)
-        elif event == "drop":
-            gens[n] = _replace(gens[n], dropped=True)
-            if n in stack:
-                stack.remove(n)
-    return GenerationState(gens, tuple(stack), len(rows))
-
-
-def _replace(g: Generation, **changes: Any) -> Generation:
-    return Generation(**{**g.__dict__, **changes})
-
-
-def _ended(gens: dict[int, Generation], n: int, at: datetime) -> None:
-    gens[n] = _replace(gens[n], served_until=at)
-
-
-def _append(db: Any, definition: str, event: str, generation: int, **fields: Any) -> None:
-    """One log row of the table definition ``definition``, one commit (retried on a commit conflict)."""
-    log = open_or_create(db, log_table_name(definition), LOG_SCHEMA)
-    seq = read_state(db, definition)
-    row = {name: None for name in LOG_SCHEMA.names} | fields
-    row |= {"seq": seq.events if seq else 0, "event": event, "generation": generation, "at": datetime.now(UTC)}
-    retry_commit(
-        lambda: log.add(pa.Table.from_pylist([row], schema=LOG_SCHEMA)),
-        what=f"{event} generation {generation} of {definition!r}",
-        refresh=log.checkout_latest,
-    )
-
-
 def enable_generations(
     db: Any, table: str, rejected: str, *, run_id: str | None = None, run_configs: Mapping[str, str] | None = None
 ) -> GenerationState:
@@ -265,7 +109,7 @@ def enable_generations(
     open_or_create(db, log_table_name(table), LOG_SCHEMA)
     key = stored_key(db, table, run_configs)
     if key is not None:
-        _append(
+        append_event(
             db,
             table,
             "open",
@@ -276,7 +120,7 @@ def enable_generations(
             run_id=run_id,
             note="tables before generations",
         )
-        _append(db, table, "promote", 1, run_id=run_id, note="served before generations")
+        append_event(db, table, "promote", 1, run_id=run_id, note="served before generations")
     return read_state(db, table)  # type: ignore[return-value]
 
 
@@ -298,7 +142,7 @@ def writing_tables(
         gen = state.of_key(key)
         if gen is None:
             n = max(state.generations, default=0) + 1
-            _append(
+            append_event(
                 db,
                 table,
                 "open",
@@ -314,7 +158,7 @@ def writing_tables(
                 time.sleep(0.05)
                 continue
         if state is not None and state.current is None:
-            _append(db, table, "promote", gen.number, run_id=run_id, note="first generation")
+            append_event(db, table, "promote", gen.number, run_id=run_id, note="first generation")
         return gen.table, gen.rejected or generation_table(rejected, gen.number), gen.number
     raise RuntimeError(f"could not open a generation of {table!r} for key {key}: other writers kept taking the number")
 
@@ -355,7 +199,7 @@ def promote(
         raise ValueError(f"table definition {table!r} has no generation {generation} to promote: {describe(state)}")
     if state.current is not None and state.current.number == target.number:
         raise ValueError(f"generation {target.number} of {table!r} is current already")
-    _append(db, table, "promote", target.number, run_id=run_id, note=note)
+    append_event(db, table, "promote", target.number, run_id=run_id, note=note)
     return target
 
 
@@ -369,7 +213,7 @@ def rollback(db: Any, table: str, *, run_id: str | None = None, note: str = "") 
     state = _state(db, table)
     if len(state.stack) < 2:
         raise ValueError(f"table definition {table!r} has no earlier generation to roll back to: {describe(state)}")
-    _append(db, table, "rollback", state.stack[-1], run_id=run_id, note=note)
+    append_event(db, table, "rollback", state.stack[-1], run_id=run_id, note=note)
     return state.generations[state.stack[-2]]
 
 
@@ -420,7 +264,7 @@ def clean(db: Any, table: str, *, retention: timedelta | None = None, now: datet
             continue
         for name in names:
             db.drop_table(name, ignore_missing=True)
-        _append(db, table, "drop", g.number, note=f"older than {retention}")
+        append_event(db, table, "drop", g.number, note=f"older than {retention}")
         dropped.append(g.number)
     return dropped
 
