@@ -52,7 +52,7 @@ class PartitionReport:
             rows of the partition in the table afterwards (with several granularities: the sums over
             their tables).
         engine_seconds: time inside ``chunker.encode`` (the engine thread); prepare_seconds: time
-            inside ``chunker.prepare`` (the calling thread); finish_seconds: ``chunker.finish`` and
+            inside ``chunker.prepare`` (the calling thread); finish_seconds: ``chunker.pool_results`` and
             the Arrow rows (the writer thread); seconds: wall time of the whole call. With the
             overlap, ``seconds`` approaches the largest of the three, not their sum.
         batches: engine calls; paths: documents per engine path.
@@ -121,7 +121,7 @@ def token_count(res: ChunkedDocument | DocumentSummary) -> int:
 def account_results(
     report: PartitionReport, batch: list[Document], results: list, window_length: int
 ) -> tuple[list[tuple[Document, ChunkedDocument]], list[tuple[Document, DocumentError]]]:
-    """Count one batch's results (``chunker.finish`` / ``chunker.chunk`` with ``errors="return"``) into ``report``.
+    """Count one batch's results (``chunker.pool_results`` / ``chunker.chunk``, ``errors="return"``) into ``report``.
 
     Args:
         batch: the documents, in the order of ``results``.

@@ -171,7 +171,7 @@ class HostPool:
         docs = [document_fields(d) for d in batch]
         return self._request(w, "prepare", (docs, strategy, None if needs is None else [tuple(n) for n in needs]))
 
-    def finish(
+    def pool_rows(
         self,
         handle: PreparedHandle,
         rows: list[np.ndarray],

@@ -6,7 +6,7 @@ Flow of :func:`materialize_partition` (three threads, bounded queues between the
                     ``batch_tokens`` estimated document tokens -> chunker.prepare(batch)
                     (check, tokenize, spans, window plans)
     engine thread   chunker.encode(prepared)                    (the engine; one call at a time)
-    writer thread   finish_rows: chunker.finish(encoded) (means, head) -> Arrow rows
+    writer thread   finish_rows: chunker.pool_results(encoded) (means, head) -> Arrow rows
                     (sink.rows.chunk_batch) -> counted (pipeline.accounting) -> staged to a
                     local Arrow IPC file
     then            systemic-failure check -> ONE LanceDB commit streamed from the staged file
@@ -72,7 +72,7 @@ rejected documents are tried again, and its rejected-table commit replaces the s
 
 **Several granularities** (``strategy={name: strategy}``, issue 29): each document is still
 tokenized and encoded once, and every granularity's chunks are pooled from that pass
-(``LateChunker.finish_granularities``); each granularity has its own table, staging file and
+(``LateChunker.pool_results``); each granularity has its own table, staging file and
 commit (finest first, :mod:`latechunk_dagster.pipeline.tables`), then the one rejected table. The
 incremental rule below holds per table: a document is encoded when any table needs it and its
 rows go only to the tables that need them (:mod:`latechunk_dagster.pipeline.run`).
@@ -187,7 +187,7 @@ def materialize_partition(
 
     Args:
         chunker: the engine; each batch goes through ``chunker.prepare`` (calling thread),
-            ``chunker.encode`` (engine thread) and ``chunker.finish`` (writer thread).
+            ``chunker.encode`` (engine thread) and ``chunker.pool_results`` (writer thread).
         documents: the partition's documents in any order, with a ``RejectedRow`` for each row that
             made none (:meth:`DocumentStore.iter_shard`); read once, lazily.
         partition: the partition key.
@@ -386,7 +386,7 @@ def _final_report(run: PartitionRun, removed: set[str], tables: dict[str, Any]) 
         part.version = int(table.version)
     report.partition_rows = sum(part.partition_rows for part in report.granularities.values())
     report.seconds = time.perf_counter() - run.t_start
-    run.meter.finish()
+    run.meter.complete()
     return report
 
 

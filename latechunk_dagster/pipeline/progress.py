@@ -80,7 +80,7 @@ class ProgressMeter:
         seconds = time.perf_counter() - self.start
         return Progress(self.partition, self.documents, self.expected, self.tokens, seconds, final)
 
-    def finish(self) -> Progress:
+    def complete(self) -> Progress:
         snap = self.snapshot(final=True)
         if self.callback is not None:
             self.callback(snap)

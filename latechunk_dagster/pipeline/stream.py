@@ -4,7 +4,7 @@ One loop, :class:`Stream`, with bounded queues between its threads::
 
     calling thread  read, skip unchanged, form batches -> host.prepare (ahead by host.ahead)
     engine thread   host.encode: the one engine call of a batch
-    writer thread   host.finish: means, head and Arrow rows -> accounting -> staging files
+    writer thread   host.pool_rows: means, head and Arrow rows -> accounting -> staging files
                     (one per granularity table)
 
 Where the host work runs is the only difference between the two arrangements, each a *host*:
@@ -73,7 +73,7 @@ class LocalHost:
     def encode(self, prepared: Any) -> Any:
         return self.run.chunker.encode(prepared)
 
-    def finish(self, encoded: Any, batch: list[Document], wait: Callable[[Future], Any]) -> tuple[list, Any, float]:
+    def pool_rows(self, encoded: Any, batch: list[Document], wait: Callable[[Future], Any]) -> tuple[list, Any, float]:
         t0 = time.perf_counter()
         results, rows = finish_rows(self.run.chunker, encoded, batch, self.context, self.run.needs_of(batch))
         engine_bytes = sum(r.nbytes for r in encoded.rows)
@@ -104,7 +104,7 @@ class PoolHost:
 
     def encode(self, handle: Any) -> Any:
         rows, native, refused = self.run.chunker.encode_inputs(handle.inputs)
-        fut, shm = self.pool.finish(handle, rows, native, refused, self.context)
+        fut, shm = self.pool.pool_rows(handle, rows, native, refused, self.context)
         del rows, native
         if shm is not None:
             with self.lock:
@@ -114,7 +114,7 @@ class PoolHost:
             self.pool.release(shm)  # an engine thread still running after a failure: nothing will read it
         return fut, shm
 
-    def finish(self, pending: Any, batch: list[Document], wait: Callable[[Future], Any]) -> tuple[list, Any, float]:
+    def pool_rows(self, pending: Any, batch: list[Document], wait: Callable[[Future], Any]) -> tuple[list, Any, float]:
         fut, shm = pending
         done = wait(fut)
         with self.lock:
@@ -260,7 +260,7 @@ class Stream:
             while (item := _get(self.to_writer, self.stop)) is not _END:
                 batch, pending = item
                 del item
-                results, rows, seconds = self.host.finish(pending, batch, self._wait)
+                results, rows, seconds = self.host.pool_rows(pending, batch, self._wait)
                 del pending
                 for g, part in rows.items():
                     streams[g].write_batch(part)
