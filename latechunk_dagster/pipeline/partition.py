@@ -217,7 +217,7 @@ def materialize_partition(
             writer threads. Default :func:`~latechunk_dagster.pipeline.config.default_host_workers`.
             The results (vectors, ranges, row ids, order) are the same either way.
         granularities: ``strategy`` as the caller's edge normalised it already
-            (:data:`~latechunk_dagster.pipeline.config.Granularities`; ``run_shard`` passes its own);
+            (:class:`~latechunk_dagster.core.granularities.Granularities`; ``run_shard`` passes its own);
             ``None``: normalised here, once.
 
     Returns:

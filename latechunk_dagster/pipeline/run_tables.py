@@ -74,7 +74,7 @@ def open_run_tables(
     Args:
         db: a ``LanceDBSettings``, ``LanceDBResource`` or ``LanceDBHook`` (``chunk_table``, ``rejected_table``).
         strategy: the run's granularities as its edge normalised them
-            (:data:`~latechunk_dagster.pipeline.config.Granularities`), or a bare strategy.
+            (:class:`~latechunk_dagster.core.granularities.Granularities`), or a bare strategy.
         warn: where a removed granularity's dropped table is named (:func:`~latechunk_dagster.pipeline.
             shard.open_chunk_tables`).
 

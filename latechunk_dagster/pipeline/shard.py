@@ -196,7 +196,7 @@ def open_chunk_tables(
         db: anything with ``chunk_table(name, dim)``: a
             :class:`~latechunk_dagster.sink.database.LanceDBSettings`, Dagster's ``LanceDBResource``.
         strategy: the run's granularities as its edge normalised them
-            (:data:`~latechunk_dagster.pipeline.config.Granularities`; a bare strategy is the one granularity).
+            (:class:`~latechunk_dagster.core.granularities.Granularities`; a bare strategy is the one granularity).
 
     Raises:
         ValueError: as ``db.chunk_table`` (a table of another schema).

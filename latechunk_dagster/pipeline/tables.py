@@ -31,7 +31,7 @@ def tables_of_run(granularities: Granularities | ChunkingStrategy, chunk_table: 
     """``{granularity: open table}``, finest first (``{"": chunk_table}`` for one strategy).
 
     Args:
-        granularities: as the run's edge normalised them (:data:`~latechunk_dagster.pipeline.config.Granularities`).
+        granularities: as the run's edge normalised them (:class:`~latechunk_dagster.core.granularities.Granularities`).
 
     Raises:
         ValueError: ``chunk_table`` a mapping for one strategy, or not a mapping of the same keys for several.
