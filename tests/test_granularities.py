@@ -166,3 +166,19 @@ def test_the_granularities_value_is_checked_once_and_the_chunker_takes_it(chunke
     for got, want in zip(chunker.chunk_granularities(DOCS, many), chunker.chunk_granularities(DOCS, GRANULARITIES)):
         assert list(got) == list(want)
         assert all(np.array_equal(got[n].vectors, want[n].vectors) for n in got)
+
+
+def test_the_granularities_value_reads_as_the_mapping_it_was_built_from() -> None:
+    """The pipeline passes the checked value where a ``{name: strategy}`` mapping was passed before:
+    same pairs in the same order, equal to that dict, picklable (host workers), never re-checked."""
+    import pickle
+
+    from latechunk_dagster.core.granularities import Granularities
+
+    fine, coarse = FixedTokens(chunk_size=8), FixedTokens(chunk_size=32)
+    g = Granularities.of({"fine": fine, "coarse": coarse})
+    assert g == {"fine": fine, "coarse": coarse} and list(g.items()) == [("fine", fine), ("coarse", coarse)]
+    assert g["coarse"] is coarse and "fine" in g and g.get("other") is None and len(g) == 2
+    assert Granularities.of(g) is g and pickle.loads(pickle.dumps(g)) == g
+    with pytest.raises(KeyError):
+        g["other"]

@@ -113,3 +113,15 @@ print("LOADED", [m for m in ("sklearn", "scipy", "dagster", "vllm", "httpx") if 
         assert torch.get_num_threads() == 2
     finally:
         torch.set_num_threads(threads)
+
+
+def test_the_former_server_resource_module_still_imports_with_a_deprecation_warning() -> None:
+    """``integration.remote`` (a name ``core/remote.py`` also had) is now ``integration.server_resource``."""
+    import importlib
+
+    sys.modules.pop("latechunk_dagster.integration.remote", None)
+    with pytest.warns(DeprecationWarning, match="integration.server_resource"):
+        old = importlib.import_module("latechunk_dagster.integration.remote")
+    from latechunk_dagster.integration.server_resource import VLLMServerEngineResource
+
+    assert old.VLLMServerEngineResource is VLLMServerEngineResource
