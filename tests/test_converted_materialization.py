@@ -180,19 +180,31 @@ def test_a_converter_upgrade_re_encodes_its_documents_only(env, monkeypatch: pyt
     }
 
 
-def test_host_workers_write_the_same_converter_and_pages(env, tmp_path: Path, chunker: LateChunker) -> None:
-    """A host worker rebuilds each document from its fields: a converted one keeps its converter and pages."""
+@pytest.mark.parametrize("workers", [1, 2])
+def test_host_workers_convert_and_write_the_same_converter_and_pages(
+    env, tmp_path: Path, chunker: LateChunker, workers: int
+) -> None:
+    """The store hands the files' bytes over unconverted; the host workers convert them
+    (round robin) and rebuild each document from its fields: a converted one keeps its converter
+    and pages, a bad file is rejected by its reason in the worker as in the calling thread."""
     from latechunk_dagster.pipeline import materialize_partition
+    from latechunk_dagster.sources.text_files import UnconvertedFile
 
     db = sink.connect(str(tmp_path / "db"))
     table = sink.open_or_create(db, sink.CHUNK_TABLE, sink.chunk_schema(chunker.embedding_dim))
     rejected = sink.open_or_create(db, sink.REJECTED_TABLE, sink.REJECTED_SCHEMA)
     store = DocumentStore.from_path(env["store"])
+    items = list(store.iter_shard("docs", defer_conversion=True))
+    unconverted = {i.doc_id for i in items if isinstance(i, UnconvertedFile)}
+    # every document file, the zip bomb too (its unpacked limits are checked converting it)
+    assert unconverted == {d for d in {**GOOD, **BAD} if not d.endswith((".md", ".txt"))}
     report = materialize_partition(
-        chunker, store.iter_shard("docs"), "docs", MarkdownSections(max_tokens=64),
-        chunk_table=table, rejected_table=rejected, run_id="pooled", host_workers=1,
+        chunker, iter(items), "docs", MarkdownSections(max_tokens=64),
+        chunk_table=table, rejected_table=rejected, run_id="pooled", host_workers=workers,
     )  # fmt: skip
-    assert report.rejected == len(BAD)
+    assert report.rejected == len(BAD) and report.rejected_reasons == {
+        reason: sum(r == reason for _, r in BAD.values()) for _, reason in BAD.values()
+    }
     # the converter column is compared by format: the upgrade test above left "pdf/2" rows in env's table
     columns = ["chunk_id", "text", "char_start", "char_end", "headings", "converter", "page_start", "page_end"]
     pooled = table.to_arrow().select(columns).sort_by("chunk_id").to_pylist()
@@ -202,3 +214,31 @@ def test_host_workers_write_the_same_converter_and_pages(env, tmp_path: Path, ch
             r["converter"] = r["converter"] and r["converter"].split("/")[0]
     assert pooled == dagster_rows and any(r["page_start"] == 2 for r in pooled)
     assert {r["converter"] for r in pooled} == {"pdf", "docx", "html", "pptx", None}
+
+
+def test_a_worker_that_dies_converting_fails_the_partition_and_keeps_its_rows(
+    env, tmp_path: Path, chunker: LateChunker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A converter that kills its process (a crash in a PDF library) takes down one host worker, not the
+    run's process: the partition fails before its commit and the table keeps its rows."""
+    from latechunk_dagster.pipeline import hostpool, materialize_partition
+
+    db = sink.connect(str(tmp_path / "db"))
+    table = sink.open_or_create(db, sink.CHUNK_TABLE, sink.chunk_schema(chunker.embedding_dim))
+    rejected = sink.open_or_create(db, sink.REJECTED_TABLE, sink.REJECTED_SCHEMA)
+    store = DocumentStore.from_path(env["store"])
+    strategy = MarkdownSections(max_tokens=64)
+    materialize_partition(
+        chunker, store.iter_shard("docs"), "docs", strategy, chunk_table=table, rejected_table=rejected, run_id="a",
+        host_workers=0,
+    )  # fmt: skip
+    before, version = table.to_arrow().sort_by("chunk_id"), table.version
+    hostpool.shutdown_host_pools()
+    monkeypatch.setenv(hostpool.TEST_WORKER_KILL_ENV, "convert")  # a worker SIGKILLs itself on its 2nd conversion
+    with pytest.raises(hostpool.HostWorkerError, match="died"):
+        materialize_partition(
+            chunker, store.iter_shard("docs", defer_conversion=True), "docs", strategy, chunk_table=table,
+            rejected_table=rejected, run_id="b", host_workers=1, force=True,
+        )  # fmt: skip
+    hostpool.shutdown_host_pools()
+    assert table.version == version and table.to_arrow().sort_by("chunk_id").equals(before)

@@ -140,7 +140,7 @@ def test_text_that_is_not_utf8_is_named_as_such() -> None:
     """A Latin-1 file read by a store (bytes that are not UTF-8 are escaped as U+DC80-U+DCFF) is
     refused naming the byte; a lone surrogate from elsewhere is named as one."""
     from latechunk_dagster.core.tokenization import check_text
-    from latechunk_dagster.sources.readers import decode
+    from latechunk_dagster.sources.text_files import decode
 
     latin1 = decode("Café au lait".encode("latin-1"))
     with pytest.raises(InvalidUnicodeError, match=r"not valid UTF-8: byte 0xe9 at character 3 \(a file in Latin-1"):

@@ -357,7 +357,7 @@ def test_the_engine_names_utf16_text_instead_of_guessing_latin1(chunker: LateChu
     are not UTF-8: it was called Latin-1) and without one (valid UTF-8 with NULs: it was chunked)."""
     from latechunk_dagster.core.chunking import FixedTokens
     from latechunk_dagster.core.errors import InvalidUnicodeError
-    from latechunk_dagster.sources.readers import decode
+    from latechunk_dagster.sources.text_files import decode
 
     texts = [
         GOOD["g1"],

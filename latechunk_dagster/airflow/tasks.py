@@ -254,7 +254,8 @@ def run_store_shard(
     store = DocumentStore.from_path(
         store_path, chunks_column=job.settings.chunks_column, storage_options=storage_options
     )
-    return job.run(shard, store.iter_shard(shard), store.count_documents(shard))
+    # document files are converted in the host workers (when there are any), not while the store is read
+    return job.run(shard, store.iter_shard(shard, defer_conversion=True), store.count_documents(shard))
 
 
 def check_shards(

@@ -128,7 +128,8 @@ def _partition_sources(context: dg.AssetExecutionContext, w: TableWiring, upstre
     # one per partition: shards x rows)
     keys = list(context.partition_keys)
     counts = st.count_shards(keys)
-    for partition, docs in st.iter_shards(keys):
+    # document files are converted in the host workers (when there are any), not while the store is read
+    for partition, docs in st.iter_shards(keys, defer_conversion=True):
         yield partition, docs, counts[partition]
 
 

@@ -1,9 +1,11 @@
-"""Host worker processes: a partition's prepare (tokenize, spans, windows) and finish (means, head,
-Arrow rows) run in a pool of processes, so the host side scales with cores instead of one GIL.
+"""Host worker processes: a partition's conversion of document files (PDF, DOCX, PPTX, HTML to
+Markdown), prepare (tokenize, spans, windows) and finish (means, head, Arrow rows) run in a pool of
+processes, so the host side scales with cores instead of one GIL.
 
 Used by :func:`~latechunk_dagster.pipeline.materialize_partition` when ``host_workers >= 1``::
 
-    calling thread  batch k -> worker k % W: prepare   -> the windows' token ids come back
+    calling thread  file f -> worker f % W: convert   -> the document (text, converter, pages) comes back
+                    batch k -> worker k % W: prepare   -> the windows' token ids come back
     engine thread   engine call -> its rows (span sums on the span path, else token states)
                     copied ONCE into a shared-memory block
                     -> the same worker: finish (its prepared batch is kept there)
@@ -57,6 +59,7 @@ from latechunk_dagster.pipeline.hostworker import TEST_WORKER_KILL_ENV as TEST_W
 from latechunk_dagster.pipeline.hostworker import HostWorkerError as HostWorkerError  # re-exported
 from latechunk_dagster.pipeline.hostworker import document_fields, run_host_worker
 from latechunk_dagster.sources.documents import Document
+from latechunk_dagster.sources.text_files import UnconvertedFile
 
 log = logging.getLogger(__name__)
 
@@ -154,6 +157,14 @@ class HostPool:
             self._readers.append(reader)
 
     # -- requests ---------------------------------------------------------------------------
+    def convert(self, item: UnconvertedFile) -> Future:
+        """Convert a document file in the next worker (round robin); a future of its
+        :class:`~latechunk_dagster.sources.documents.Document` or ``RejectedRow``
+        (:meth:`UnconvertedFile.convert <latechunk_dagster.sources.text_files.UnconvertedFile.convert>`).
+        The file's bytes are pickled to the worker at once: the caller need not keep them."""
+        w = next(self._next) % self.workers
+        return self._request(w, "convert", (item,))
+
     def prepare(
         self,
         batch: Sequence[Document],
@@ -304,6 +315,8 @@ class HostPool:
                 continue
             if kind == "error":
                 fut.set_exception(body)
+            elif kind == "converted":
+                fut.set_result(body)
             elif kind == "prepared":
                 inputs, seconds = body
                 fut.set_result(PreparedHandle(w, seq, inputs, seconds))

@@ -1,8 +1,9 @@
-"""The host worker process of :mod:`latechunk_dagster.pipeline.hostpool`: its loop, prepare and finish.
+"""The host worker process of :mod:`latechunk_dagster.pipeline.hostpool`: its loop, convert, prepare and finish.
 
 What runs in a worker: it unpickles the chunker's host part
 (:class:`~latechunk_dagster.core.chunker_host.ChunkerHost`: no engine) once, then answers ``prepare`` (check,
-tokenize, spans, windows: the engine inputs go back) and ``finish`` (the engine's rows read in place
+tokenize, spans, windows: the engine inputs go back), ``convert`` (a document file's bytes to its
+:class:`~latechunk_dagster.sources.documents.Document` or rejection) and ``finish`` (the engine's rows read in place
 from the parent's shared-memory block, then :func:`~latechunk_dagster.pipeline.finish.finish_rows`:
 means, head, Arrow rows) requests in order. The parent side (the pool, the shared-memory blocks)
 is :mod:`latechunk_dagster.pipeline.hostpool`.
@@ -31,9 +32,13 @@ from latechunk_dagster.pipeline.accounting import DocumentSummary
 from latechunk_dagster.pipeline.finish import finish_rows, given_chunks
 from latechunk_dagster.sources.documents import Document
 
-#: Test hook read by each worker: when it names a point (``prepare``, ``finish``), the worker
+#: Test hook read by each worker: when it names a point (``convert``, ``prepare``, ``finish``), the worker
 #: SIGKILLs itself on its second request of that kind. For crash-safety tests only.
 TEST_WORKER_KILL_ENV = "LATECHUNK_TEST_KILL_HOST_WORKER_AT"
+
+
+#: The answer's kind to each request's kind.
+_REPLIES = {"convert": "converted", "prepare": "prepared", "finish": "finished"}
 
 
 class HostWorkerError(LateChunkError):
@@ -49,7 +54,7 @@ def run_host_worker(conn: Any, payload: bytes, tokenizer_threads: str) -> None:
     host: ChunkerHost = pickle.loads(payload)
     held: dict[int, tuple[list[Document], PreparedBatch, list[tuple[str, ...]]]] = {}
     maps: dict[str, shared_memory.SharedMemory] = {}  # the parent's kept blocks, mapped once
-    seen = {"prepare": 0, "finish": 0}
+    seen = {"convert": 0, "prepare": 0, "finish": 0}
     kill_at = os.environ.get(TEST_WORKER_KILL_ENV)
     while True:
         try:
@@ -62,11 +67,13 @@ def run_host_worker(conn: Any, payload: bytes, tokenizer_threads: str) -> None:
         if kill_at == kind and seen[kind] == 2:
             os.kill(os.getpid(), signal.SIGKILL)
         try:
-            if kind == "prepare":
+            if kind == "convert":
+                reply: Any = body[0].convert()  # an UnconvertedFile: a document or its rejection
+            elif kind == "prepare":
                 reply = _prepare(host, held, seq, *body)
             else:
                 reply = _finish(host, held, maps, *body)
-            conn.send(("prepared" if kind == "prepare" else "finished", seq, reply))
+            conn.send((_REPLIES[kind], seq, reply))
         except BaseException as exc:  # one request's failure fails its partition, not the worker
             held.pop(body[0] if kind == "finish" else seq, None)
             conn.send(("error", seq, _picklable(exc)))

@@ -131,6 +131,7 @@ from latechunk_dagster.sink.schema import REJECTED_SCHEMA, sql_string
 from latechunk_dagster.sink.writes import replace_partition
 from latechunk_dagster.sources.documents import READ_ERRORS, Document, RejectedRow, fingerprint_of
 from latechunk_dagster.sources.listing import INCOMPLETE_READS
+from latechunk_dagster.sources.text_files import UnconvertedFile
 
 #: Most batches of documents between the document iterator and the staging file at any time.
 IN_FLIGHT_BATCHES = 5
@@ -164,7 +165,7 @@ class SystemicFailureError(LateChunkError):
 
 def materialize_partition(
     chunker: LateChunker,
-    documents: Iterable[Document | RejectedRow],
+    documents: Iterable[Document | RejectedRow | UnconvertedFile],
     partition: str,
     strategy: ChunkingStrategy | Mapping[str, ChunkingStrategy],
     *,
@@ -189,7 +190,9 @@ def materialize_partition(
         chunker: the engine; each batch goes through ``chunker.prepare`` (calling thread),
             ``chunker.encode`` (engine thread) and ``chunker.pool_results`` (writer thread).
         documents: the partition's documents in any order, with a ``RejectedRow`` for each row that
-            made none (:meth:`DocumentStore.iter_shard`); read once, lazily.
+            made none (:meth:`DocumentStore.iter_shard`); read once, lazily. A document file not yet
+            converted (:class:`~latechunk_dagster.sources.text_files.UnconvertedFile`: ``iter_shard(...,
+            defer_conversion=True)``) is converted here, in the host workers when there are any.
         partition: the partition key.
         strategy: how documents are cut into spans: one strategy, or several granularities
             ``{name: strategy}`` finest first (:meth:`~latechunk_dagster.core.granularities.Granularities.of`),

@@ -44,6 +44,7 @@ from latechunk_dagster.sink.generations import tag_commit
 from latechunk_dagster.sink.schema import granularity_table
 from latechunk_dagster.sources.chunk_column import check_chunks_column
 from latechunk_dagster.sources.documents import Document, RejectedRow
+from latechunk_dagster.sources.text_files import UnconvertedFile
 
 CHAR_SPANS_REFUSAL = "char_spans needs per-document spans; call LateChunker.chunk directly"
 
@@ -213,7 +214,7 @@ def open_chunk_tables(
 
 def run_shard(
     chunker: LateChunker,
-    documents: Iterable[Document | RejectedRow],
+    documents: Iterable[Document | RejectedRow | UnconvertedFile],
     partition: str,
     strategy: Strategies,
     *,

@@ -31,6 +31,7 @@ from latechunk_dagster.pipeline.run_tables import RunTables, lance_settings, ope
 from latechunk_dagster.pipeline.shard import ShardSettings, Strategies, run_shard, shard_summary
 from latechunk_dagster.sink.database import LanceDBSettings
 from latechunk_dagster.sources.documents import Document, RejectedRow
+from latechunk_dagster.sources.text_files import UnconvertedFile
 
 
 class ShardJob:
@@ -134,14 +135,15 @@ class ShardJob:
     def run(
         self,
         partition: str,
-        documents: Iterable[Document | RejectedRow],
+        documents: Iterable[Document | RejectedRow | UnconvertedFile],
         expected_documents: int | None = None,
     ) -> dict[str, Any]:
         """Late-chunk one shard into the open tables (:func:`~latechunk_dagster.pipeline.shard.run_shard`).
 
         Args:
             partition: the shard (partition key).
-            documents: its documents and reader rejections, read lazily.
+            documents: its documents and reader rejections, read lazily (document files may come
+                unconverted: :meth:`DocumentStore.iter_shard`'s ``defer_conversion``).
             expected_documents: how many the store holds (progress lines), ``None``: unknown.
 
         Returns:

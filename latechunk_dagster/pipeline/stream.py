@@ -2,18 +2,25 @@
 
 One loop, :class:`Stream`, with bounded queues between its threads::
 
-    calling thread  read, skip unchanged, form batches -> host.prepare (ahead by host.ahead)
+    calling thread  read, convert document files (host.convert, ahead by host.convert_ahead),
+                    skip unchanged, form batches -> host.prepare (ahead by host.ahead)
     engine thread   host.encode: the one engine call of a batch
     writer thread   host.pool_rows: means, head and Arrow rows -> accounting -> staging files
                     (one per granularity table)
 
 Where the host work runs is the only difference between the two arrangements, each a *host*:
 
-* :class:`LocalHost`: prepare in the calling thread, finish in the writer thread
+* :class:`LocalHost`: convert and prepare in the calling thread, finish in the writer thread
   (:func:`~latechunk_dagster.pipeline.finish.finish_rows`);
-* :class:`PoolHost`: both in a host worker process (:mod:`latechunk_dagster.pipeline.hostpool`),
-  which calls the same ``finish_rows``; the threads move batches, token ids, shared-memory
-  blocks and finished rows.
+* :class:`PoolHost`: all three in host worker processes (:mod:`latechunk_dagster.pipeline.hostpool`),
+  which call the same functions; the threads move file bytes, converted documents, batches, token
+  ids, shared-memory blocks and finished rows.
+
+A document file the store did not convert (:class:`~latechunk_dagster.sources.text_files.UnconvertedFile`,
+``DocumentStore.iter_shard(..., defer_conversion=True)``) is converted by the host, in order: with
+workers, up to ``host.convert_ahead`` files (and :data:`CONVERT_AHEAD_BYTES` of their bytes) are in the
+workers at once, so conversion, the slow host step for PDFs (``bench/conversion.py``), runs on every
+worker while the calling thread reads the next files.
 
 Order, staging and the one commit are the same either way.
 """
@@ -41,8 +48,12 @@ from latechunk_dagster.pipeline.memory import FreedMemory
 from latechunk_dagster.pipeline.run import PartitionRun
 from latechunk_dagster.sink.schema import chunk_schema
 from latechunk_dagster.sources.documents import Document, RejectedRow
+from latechunk_dagster.sources.text_files import UnconvertedFile
 
 _END = object()
+#: Most bytes of document files sent to the host workers for conversion and not yet converted (at
+#: least one file is always in flight, whatever its size up to ``ConversionLimits.max_file_bytes``).
+CONVERT_AHEAD_BYTES = 64 << 20
 
 
 class Stopped(Exception):
@@ -54,11 +65,17 @@ class LocalHost:
 
     ahead = 1
     writer_queue = 1
+    convert_ahead = 0  # converted at once, in the calling thread
 
     def __init__(self, run: PartitionRun) -> None:
         self.run = run
         self.context = run.context
         self.freed = FreedMemory()
+
+    def convert(self, item: UnconvertedFile) -> Future:
+        done: Future = Future()
+        done.set_result(item.convert())
+        return done
 
     def prepare(self, batch: list[Document]) -> Future:
         run, t0, done = self.run, time.perf_counter(), Future()
@@ -92,9 +109,13 @@ class PoolHost:
         self.run = run
         self.pool = host_pool(run.chunker, workers)
         self.ahead = self.writer_queue = workers  # up to `workers` batches prepared ahead / finishing
+        self.convert_ahead = 2 * workers  # every worker converting one file, with the next one queued
         self.context = run.context
         self.blocks: set[Any] | None = set()  # shared-memory blocks not yet released (None: call over)
         self.lock = threading.Lock()
+
+    def convert(self, item: UnconvertedFile) -> Future:
+        return self.pool.convert(item)
 
     def prepare(self, batch: list[Document]) -> Future:
         prepared: Future = Future()
@@ -150,7 +171,7 @@ class Stream:
         self.stop = threading.Event()
         self.error: BaseException | None = None
 
-    def stream(self, documents: Iterable[Document | RejectedRow]) -> None:
+    def stream(self, documents: Iterable[Document | RejectedRow | UnconvertedFile]) -> None:
         """Stream every document to the staging file; raises the first error of any thread."""
         name = self.run.partition
         engine = threading.Thread(target=self._guarded, args=(self._encode,), name=f"latechunk-engine-{name}")
@@ -160,7 +181,7 @@ class Stream:
         writer.start()
         failed = True
         try:
-            self._submit_all(documents)
+            self._submit_all(self._converted(documents))
             while engine.is_alive() or writer.is_alive():
                 engine.join(timeout=0.1)
                 writer.join(timeout=0.1)
@@ -194,6 +215,32 @@ class Stream:
             except FutureTimeout:
                 if self.stop.is_set():
                     raise Stopped from None
+
+    def _converted(self, items: Iterable[Document | RejectedRow | UnconvertedFile]) -> Iterator[Document | RejectedRow]:
+        """``items`` in order, each :class:`UnconvertedFile` converted by the host (calling thread):
+        at most ``host.convert_ahead`` files and :data:`CONVERT_AHEAD_BYTES` of their bytes in
+        conversion at once, besides the one waited for."""
+        pending: collections.deque[tuple[Any, int]] = collections.deque()  # (item or future, bytes sent)
+        converting = sent = 0
+        ahead = self.host.convert_ahead
+        for item in items:
+            if isinstance(item, UnconvertedFile):
+                pending.append((self.host.convert(item), len(item.data)))
+                converting, sent = converting + 1, sent + len(item.data)
+            else:
+                pending.append((item, 0))
+            del item
+            while pending and (
+                not isinstance(pending[0][0], Future) or converting > ahead or sent > CONVERT_AHEAD_BYTES
+            ):
+                head, size = pending.popleft()
+                if isinstance(head, Future):
+                    converting, sent = converting - 1, sent - size
+                    head = self._wait(head)
+                yield head
+        while pending:
+            head, _ = pending.popleft()
+            yield self._wait(head) if isinstance(head, Future) else head
 
     def _batches(self, documents: Iterable[Document | RejectedRow]) -> Iterator[list[Document]]:
         """The documents to encode, in batches of at most ``budget`` estimated tokens (calling thread)."""

@@ -14,11 +14,21 @@ import re
 from bisect import bisect_right
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 import pyarrow as pa
 
 BOM = "\ufeff"
+
+
+class HasDocId(Protocol):
+    """What :func:`first_of_each_id` reads of a document."""
+
+    @property
+    def doc_id(self) -> str: ...
+
+
+D = TypeVar("D", bound=HasDocId)
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
@@ -221,12 +231,12 @@ class RejectedRow:
         return key_of(self.where, self.detail)
 
 
-def first_of_each_id(
-    items: Iterable[tuple[Document, str] | RejectedRow], scope: str = ""
-) -> Iterator[Document | RejectedRow]:
+def first_of_each_id(items: Iterable[tuple[D, str] | RejectedRow], scope: str = "") -> Iterator[D | RejectedRow]:
     """The duplicate-id rule of every document source: the first ``(document, where)`` of a doc_id is
     kept; a later one becomes a ``duplicate_id`` :class:`RejectedRow` naming both places. Rejected rows
-    pass through. ``scope`` (e.g. `` in shard 'a' of document store /data``) goes into the detail."""
+    pass through. ``scope`` (e.g. `` in shard 'a' of document store /data``) goes into the detail.
+    A document is anything with a ``doc_id`` (a :class:`Document`, or a document file not converted
+    yet: :class:`~latechunk_dagster.sources.text_files.UnconvertedFile`)."""
     first_seen: dict[str, str] = {}
     for item in items:
         if isinstance(item, RejectedRow):

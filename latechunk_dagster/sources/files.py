@@ -91,6 +91,7 @@ from latechunk_dagster.sources.readers import (
 )
 from latechunk_dagster.sources.storage import ObjectPath, kind_of_location, stat_of
 from latechunk_dagster.sources.store_rows import Item, document_columns, located_document, tree_items
+from latechunk_dagster.sources.text_files import UnconvertedFile
 
 __all__ = [
     "ROOT_SHARD",
@@ -242,15 +243,23 @@ class DocumentStore:
         ``shard`` value is a ``bad_shard`` row of the file stem's shard)."""
         return list(self.listing().skipped)
 
-    def iter_shard(self, shard: str) -> Iterator[Document | RejectedRow]:
+    def iter_shard(
+        self, shard: str, *, defer_conversion: bool = False
+    ) -> Iterator[Document | RejectedRow | UnconvertedFile]:
         """The shard's documents one at a time, in file / row order, with a :class:`RejectedRow` in
         place of each row that does not make a document (later duplicates of a doc_id included).
+
+        Args:
+            defer_conversion: a PDF, DOCX, PPTX or HTML file comes as its
+                :class:`~latechunk_dagster.sources.text_files.UnconvertedFile` (its bytes, read once),
+                for a consumer that converts elsewhere (:func:`~latechunk_dagster.pipeline.materialize_partition`
+                converts in its host worker processes). Default: converted here, in the calling thread.
 
         Raises:
             KeyError: no shard of that name (raised on the first ``next()`` for directory stores,
                 after the scan for a single-file store).
         """
-        yield from first_of_each_id(self._raw_shard(shard), self._scope(shard))
+        yield from first_of_each_id(self._raw_shard(shard, defer_conversion), self._scope(shard))
 
     def read_shard_with_rejections(self, shard: str) -> tuple[list[Document], list[RejectedRow]]:
         """All of :meth:`iter_shard` at once: the documents sorted by doc_id, and the rejected rows."""
@@ -260,7 +269,9 @@ class DocumentStore:
             (docs if isinstance(item, Document) else rejected).append(item)  # type: ignore[arg-type]
         return sorted(docs, key=lambda d: d.doc_id), rejected
 
-    def iter_shards(self, shards: Sequence[str]) -> Iterator[tuple[str, Iterator[Document | RejectedRow]]]:
+    def iter_shards(
+        self, shards: Sequence[str], *, defer_conversion: bool = False
+    ) -> Iterator[tuple[str, Iterator[Document | RejectedRow | UnconvertedFile]]]:
         """``(shard, iter_shard(shard))`` for each of ``shards``, in order, without reading a
         single-file store once per shard (shards x rows in a run over many partitions): a single
         JSONL file is scanned once for where each shard's lines are (line numbers and byte offsets,
@@ -268,13 +279,14 @@ class DocumentStore:
         read whole for the shard, as :meth:`iter_shard` does. A directory store is listed once and
         each shard reads only its files; a single Parquet file is still read once per shard.
 
-        A file that cannot be read is one ``unreadable_file`` row per shard, as with :meth:`iter_shard`.
+        A file that cannot be read is one ``unreadable_file`` row per shard, as with :meth:`iter_shard`;
+        ``defer_conversion`` as there.
         """
         if not self._is_file():
             tree = self._layout()  # the tree is listed once, not once per shard
             for shard in shards:
                 if shard in tree.groups:
-                    items = self._files_items(tree.groups[shard], tree.gaps_of.get(shard, ()))
+                    items = self._files_items(tree.groups[shard], tree.gaps_of.get(shard, ()), defer_conversion)
                     yield shard, first_of_each_id(items, self._scope(shard))
                 else:
                     yield shard, self.iter_shard(shard)  # raises KeyError on the first next()
@@ -383,7 +395,7 @@ class DocumentStore:
 
     # -- layout ----------------------------------------------------------------------------------
 
-    def _raw_shard(self, shard: str) -> Iterator[Item]:
+    def _raw_shard(self, shard: str, defer_conversion: bool = False) -> Iterator[Item]:
         if self._is_file():
             matched = False
             for row_shard, item in self._single_file_rows():
@@ -397,11 +409,16 @@ class DocumentStore:
         files = layout.groups.get(shard)
         if files is None:
             raise UnknownShardError(f"unknown shard {shard!r} in document store {self.uri}")
-        yield from self._files_items(files, layout.gaps_of.get(shard, ()))
+        yield from self._files_items(files, layout.gaps_of.get(shard, ()), defer_conversion)
 
-    def _files_items(self, files: list[Path], gaps: Iterable[RejectedRow] = ()) -> Iterator[Item]:
+    def _files_items(
+        self, files: list[Path], gaps: Iterable[RejectedRow] = (), defer_conversion: bool = False
+    ) -> Iterator[Item]:
         """Directory stores: :func:`~latechunk_dagster.sources.store_rows.tree_items` of ``files``."""
-        return tree_items(self.path, self.kind, files, gaps, limits=self.limits, chunks_column=self.chunks_column)
+        return tree_items(
+            self.path, self.kind, files, gaps, limits=self.limits, chunks_column=self.chunks_column,
+            defer_conversion=defer_conversion,
+        )  # fmt: skip
 
     @property
     def _stem(self) -> str:

@@ -1,7 +1,7 @@
 """Streaming row readers, one per store kind: they yield one row at a time, never a whole file.
 
-* text files: one document per file (:func:`read_text_file`); PDF, DOCX, PPTX and HTML files
-  are converted to Markdown first (:func:`document_of_file`, :mod:`latechunk_dagster.sources.converters`);
+* text files: one document per file, in :mod:`latechunk_dagster.sources.text_files` (PDF, DOCX,
+  PPTX and HTML files are converted to Markdown first);
 * JSONL: line by line from a binary file handle (:func:`jsonl_rows`; ``.jsonl.gz`` and
   ``.jsonl.zst`` through their decompressor, :func:`open_jsonl`); splits on ``\\n`` only, as
   U+2028 and friends may occur raw inside JSON strings;
@@ -42,7 +42,6 @@ import pyarrow.parquet as pq
 
 from latechunk_dagster.core.encoding import SAMPLE_BYTES, foreign_encoding
 from latechunk_dagster.sources.chunk_column import BadChunksError, arrow_chunks, as_chunks
-from latechunk_dagster.sources.converters import ConversionLimits, Rejection, convert, is_converted
 from latechunk_dagster.sources.documents import (
     BOM,
     Document,
@@ -55,7 +54,7 @@ from latechunk_dagster.sources.documents import (
     strip_bom,
 )
 from latechunk_dagster.sources.listing import key_problem
-from latechunk_dagster.sources.storage import ObjectPath, open_input
+from latechunk_dagster.sources.storage import open_input
 
 #: What reading a JSONL stream raises where it breaks (pyarrow: a compressed stream cut off or corrupt,
 #: "Truncated compressed stream"; an object's connection lost): the rest of the file is not read.
@@ -152,71 +151,6 @@ def loads_strict(line: str) -> Any:
     if repeated:
         raise DuplicateKeyError(repeated)
     return value
-
-
-def decode(data: bytes) -> str:
-    """UTF-8 text of ``data`` without a leading BOM; undecodable bytes become lone surrogates
-    (``surrogateescape``), so the document is kept and rejected later with a reason."""
-    return strip_bom(data.decode("utf-8", errors="surrogateescape"))
-
-
-def read_text_file(file: PurePath, doc_id: str, limits: ConversionLimits | None = None) -> Document | RejectedRow:
-    """One text-tree document (BOM removed), or a ``RejectedRow`` when the file cannot be read
-    (``unreadable_file``), is UTF-16 / UTF-32 (``bad_encoding``, naming the encoding), or its
-    path (the doc_id) is not valid UTF-8 (reason ``bad_id``; the id and file named with
-    :func:`~latechunk_dagster.sources.documents.printable` escapes, e.g. ``r\\xe9sum\\xe9.txt``).
-
-    ``limits`` (default :meth:`ConversionLimits.from_env`): a file over ``max_file_bytes`` is
-    ``too_large``, found without holding more than that many bytes. The file (local or an object)
-    is read once, whole, through :func:`~latechunk_dagster.sources.storage.open_input`; its bytes
-    become text in :func:`document_of_file`."""
-    where = printable(str(file))
-    if not is_valid_unicode(doc_id):
-        detail = (
-            f"{where}: the file's path {printable(doc_id)!r} is not valid UTF-8, so it cannot be a doc_id; "
-            "rename the file (e.g. convert the name to UTF-8)"
-        )
-        return RejectedRow(printable(doc_id), where, "bad_id", detail)
-    limits = ConversionLimits.from_env() if limits is None else limits
-    try:
-        if not isinstance(file, ObjectPath):  # a local file's size costs nothing: refused before it is read
-            limits.check_size(Path(file).stat().st_size)
-        with open_input(file) as handle:  # an object's size: one bounded read, no request of its own
-            data = handle.read(limits.max_file_bytes + 1)
-        if len(data) > limits.max_file_bytes:
-            raise Rejection("too_large", f"over the limit of {limits.max_file_bytes:,} bytes (max_file_bytes)")
-    except OSError as exc:
-        return RejectedRow(doc_id, where, "unreadable_file", f"{where}: cannot be read: {exc}")
-    except Rejection as exc:
-        return RejectedRow(doc_id, where, exc.reason, f"{where}: {exc.detail}", file_read=True)
-    return document_of_file(doc_id, file.name, data, where, limits)
-
-
-def document_of_file(
-    doc_id: str, name: str, data: bytes, where: str, limits: ConversionLimits | None = None
-) -> Document | RejectedRow:
-    """The one place a text-tree file's bytes become a document's text: a converted format
-    (:func:`~latechunk_dagster.sources.converters.is_converted`: PDF, DOCX, PPTX, HTML) is read
-    into Markdown by :func:`~latechunk_dagster.sources.converters.convert` (the document then
-    carries its converter and pages); any other file is UTF-8 text (a UTF-16 / UTF-32 one is
-    ``bad_encoding``). A converter's refusal is a ``RejectedRow`` of its reason (``encrypted``,
-    ``no_text_layer``, ``unreadable_file``, ``too_large``) with ``file_read=True``: the file was read,
-    its content is refused, so it is rejected alone and its shard's other documents are written.
-
-    Args:
-        doc_id: the document's id; name: the file's name (its suffix picks the format);
-        data: the file's bytes; where: the file as messages name it; limits: as :func:`read_text_file`.
-    """
-    if is_converted(name):
-        try:
-            converted = convert(name, data, limits)
-        except Rejection as exc:
-            return RejectedRow(doc_id, where, exc.reason, f"{where}: {exc.detail}", file_read=True)
-        return Document.from_converted(doc_id, converted.text, converted.converter, converted.pages)
-    encoding = foreign_encoding(data)
-    if encoding is not None:
-        return RejectedRow(doc_id, where, "bad_encoding", encoding.file_detail(where))
-    return Document.from_text(doc_id, decode(data))
 
 
 def open_jsonl(file: PurePath, *, random_access: bool = False) -> BinaryIO:

@@ -10,10 +10,12 @@ from latechunk_dagster.sources.converters import ConversionLimits
 from latechunk_dagster.sources.documents import Document, RejectedRow, printable
 from latechunk_dagster.sources.layout import kind_of
 from latechunk_dagster.sources.listing import is_regular, not_regular_row
-from latechunk_dagster.sources.readers import Row, document_from_row, jsonl_rows, parquet_rows, read_text_file
+from latechunk_dagster.sources.readers import Row, document_from_row, jsonl_rows, parquet_rows
+from latechunk_dagster.sources.text_files import UnconvertedFile, read_text_file
 
-#: A document and where it was read (file, or file and row), or the row's rejection.
-Item = tuple[Document, str] | RejectedRow
+#: A document (or a document file not yet converted) and where it was read (file, or file and
+#: row), or the row's rejection.
+Item = tuple[Document | UnconvertedFile, str] | RejectedRow
 
 
 def document_columns(chunks_column: str | None) -> tuple[str, ...]:
@@ -43,13 +45,16 @@ def tree_items(
     *,
     limits: ConversionLimits,
     chunks_column: str | None = None,
+    defer_conversion: bool = False,
 ) -> Iterator[Item]:
     """A directory store's ``(document, where)`` or a rejection per row of ``files``, in order,
     after ``gaps`` (the parts of the shard the listing could not see: the run keeps the old rows).
 
     A file that is not regular (a FIFO would block the reader until a writer comes): in a text tree
     a ``not_a_regular_file`` row of its own; in a table store one ``unreadable_file`` row for the
-    file (it holds the shard's rows: the partition keeps its old ones).
+    file (it holds the shard's rows: the partition keeps its old ones). ``defer_conversion``: a
+    document file comes as its :class:`~latechunk_dagster.sources.text_files.UnconvertedFile`
+    (:func:`~latechunk_dagster.sources.text_files.read_text_file`).
     """
     yield from gaps
     for file in files:
@@ -61,7 +66,7 @@ def tree_items(
                 yield not_regular_row(file, "*", what, "unreadable_file")
             continue
         if kind == "text":
-            doc = read_text_file(file, file.relative_to(root).as_posix(), limits)
-            yield (doc, printable(str(file))) if isinstance(doc, Document) else doc
+            doc = read_text_file(file, file.relative_to(root).as_posix(), limits, defer_conversion=defer_conversion)
+            yield doc if isinstance(doc, RejectedRow) else (doc, printable(str(file)))
         else:
             yield from table_file_items(file, chunks_column)

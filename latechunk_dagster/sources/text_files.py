@@ -1,0 +1,114 @@
+"""A text tree's files, one document each: a text file's bytes decoded as UTF-8, or a document
+file (PDF, DOCX, PPTX, HTML) converted to Markdown (:mod:`latechunk_dagster.sources.converters`).
+
+* :func:`read_text_file`: the file read once, whole, within :class:`ConversionLimits`;
+* :func:`document_of_file`: the one place a file's bytes become a document's text;
+* :class:`UnconvertedFile`: a document file read but not converted yet, for a caller that converts
+  elsewhere: :func:`~latechunk_dagster.pipeline.materialize_partition` converts in its host worker
+  processes, so conversion (the slow host step for document files, ``bench/conversion.py``)
+  scales with them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path, PurePath
+
+from latechunk_dagster.core.encoding import foreign_encoding
+from latechunk_dagster.sources.converters import ConversionLimits, Rejection, convert, is_converted
+from latechunk_dagster.sources.documents import Document, RejectedRow, is_valid_unicode, printable, strip_bom
+from latechunk_dagster.sources.storage import ObjectPath, open_input
+
+
+def decode(data: bytes) -> str:
+    """UTF-8 text of ``data`` without a leading BOM; undecodable bytes become lone surrogates
+    (``surrogateescape``), so the document is kept and rejected later with a reason."""
+    return strip_bom(data.decode("utf-8", errors="surrogateescape"))
+
+
+@dataclass(frozen=True)
+class UnconvertedFile:
+    """A document file (PDF, DOCX, PPTX, HTML) read whole, whose conversion is left to the consumer.
+
+    Picklable: a host worker process converts it (:meth:`convert`). Memory: the file's bytes, at most
+    ``limits.max_file_bytes``.
+
+    Attributes:
+        doc_id: the document's id (its path in the tree); name: the file's name (its suffix picks the
+        converter); data: the file's bytes; where: the file as messages name it; limits: the
+        decompression limits the converter applies.
+    """
+
+    doc_id: str
+    name: str
+    data: bytes
+    where: str
+    limits: ConversionLimits
+
+    def convert(self) -> Document | RejectedRow:
+        """The document, or its rejection: :func:`document_of_file` of the file's bytes."""
+        return document_of_file(self.doc_id, self.name, self.data, self.where, self.limits)
+
+
+def read_text_file(
+    file: PurePath, doc_id: str, limits: ConversionLimits | None = None, *, defer_conversion: bool = False
+) -> Document | RejectedRow | UnconvertedFile:
+    """One text-tree document (BOM removed), or a ``RejectedRow`` when the file cannot be read
+    (``unreadable_file``), is UTF-16 / UTF-32 (``bad_encoding``, naming the encoding), or its
+    path (the doc_id) is not valid UTF-8 (reason ``bad_id``; the id and file named with
+    :func:`~latechunk_dagster.sources.documents.printable` escapes, e.g. ``r\\xe9sum\\xe9.txt``).
+
+    ``limits`` (default :meth:`ConversionLimits.from_env`): a file over ``max_file_bytes`` is
+    ``too_large``, found without holding more than that many bytes. The file (local or an object)
+    is read once, whole, through :func:`~latechunk_dagster.sources.storage.open_input`; its bytes
+    become text in :func:`document_of_file`, or, with ``defer_conversion`` and a converted format,
+    come back as an :class:`UnconvertedFile` for the caller to convert."""
+    where = printable(str(file))
+    if not is_valid_unicode(doc_id):
+        detail = (
+            f"{where}: the file's path {printable(doc_id)!r} is not valid UTF-8, so it cannot be a doc_id; "
+            "rename the file (e.g. convert the name to UTF-8)"
+        )
+        return RejectedRow(printable(doc_id), where, "bad_id", detail)
+    limits = ConversionLimits.from_env() if limits is None else limits
+    try:
+        if not isinstance(file, ObjectPath):  # a local file's size costs nothing: refused before it is read
+            limits.check_size(Path(file).stat().st_size)
+        with open_input(file) as handle:  # an object's size: one bounded read, no request of its own
+            data = handle.read(limits.max_file_bytes + 1)
+        if len(data) > limits.max_file_bytes:
+            raise Rejection("too_large", f"over the limit of {limits.max_file_bytes:,} bytes (max_file_bytes)")
+    except OSError as exc:
+        return RejectedRow(doc_id, where, "unreadable_file", f"{where}: cannot be read: {exc}")
+    except Rejection as exc:
+        return RejectedRow(doc_id, where, exc.reason, f"{where}: {exc.detail}", file_read=True)
+    if defer_conversion and is_converted(file.name):
+        return UnconvertedFile(doc_id, file.name, data, where, limits)
+    return document_of_file(doc_id, file.name, data, where, limits)
+
+
+def document_of_file(
+    doc_id: str, name: str, data: bytes, where: str, limits: ConversionLimits | None = None
+) -> Document | RejectedRow:
+    """The one place a text-tree file's bytes become a document's text: a converted format
+    (:func:`~latechunk_dagster.sources.converters.is_converted`: PDF, DOCX, PPTX, HTML) is read
+    into Markdown by :func:`~latechunk_dagster.sources.converters.convert` (the document then
+    carries its converter and pages); any other file is UTF-8 text (a UTF-16 / UTF-32 one is
+    ``bad_encoding``). A converter's refusal is a ``RejectedRow`` of its reason (``encrypted``,
+    ``no_text_layer``, ``unreadable_file``, ``too_large``) with ``file_read=True``: the file was read,
+    its content is refused, so it is rejected alone and its shard's other documents are written.
+
+    Args:
+        doc_id: the document's id; name: the file's name (its suffix picks the format);
+        data: the file's bytes; where: the file as messages name it; limits: as :func:`read_text_file`.
+    """
+    if is_converted(name):
+        try:
+            converted = convert(name, data, limits)
+        except Rejection as exc:
+            return RejectedRow(doc_id, where, exc.reason, f"{where}: {exc.detail}", file_read=True)
+        return Document.from_converted(doc_id, converted.text, converted.converter, converted.pages)
+    encoding = foreign_encoding(data)
+    if encoding is not None:
+        return RejectedRow(doc_id, where, "bad_encoding", encoding.file_detail(where))
+    return Document.from_text(doc_id, decode(data))
