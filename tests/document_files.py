@@ -43,7 +43,7 @@ def pdf_bytes(
             for k, line in enumerate(lines):
                 y = 0.95 - 0.04 * k
                 if text_layer:
-                    fig.text(0.08, y, line, fontsize=11)
+                    fig.text(0.08, y, line, fontsize=11, parse_math=False)  # "$" is text, not mathtext
                 else:
                     ax = fig.add_axes((0, 0, 1, 1))
                     ax.set_axis_off()
