@@ -81,6 +81,29 @@ def test_segments_are_merged_past_the_policy(table: Any) -> None:
     assert report["recall_at_10"] >= indexing.RECALL_TARGET
 
 
+def test_the_index_is_built_again_only_when_recall_fell_from_its_build(
+    table: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """At 153k hard rows a fresh build itself stayed under the 0.95 target (bench/README.md), so a
+    rule of "below the target: build again" paid a full build at every refresh and found no more.
+    The recall a build measured is kept in the table's config; a refresh that added rows builds
+    again only when its recall is under the target and more than RETRAIN_MARGIN under that."""
+    built = float(table.to_lance().config()[indexing.BUILD_RECALL_KEY])
+    assert built >= indexing.RECALL_TARGET  # the fixture's fresh build, recorded
+    monkeypatch.setattr(indexing, "RECALL_TARGET", 1.01)  # every recall is now under the target
+    add_rows(table, 0)
+    report = refresh_indexes(table, ann_min_rows=ANN_MIN)
+    assert report["vector_refresh"] == "delta" and report["recall_at_build"] == built  # not below the build's
+    assert report["recall_at_10"] >= built - indexing.RETRAIN_MARGIN and report["recall_ok"] is False
+    table.to_lance().update_config({indexing.BUILD_RECALL_KEY: "1.5"})  # a build that found more than now
+    table.checkout_latest()
+    add_rows(table, 1)
+    report = refresh_indexes(table, ann_min_rows=ANN_MIN)
+    assert report["vector_refresh"] == "retrained" and segments(table) == 1
+    assert report["recall_at_build"] == report["recall_at_10"]
+    assert table.to_lance().config()[indexing.BUILD_RECALL_KEY] == f"{report['recall_at_10']:.4f}"
+
+
 def test_an_index_that_no_longer_fits_is_built_again(table: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     # 6,600 rows at 3,000 rows per IVF partition want 3 partitions; the index was built with 1
     monkeypatch.setattr(indexing, "ROWS_PER_PARTITION", 3_000)

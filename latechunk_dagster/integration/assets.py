@@ -133,6 +133,11 @@ def _partition_sources(context: dg.AssetExecutionContext, w: TableWiring, upstre
         yield partition, docs, counts[partition]
 
 
+def _text_or_null(value: Any) -> dg.MetadataValue:
+    """A report value as Dagster metadata: its text, or null for ``None`` (never the text "None")."""
+    return dg.MetadataValue.null() if value is None else dg.MetadataValue.text(str(value))
+
+
 def _raise(exc: Exception) -> Any:
     raise exc
     yield  # a generator: raises on the first next()
@@ -249,7 +254,8 @@ def build_index_asset(w: TableWiring, specs: Sequence[dg.AssetSpec]) -> dg.Asset
             report = refresh_indexes(table)
             context.log.info(f"indexes of {g.table_name!r}: {report}")
             yield dg.MaterializeResult(
-                asset_key=key, metadata={k: dg.MetadataValue.text(str(v)) for k, v in report.items()}
+                asset_key=key,
+                metadata={k: _text_or_null(v) for k, v in report.items()},
             )
 
     return _index
