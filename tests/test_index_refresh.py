@@ -105,9 +105,15 @@ def test_the_index_is_built_again_only_when_recall_fell_from_its_build(
 
 
 def test_an_index_that_no_longer_fits_is_built_again(table: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    # 6,600 rows at 3,000 rows per IVF partition want 3 partitions; the index was built with 1
-    monkeypatch.setattr(indexing, "ROWS_PER_PARTITION", 3_000)
+    # 6,600 rows at 4,000 rows per IVF partition want 2 partitions; the one graph of 6,600 rows is
+    # within twice that size: the new rows go into a delta, no full build
+    monkeypatch.setattr(indexing, "ROWS_PER_PARTITION", 4_000)
     add_rows(table, 0)
+    report = refresh_indexes(table, ann_min_rows=ANN_MIN)
+    assert report["vector_refresh"] == "delta" and "partitions=1" in report["vector_index"]
+    # 7,200 rows at 3,000 rows per IVF partition want 3 partitions; one graph of 7,200 is over twice 3,000
+    monkeypatch.setattr(indexing, "ROWS_PER_PARTITION", 3_000)
+    add_rows(table, 1)
     report = refresh_indexes(table, ann_min_rows=ANN_MIN)
     assert report["vector_refresh"] == "built" and "partitions=3" in report["vector_index"]
     assert segments(table) == 1

@@ -175,7 +175,8 @@ class IndexPolicy:
     and what the index coverage check allows (:func:`index_coverage`).
 
     A refresh builds an index only when the table has none, or when the one it has no longer fits
-    (another type or parameters, or the rows crossed into another IVF partition count); otherwise it
+    (another type or parameters, or graphs grown past twice ``ROWS_PER_PARTITION`` rows:
+    :func:`_vector_index_fits`); otherwise it
     runs LanceDB's ``optimize``, which compacts small fragments, adds the rows committed since the
     last refresh to each index (a *delta* segment of the vector index; the full-text and scalar
     indexes are merged whole) and prunes versions. Measured in ``bench/index_refresh.py``.
@@ -236,10 +237,23 @@ def _vector_index_params(table: Any, name: str) -> dict[str, Any] | None:
 
 
 def _vector_index_fits(table: Any, name: str, rows: int) -> bool:
-    """Whether the built vector index has the parameters a table of ``rows`` rows wants (taken as
-    fitting where they cannot be read: LanceDB Cloud maintains its indexes itself)."""
+    """Whether the built vector index still fits a table of ``rows`` rows: the same type and graph
+    parameters, and graphs of at most ``2 * ROWS_PER_PARTITION`` and (with several) at least
+    ``ROWS_PER_PARTITION / 4`` rows on average. The slack keeps a table that crosses a multiple of
+    ``ROWS_PER_PARTITION`` on delta segments instead of a full build (a table growing 10% a run
+    would otherwise build again every few runs); the index is built with the partition count
+    :func:`_wanted_vector_index` gives. Taken as fitting where the parameters cannot be read
+    (LanceDB Cloud maintains its indexes itself)."""
     params = _vector_index_params(table, name)
-    return params is None or params == _wanted_vector_index(rows)
+    if params is None:
+        return True
+    wanted = _wanted_vector_index(rows)
+    parts = params.pop("partitions") or 1
+    wanted.pop("partitions")
+    per_graph = rows / parts
+    return (
+        params == wanted and per_graph <= 2 * ROWS_PER_PARTITION and (parts == 1 or per_graph >= ROWS_PER_PARTITION / 4)
+    )
 
 
 def build_vector_index(table: Any, rows: int) -> dict[str, Any]:
@@ -412,14 +426,14 @@ def refresh_indexes(
             index_commit(table, f"drop index {vector.name!r}", lambda: table.drop_index(vector.name))
         report["vector_index"] = f"none: flat scan (rows < {ann_min_rows})"
         report["vector_refresh"] = "none"
-    elif (
-        rebuild or vector is None or _vector_index_params(table, vector.name) not in (None, _wanted_vector_index(rows))
-    ):
+    elif rebuild or vector is None or not _vector_index_fits(table, vector.name, rows):
         params = build_vector_index(table, rows)
         report["vector_index"] = ", ".join(f"{k}={v}" for k, v in params.items())
         report["vector_refresh"] = "built"
     else:
-        report["vector_index"] = ", ".join(f"{k}={v}" for k, v in _wanted_vector_index(rows).items())
+        report["vector_index"] = ", ".join(
+            f"{k}={v}" for k, v in (_vector_index_params(table, vector.name) or _wanted_vector_index(rows)).items()
+        )
         report["vector_refresh"] = "delta"
     created = _ensure_indexes(table, have)
     # Compaction, the new rows into every index (a delta segment of the vector index), old versions pruned.
