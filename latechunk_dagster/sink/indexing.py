@@ -257,15 +257,21 @@ def _vector_index_fits(table: Any, name: str, rows: int) -> bool:
 
 
 def build_vector_index(table: Any, rows: int) -> dict[str, Any]:
-    """Build (replace) the ``IVF_HNSW_SQ`` cosine index on ``vector``; returns its parameters."""
+    """Build (replace) the ``IVF_HNSW_SQ`` cosine index on ``vector``; returns its parameters.
+
+    The IVF partitions are given as LanceDB's ``target_partition_size`` (``ROWS_PER_PARTITION``),
+    not as a count: LanceDB's ``optimize`` splits and joins partitions toward that size, and with a
+    count and its default target (1Mi rows) it joined three 2k-row graphs into one on the next
+    ``optimize`` (lance 14.0.2), undoing the small graphs the recall needs."""
     from lancedb.index import HnswSq
 
-    params = _wanted_vector_index(rows)
     config = HnswSq(
-        distance_type="cosine", num_partitions=params["partitions"], m=HNSW_M, ef_construction=HNSW_EF_CONSTRUCTION
+        distance_type="cosine", target_partition_size=ROWS_PER_PARTITION, m=HNSW_M, ef_construction=HNSW_EF_CONSTRUCTION
     )
     index_commit(table, "vector index", lambda: table.create_index("vector", config=config, replace=True))
-    return params
+    built = [i for i in table.list_indices() if list(i.columns) == ["vector"]]
+    params = _vector_index_params(table, built[0].name) if built else None
+    return params or _wanted_vector_index(rows)
 
 
 def _build_recall(table: Any) -> float | None:
@@ -301,21 +307,21 @@ def _needs_retrain(recall: float, built_recall: float | None) -> bool:
     return built_recall is None or recall < built_recall - RETRAIN_MARGIN
 
 
-def _merge_vector_segments(table: Any, name: str, policy: IndexPolicy) -> int:
+def _merge_vector_segments(table: Any, name: str, policy: IndexPolicy) -> bool:
     """Merge the vector index's segments into one when there are more than ``policy.max_vector_segments``;
-    returns the segments it has afterwards."""
+    returns whether it merged."""
     stats = table.index_stats(name)
     segments = stats.num_indices if stats is not None else 1
     to_lance = getattr(table, "to_lance", None)
     if segments <= policy.max_vector_segments or to_lance is None:
-        return segments
+        return False
 
     def merge() -> None:
         to_lance().optimize.optimize_indices(index_names=[name], num_indices_to_merge=segments)
         table.checkout_latest()  # the merge committed through lance: read the version it made
 
     index_commit(table, "vector index merge", merge)
-    return 1
+    return True
 
 
 def _ensure_indexes(table: Any, have: dict[str, Any]) -> list[str]:
@@ -439,7 +445,7 @@ def refresh_indexes(
     # Compaction, the new rows into every index (a delta segment of the vector index), old versions pruned.
     index_commit(table, "compaction", lambda: table.optimize(cleanup_older_than=NO_PRUNE))
     prune_versions(table)
-    if report["vector_refresh"] == "delta" and _merge_vector_segments(table, vector.name, policy) == 1:
+    if report["vector_refresh"] == "delta" and _merge_vector_segments(table, vector.name, policy):
         report["vector_refresh"] = "merged"
     if rows >= ann_min_rows:
         report["search"] = search_settings()
