@@ -25,7 +25,6 @@ import os
 import statistics
 import sys
 import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -35,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from conversion import make_files, sections  # noqa: E402
-from host_ceiling import cpu_split  # noqa: E402
+from host_ceiling import alternated  # noqa: E402
 from host_stages import RandomStates  # noqa: E402
 
 
@@ -106,15 +105,7 @@ def main() -> None:
     load_before = os.getloadavg()
     for _, fn in runs:
         fn()  # warm-up: imports, converters' first calls, worker start-up
-    wall: dict[str, list[float]] = {name: [] for name, _ in runs}
-    cpu: dict[str, list[float]] = {name: [] for name, _ in runs}
-    for _ in range(args.reps):
-        for name, fn in runs:
-            (p0, k0), t0 = cpu_split(), time.perf_counter()
-            fn()
-            wall[name].append(time.perf_counter() - t0)
-            p1, k1 = cpu_split()
-            cpu[name].append(p1 - p0 + k1 - k0)
+    wall, cpu, _ = alternated(runs, args.reps)
     load_after = os.getloadavg()
     med = {k: statistics.median(v) for k, v in wall.items()}
     mcpu = {k: statistics.median(v) for k, v in cpu.items()}

@@ -68,6 +68,25 @@ def cpu_split() -> tuple[float, float]:
     return own, children
 
 
+def alternated(
+    runs: list[tuple[str, Callable[[], None]]], reps: int
+) -> tuple[dict[str, list[float]], dict[str, list[float]], dict[str, list[float]]]:
+    """``reps`` rounds of every run in turn: per run name its wall seconds, CPU seconds (this process
+    and its children: :func:`cpu_split`) and this process's own CPU seconds, one value a round."""
+    wall: dict[str, list[float]] = {name: [] for name, _ in runs}
+    cpu: dict[str, list[float]] = {name: [] for name, _ in runs}
+    parent: dict[str, list[float]] = {name: [] for name, _ in runs}
+    for _ in range(reps):
+        for name, fn in runs:
+            (p0, k0), t0 = cpu_split(), time.perf_counter()
+            fn()
+            wall[name].append(time.perf_counter() - t0)
+            p1, k1 = cpu_split()
+            cpu[name].append(p1 - p0 + k1 - k0)
+            parent[name].append(p1 - p0)
+    return wall, cpu, parent
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--copies", type=int, default=1, help="the demo corpus this many times")
@@ -156,17 +175,7 @@ def main() -> None:
     load_before = os.getloadavg()
     for _, fn in runs:
         fn()  # warm-up (imports, caches, worker start-up)
-    wall: dict[str, list[float]] = {name: [] for name, _ in runs}
-    cpu: dict[str, list[float]] = {name: [] for name, _ in runs}
-    parent: dict[str, list[float]] = {name: [] for name, _ in runs}
-    for _ in range(args.reps):
-        for name, fn in runs:
-            (p0, k0), t0 = cpu_split(), time.perf_counter()
-            fn()
-            wall[name].append(time.perf_counter() - t0)
-            p1, k1 = cpu_split()
-            cpu[name].append(p1 - p0 + k1 - k0)
-            parent[name].append(p1 - p0)
+    wall, cpu, parent = alternated(runs, args.reps)
     load_after = os.getloadavg()
     med = {k: statistics.median(v) for k, v in wall.items()}
     mcpu = {k: statistics.median(v) for k, v in cpu.items()}
