@@ -6,7 +6,8 @@ once), timed in CPU seconds of this process with the tokenizer on one thread
 load than wall time, so two trees can be compared in runs one after the other. The tree measured is
 the first entry of ``PYTHONPATH`` (its ``bench/`` too), so the same file measures an older checkout:
 
-    PYTHONPATH=/work/main python bench/host_cpu_ratios.py [HEAP]
+    PYTHONPATH=. python bench/host_cpu_ratios.py [HEAP]            # this checkout
+    PYTHONPATH=../older python bench/host_cpu_ratios.py [HEAP]     # an older checkout beside this one
 
 ``HEAP``: million one-element lists kept alive during the runs (a long-lived worker's heap), default 0.
 """
