@@ -208,7 +208,9 @@ def _indexes(table: Any) -> dict[str, Any]:
 
 
 def _wanted_vector_index(rows: int) -> dict[str, Any]:
-    """The ``IVF_HNSW_SQ`` parameters for a table of ``rows`` rows (one IVF partition per ``ROWS_PER_PARTITION``)."""
+    """The ``IVF_HNSW_SQ`` parameters for a table of ``rows`` rows (about one IVF partition per
+    ``ROWS_PER_PARTITION``: LanceDB picks the count itself from ``target_partition_size``, so the
+    report uses this only where the built index's parameters cannot be read)."""
     return {
         "type": "IVF_HNSW_SQ",
         "metric": "cosine",
@@ -236,23 +238,22 @@ def _vector_index_params(table: Any, name: str) -> dict[str, Any] | None:
     }
 
 
-def _vector_index_fits(table: Any, name: str, rows: int) -> bool:
-    """Whether the built vector index still fits a table of ``rows`` rows: the same type and graph
-    parameters, and graphs of at most ``2 * ROWS_PER_PARTITION`` and (with several) at least
-    ``ROWS_PER_PARTITION / 4`` rows on average. The slack keeps a table that crosses a multiple of
-    ``ROWS_PER_PARTITION`` on delta segments instead of a full build (a table growing 10% a run
-    would otherwise build again every few runs); the index is built with the partition count
-    :func:`_wanted_vector_index` gives. Taken as fitting where the parameters cannot be read
-    (LanceDB Cloud maintains its indexes itself)."""
-    params = _vector_index_params(table, name)
+def _vector_index_fits(params: dict[str, Any] | None, rows: int) -> bool:
+    """Whether a built vector index of ``params`` (:func:`_vector_index_params`) still fits a table of
+    ``rows`` rows: the same type and graph parameters, and graphs of at most ``2 * ROWS_PER_PARTITION``
+    and (with several) at least ``ROWS_PER_PARTITION / 4`` rows on average. The slack keeps a table
+    that crosses a multiple of ``ROWS_PER_PARTITION`` on delta segments instead of a full build (a
+    table growing 10% a run would otherwise build again every few runs); a build lets LanceDB size
+    the partitions (:func:`build_vector_index`). ``None`` (the parameters cannot be read: LanceDB
+    Cloud maintains its indexes itself) fits."""
     if params is None:
         return True
-    wanted = _wanted_vector_index(rows)
-    parts = params.pop("partitions") or 1
-    wanted.pop("partitions")
+    graph = {k: v for k, v in params.items() if k != "partitions"}
+    wanted = {k: v for k, v in _wanted_vector_index(rows).items() if k != "partitions"}
+    parts = params.get("partitions") or 1
     per_graph = rows / parts
     return (
-        params == wanted and per_graph <= 2 * ROWS_PER_PARTITION and (parts == 1 or per_graph >= ROWS_PER_PARTITION / 4)
+        graph == wanted and per_graph <= 2 * ROWS_PER_PARTITION and (parts == 1 or per_graph >= ROWS_PER_PARTITION / 4)
     )
 
 
@@ -432,15 +433,14 @@ def refresh_indexes(
             index_commit(table, f"drop index {vector.name!r}", lambda: table.drop_index(vector.name))
         report["vector_index"] = f"none: flat scan (rows < {ann_min_rows})"
         report["vector_refresh"] = "none"
-    elif rebuild or vector is None or not _vector_index_fits(table, vector.name, rows):
-        params = build_vector_index(table, rows)
-        report["vector_index"] = ", ".join(f"{k}={v}" for k, v in params.items())
-        report["vector_refresh"] = "built"
     else:
-        report["vector_index"] = ", ".join(
-            f"{k}={v}" for k, v in (_vector_index_params(table, vector.name) or _wanted_vector_index(rows)).items()
-        )
-        report["vector_refresh"] = "delta"
+        built = None if rebuild or vector is None else _vector_index_params(table, vector.name)
+        if rebuild or vector is None or not _vector_index_fits(built, rows):
+            built = build_vector_index(table, rows)
+            report["vector_refresh"] = "built"
+        else:
+            report["vector_refresh"] = "delta"
+        report["vector_index"] = ", ".join(f"{k}={v}" for k, v in (built or _wanted_vector_index(rows)).items())
     created = _ensure_indexes(table, have)
     # Compaction, the new rows into every index (a delta segment of the vector index), old versions pruned.
     index_commit(table, "compaction", lambda: table.optimize(cleanup_older_than=NO_PRUNE))

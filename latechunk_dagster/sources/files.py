@@ -289,18 +289,18 @@ class DocumentStore:
                     items = self._files_items(tree.groups[shard], tree.gaps_of.get(shard, ()), defer_conversion)
                     yield shard, first_of_each_id(items, self._scope(shard))
                 else:
-                    yield shard, self.iter_shard(shard)  # raises KeyError on the first next()
+                    yield shard, self.iter_shard(shard, defer_conversion=defer_conversion)  # KeyError on next()
             return
         if self.kind != "jsonl" or len(shards) < 2 or is_compressed(self.path):  # no byte offsets in a stream
             for shard in shards:
-                yield shard, self.iter_shard(shard)
+                yield shard, self.iter_shard(shard, defer_conversion=defer_conversion)
             return
         index, stamp = shard_lines(self.path, self._stem)
         for shard in shards:
             if shard in index:
                 yield shard, self._indexed_shard(shard, index[shard], stamp)
             else:
-                yield shard, self.iter_shard(shard)  # unknown (KeyError) or an empty file's one shard
+                yield shard, self.iter_shard(shard, defer_conversion=defer_conversion)  # unknown, or an empty file's
 
     def read_shard(self, shard: str) -> list[Document]:
         """The documents of one shard, sorted by doc_id (rejected rows left out: see
