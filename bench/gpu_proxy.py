@@ -154,8 +154,8 @@ def measure(quick: bool, in_process: bool) -> dict:
     with LateChunker(
         model, dtype="float32", enforce_eager=True, gpu_memory_utilization=0.1, in_process=in_process
     ) as chunker:
-        plans = [chunker._plan(chunker.tokenize(t), i, str(i)) for i, t in enumerate(texts)]
-        window_ids = [list(w) for p in plans for w in p.windows]
+        # the windows the product encodes, from its own public steps (prepare, then the engine inputs)
+        window_ids = [list(w) for w in chunker.encoder_inputs(chunker.prepare(texts, strategy)).windows]
         n_doc = sum(len(chunker.tokenize(t)) for t in texts)
         n_enc = sum(len(w) for w in window_ids)
         llm = chunker.engine.llm

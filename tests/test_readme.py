@@ -137,7 +137,7 @@ def _defaults() -> list[tuple[str, str, str]]:
     from latechunk_dagster.pipeline.config import CPU_BATCH_TOKENS, GPU_BATCH_TOKENS
     from latechunk_dagster.pipeline.partition import PROGRESS_INTERVAL
     from latechunk_dagster.pipeline.removals import DEFAULT_MAX_DELETE
-    from latechunk_dagster.sink.indexing import ANN_MIN_ROWS, HNSW_M, SEARCH_EF, SEARCH_REFINE_FACTOR
+    from latechunk_dagster.sink.indexing import ANN_MIN_ROWS, HNSW_M, SEARCH_EF, SEARCH_NPROBES, SEARCH_REFINE_FACTOR
 
     factory = inspect.signature(late_chunk_assets).parameters
     partition = inspect.signature(materialize_partition).parameters
@@ -150,7 +150,8 @@ def _defaults() -> list[tuple[str, str, str]]:
         ("pipeline.md", f"`ANN_MIN_ROWS` ({ANN_MIN_ROWS // 1000}k)", "sink.indexing.ANN_MIN_ROWS"),
         (
             "pipeline.md",
-            f"(m={HNSW_M}) and searches use ef={SEARCH_EF} with refine_factor={SEARCH_REFINE_FACTOR}",
+            f"(m={HNSW_M}) and searches use ef={SEARCH_EF} with refine_factor={SEARCH_REFINE_FACTOR}, probing "
+            f"nprobes={SEARCH_NPROBES}",
             "sink.indexing",
         ),
         ("pipeline.md", f"`strategy_timeout_s` seconds (default {DEFAULT_STRATEGY_TIMEOUT_S:g})", "core.chunker"),

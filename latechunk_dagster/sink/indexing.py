@@ -30,8 +30,8 @@ log = logging.getLogger(__name__)
 #: Below this many rows a flat (brute-force) scan is exact and fast enough; an index needs
 #: enough rows to train its partitions and pays off only on large tables.
 ANN_MIN_ROWS = 50_000
-#: Rows per IVF partition of the HNSW index (one graph per partition); LanceDB probes
-#: ``nprobes`` partitions (at least 20 by default), so below 1M rows every partition is searched.
+#: Rows per IVF partition of the HNSW index (one graph per partition); searches probe
+#: ``SEARCH_NPROBES`` partitions, so up to ``SEARCH_NPROBES * ROWS_PER_PARTITION`` rows every graph is searched.
 #: Measured at 153,010 rows (``bench/index_refresh.py --scale 10``'s table, hard synthetic vectors):
 #: one graph of every row found 0.744 of the exact top 10 at ef 200 and 0.888 at ef 800; three
 #: graphs of ~51k rows 0.815 and 0.980, and built in 125 s instead of 176 s. At 22k rows one graph
@@ -44,6 +44,12 @@ HNSW_EF_CONSTRUCTION = 300
 #: recall@10 at 153k rows in 19 ms a query (ef 400: 0.915; ef 200: 0.815), where the re-rank
 #: (``refine_factor`` 5 to 40) changed nothing: the graph search is what misses neighbours.
 SEARCH_EF = 800
+#: IVF partitions (HNSW graphs) a search probes: every graph of a table of up to 64 (3.2M rows at
+#: ``ROWS_PER_PARTITION``), the 64 whose centroids are nearest above that. LanceDB's default probes 20,
+#: which at 1.4M rows (27 graphs, ``bench/index_refresh.py --scale 100``) missed neighbours in the 7
+#: graphs left out: recall@10 0.924 fresh, 0.860 after a 10% delta. Search time grows with the graphs
+#: probed (each is searched with ``SEARCH_EF``).
+SEARCH_NPROBES = 64
 #: Re-rank ``refine_factor * k`` candidates on the full float32 vectors (the index holds 8-bit ones).
 SEARCH_REFINE_FACTOR = 5
 #: Stored vectors used as queries when :func:`refresh_indexes` measures recall@10.
@@ -76,7 +82,12 @@ def vector_query(table: Any, vector: np.ndarray | list[np.ndarray], k: int, *, e
     q: Any = table.search(vector, vector_column_name="vector").distance_type("cosine").limit(k)
     if exact:
         return q.bypass_vector_index()
-    return q.ef(max(SEARCH_EF, k)).refine_factor(SEARCH_REFINE_FACTOR)
+    return _approximate(q, k)
+
+
+def _approximate(q: T, k: int) -> T:
+    """``q`` with this module's approximate search settings: ``ef``, ``nprobes`` and the re-rank."""
+    return q.nprobes(SEARCH_NPROBES).ef(max(SEARCH_EF, k)).refine_factor(SEARCH_REFINE_FACTOR)  # type: ignore[attr-defined,no-any-return]
 
 
 def hybrid_query(
@@ -93,7 +104,7 @@ def hybrid_query(
     """
     q: Any = table.search(query_type="hybrid", vector_column_name="vector").vector(vector).text(text)
     q = q.distance_type("cosine").limit(k)
-    q = q.bypass_vector_index() if exact else q.ef(max(SEARCH_EF, k)).refine_factor(SEARCH_REFINE_FACTOR)
+    q = q.bypass_vector_index() if exact else _approximate(q, k)
     return q if reranker is None else q.rerank(reranker)
 
 
@@ -104,7 +115,7 @@ def has_fts_index(table: Any, column: str = "text") -> bool:
 
 def search_settings() -> str:
     """The approximate search settings, as recorded in the index report."""
-    return f"ef={SEARCH_EF}, refine_factor={SEARCH_REFINE_FACTOR}, nprobes=LanceDB default (>= 20)"
+    return f"ef={SEARCH_EF}, refine_factor={SEARCH_REFINE_FACTOR}, nprobes={SEARCH_NPROBES}"
 
 
 def measure_recall(table: Any, *, k: int = 10, sample: int = RECALL_SAMPLE, seed: int = 0) -> float:
