@@ -33,6 +33,7 @@ demo: $(VENV)/.installed
 
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check latechunk_dagster tests bench
+	$(VENV)/bin/ruff format --check latechunk_dagster tests bench
 
 # Test modules run on $(WORKERS) worker processes (pytest-xdist); --dist loadfile keeps a module's tests,
 # its fixtures and its in-process engine in one worker. 2 matches the 2-core machines this is measured

@@ -110,7 +110,8 @@ def test_search_on_a_definition_of_granularities_names_them(tmp_path: Path) -> N
     lancedb.connect(str(db)).create_table("chunks_minilm", data=single_strategy_row(384))
     out = run_cli(["search", "pumps", "--uri", str(db), "--granularity", "minilm"], tmp_path / "home")
     assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
-    assert out.stderr.strip().splitlines()[-1].endswith(
+    last = out.stderr.strip().splitlines()[-1]
+    assert last.endswith(
         "table 'chunks_minilm' is not granularity 'minilm' of 'chunks': its rows say granularity '' "
         "(another table definition's table; tables of granularities of 'chunks': large, small)"
     ), out.stderr
