@@ -142,7 +142,7 @@ def exact_top(table: Any, queries: np.ndarray, k: int) -> list[list[str]]:
 
 def ann_top(table: Any, queries: np.ndarray, k: int, **search: Any) -> tuple[list[list[str]], float]:
     """Top-``k`` chunk ids per query through the index; also the mean seconds per query."""
-    from latechunk_dagster.sink.indexing import vector_query
+    from latechunk_dagster.sink.queries import vector_query
 
     out = []
     t0 = time.perf_counter()

@@ -16,7 +16,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from latechunk_dagster.sink.indexing import RECALL_TARGET, refresh_indexes, vector_query
+from latechunk_dagster.sink.indexing import RECALL_TARGET, refresh_indexes
+from latechunk_dagster.sink.queries import vector_query
 
 ROWS, DIM, TOPICS, K = 12_000, 384, 300, 10
 

@@ -9,6 +9,7 @@ the new rows hold.
 
 from __future__ import annotations
 
+import os
 import time
 from datetime import timedelta
 from pathlib import Path
@@ -20,7 +21,7 @@ import pyarrow as pa
 import pytest
 
 from latechunk_dagster import DocumentStoreResource, LanceDBResource, Sentences, VLLMEngineResource, late_chunk_assets
-from latechunk_dagster.sink import indexing
+from latechunk_dagster.sink import indexing, queries
 from latechunk_dagster.sink.indexing import IndexPolicy, index_coverage, refresh_indexes
 from tests.test_ann_recall import bench  # bench/ann_recall.py, loaded once
 
@@ -199,11 +200,22 @@ def test_an_index_of_several_graphs_keeps_them_through_later_refreshes(
 
 def test_a_search_probes_every_graph_of_the_index(table: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """Past 20 graphs LanceDB's default search probes only the 20 whose centroids are nearest: at 1.4M
-    rows (27 graphs) that measured 0.924 recall@10 (bench/README.md). ``SEARCH_NPROBES`` probes them all.
+    rows (27 graphs) that measured 0.924 recall@10 (bench/README.md). ``queries.SEARCH_NPROBES`` probes them all.
     Here 24 graphs of 250 rows; probing one graph (the setting reaching LanceDB) finds far fewer."""
     monkeypatch.setattr(indexing, "ROWS_PER_PARTITION", 250)
     built = refresh_indexes(table, ann_min_rows=ANN_MIN, rebuild=True)
     assert "partitions=24" in built["vector_index"] and built["recall_at_10"] >= indexing.RECALL_TARGET
-    assert indexing.SEARCH_NPROBES >= 24 and f"nprobes={indexing.SEARCH_NPROBES}" in built["search"]
-    monkeypatch.setattr(indexing, "SEARCH_NPROBES", 1)
-    assert indexing.measure_recall(table) < built["recall_at_10"] - 0.2
+    assert queries.SEARCH_NPROBES >= 24 and f"nprobes={queries.SEARCH_NPROBES}" in built["search"]
+    monkeypatch.setattr(queries, "SEARCH_NPROBES", 1)
+    assert queries.measure_recall(table) < built["recall_at_10"] - 0.2
+
+
+def test_a_refresh_reads_index_statistics_without_the_centroids(table: Any, capfd: pytest.CaptureFixture[str]) -> None:
+    """lance 14 copies every IVF centroid into the index statistics a refresh reads, and warns so at each
+    read (a WARN line per refresh in the user's logs); the refresh reads them without, and leaves the
+    process's environment as it found it."""
+    capfd.readouterr()
+    add_rows(table, 0)
+    assert refresh_indexes(table, ann_min_rows=ANN_MIN)["vector_refresh"] == "delta"
+    assert "centroids" not in capfd.readouterr().err
+    assert indexing.CENTROIDS_ENV not in os.environ

@@ -37,7 +37,8 @@ from latechunk_dagster.evaluation import LabeledQuery, Passage, QueryFileError, 
 from latechunk_dagster.integration.resources import LanceDBResource
 from latechunk_dagster.pipeline import materialize_partition
 from latechunk_dagster.sink.database import LanceDBSettings
-from latechunk_dagster.sink.indexing import has_fts_index, refresh_indexes
+from latechunk_dagster.sink.indexing import refresh_indexes
+from latechunk_dagster.sink.queries import has_fts_index
 from latechunk_dagster.sink.search import search
 from latechunk_dagster.sink.writes import replace_partition
 from latechunk_dagster.sources.files import Document

@@ -137,7 +137,8 @@ def _defaults() -> list[tuple[str, str, str]]:
     from latechunk_dagster.pipeline.config import CPU_BATCH_TOKENS, GPU_BATCH_TOKENS
     from latechunk_dagster.pipeline.partition import PROGRESS_INTERVAL
     from latechunk_dagster.pipeline.removals import DEFAULT_MAX_DELETE
-    from latechunk_dagster.sink.indexing import ANN_MIN_ROWS, HNSW_M, SEARCH_EF, SEARCH_NPROBES, SEARCH_REFINE_FACTOR
+    from latechunk_dagster.sink.indexing import ANN_MIN_ROWS, HNSW_M
+    from latechunk_dagster.sink.queries import SEARCH_EF, SEARCH_NPROBES, SEARCH_REFINE_FACTOR
 
     factory = inspect.signature(late_chunk_assets).parameters
     partition = inspect.signature(materialize_partition).parameters

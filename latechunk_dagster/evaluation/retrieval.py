@@ -32,7 +32,7 @@ from latechunk_dagster.core.tokenization import check_query
 from latechunk_dagster.evaluation.metrics import Hit, judge, metric_names, query_metrics
 from latechunk_dagster.evaluation.queries import LabeledQuery, QueryFileError
 from latechunk_dagster.evaluation.report import EvalReport
-from latechunk_dagster.sink.indexing import hybrid_query
+from latechunk_dagster.sink.queries import hybrid_query
 from latechunk_dagster.sink.search import lineage_difference
 
 #: Columns read from the chunk table.
@@ -230,7 +230,7 @@ def score_rankings(rankings: Sequence[Sequence[Hit]], queries: Sequence[LabeledQ
 
 def hybrid_hits(table: Any, where: str | None, queries: Sequence[str], vectors: np.ndarray, k: int) -> list[list[Hit]]:
     """Per query, the ``(doc_id, char range)`` of the top ``k`` of LanceDB's hybrid search
-    (:func:`~latechunk_dagster.sink.indexing.hybrid_query`, exact vector leg, default reranker) over
+    (:func:`~latechunk_dagster.sink.queries.hybrid_query`, exact vector leg, default reranker) over
     the rows matching ``where`` that have a char range (the candidate rows of :func:`evaluate_rows`).
 
     Args:

@@ -13,7 +13,7 @@ from latechunk_dagster.evaluation.granularity import evaluate_granularity_rows
 from latechunk_dagster.evaluation.queries import LabeledQuery
 from latechunk_dagster.evaluation.report import EvalReport, GranularityEvalReport
 from latechunk_dagster.evaluation.retrieval import evaluate_rows, read_chunk_rows
-from latechunk_dagster.sink.indexing import has_fts_index
+from latechunk_dagster.sink.queries import has_fts_index
 
 
 def evaluate_table(

@@ -2,7 +2,8 @@
 
 Dagster-free. Rows are built in :mod:`~latechunk_dagster.sink.rows`, written in
 :mod:`~latechunk_dagster.sink.writes` (one commit per partition), indexed in
-:mod:`~latechunk_dagster.sink.indexing` and searched in :mod:`~latechunk_dagster.sink.search`.
+:mod:`~latechunk_dagster.sink.indexing` and searched in :mod:`~latechunk_dagster.sink.search` (its
+LanceDB queries and their settings: :mod:`~latechunk_dagster.sink.queries`).
 """
 
 from latechunk_dagster.sink.creation import open_or_create

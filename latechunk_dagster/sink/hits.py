@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from latechunk_dagster.sink.indexing import hybrid_query, vector_query
+from latechunk_dagster.sink.queries import hybrid_query, vector_query
 
 #: ``vector``: nearest chunks by cosine distance; ``hybrid``: LanceDB's full-text search on ``text``
 #: and the vector search fused by a reranker (LanceDB's ``RRFReranker`` unless one is given).

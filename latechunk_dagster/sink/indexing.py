@@ -1,27 +1,30 @@
-"""Indexes over the chunk table, built with LanceDB's own APIs, and the vector query every search uses.
+"""Indexes over the chunk table, built and kept current with LanceDB's own APIs (the queries that search
+them, with their settings, are :mod:`latechunk_dagster.sink.queries`).
 
 The vector index and its search settings were chosen by measurement (``bench/ann_recall.py``):
 on 12,000 clustered unit vectors (384 dims, 300 topics, neighbours close together, the hard
 case for quantization) LanceDB's previous default, ``IVF_PQ`` with ``sqrt(rows)`` partitions
 and 48 sub-vectors searched with LanceDB's defaults, found 0.25-0.28 of the exact top 10.
 ``IVF_HNSW_SQ`` (a graph per partition over 8-bit scalar-quantized vectors), searched with
-``ef=SEARCH_EF`` and the candidates re-ranked on the full vectors (``refine_factor``), found
+``ef`` 800 and the candidates re-ranked on the full vectors (``refine_factor``), found
 0.98-1.0 of them. :func:`refresh_indexes` measures the recall again on a sample of the real
 table every time it builds the index and reports it, so a table where it is lower is seen.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
-from collections.abc import Callable
+import os
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, TypeVar
 
-import numpy as np
 from lancedb.index import FTS, Bitmap, BTree
 
+from latechunk_dagster.sink.queries import RECALL_SAMPLE, measure_recall, search_settings
 from latechunk_dagster.sink.retry import retry_commit
 
 T = TypeVar("T")
@@ -40,20 +43,6 @@ ROWS_PER_PARTITION = 50_000
 #: HNSW graph degree and build beam: m=32 measured 1.0 recall@10 where m=20 gave 0.96-0.98.
 HNSW_M = 32
 HNSW_EF_CONSTRUCTION = 300
-#: Search beam of the HNSW graph (candidates examined per partition); at least ``k``. 800: 0.980
-#: recall@10 at 153k rows in 19 ms a query (ef 400: 0.915; ef 200: 0.815), where the re-rank
-#: (``refine_factor`` 5 to 40) changed nothing: the graph search is what misses neighbours.
-SEARCH_EF = 800
-#: IVF partitions (HNSW graphs) a search probes: every graph of a table of up to 64 (3.2M rows at
-#: ``ROWS_PER_PARTITION``), the 64 whose centroids are nearest above that. LanceDB's default probes 20,
-#: which at 1.4M rows (27 graphs, ``bench/index_refresh.py --scale 100``) missed neighbours in the 7
-#: graphs left out: recall@10 0.924 fresh, 0.860 after a 10% delta. Search time grows with the graphs
-#: probed (each is searched with ``SEARCH_EF``).
-SEARCH_NPROBES = 64
-#: Re-rank ``refine_factor * k`` candidates on the full float32 vectors (the index holds 8-bit ones).
-SEARCH_REFINE_FACTOR = 5
-#: Stored vectors used as queries when :func:`refresh_indexes` measures recall@10.
-RECALL_SAMPLE = 50
 #: Recall below this is flagged in the report (``recall_ok: False``) and logged.
 RECALL_TARGET = 0.95
 #: A refresh that added rows builds the vector index again only when its recall fell below
@@ -65,81 +54,6 @@ RETRAIN_MARGIN = 0.05
 #: The LanceDB table config key (``LanceDataset.update_config``) holding the recall@10 measured
 #: when the vector index was last built.
 BUILD_RECALL_KEY = "latechunk.vector_index_build_recall"
-
-
-def vector_query(table: Any, vector: np.ndarray | list[np.ndarray], k: int, *, exact: bool = False) -> Any:
-    """The LanceDB query of the ``k`` nearest chunks by cosine distance, with this module's settings.
-
-    Args:
-        table: the chunk table.
-        vector: float32 ``[dim]`` query vector, or a list of them (one pass; rows carry ``query_index``).
-        exact: scan every row (``bypass_vector_index``): exact top-``k``, cost linear in rows.
-
-    Returns:
-        A LanceDB query builder; add ``.where``/``.select`` and call ``.to_list()``.
-        Without an index on the table the search is an exact scan either way.
-    """
-    q: Any = table.search(vector, vector_column_name="vector").distance_type("cosine").limit(k)
-    if exact:
-        return q.bypass_vector_index()
-    return _approximate(q, k)
-
-
-def _approximate(q: T, k: int) -> T:
-    """``q`` with this module's approximate search settings: ``ef``, ``nprobes`` and the re-rank."""
-    return q.nprobes(SEARCH_NPROBES).ef(max(SEARCH_EF, k)).refine_factor(SEARCH_REFINE_FACTOR)  # type: ignore[attr-defined,no-any-return]
-
-
-def hybrid_query(
-    table: Any, vector: np.ndarray, text: str, k: int, *, exact: bool = False, reranker: Any = None
-) -> Any:
-    """LanceDB's hybrid query: full-text search of ``text`` on the ``text`` column's index and the
-    cosine vector search of ``vector`` (settings of :func:`vector_query`), ``k`` rows each, fused by
-    ``reranker`` (``None``: LanceDB's default, ``RRFReranker()``, reciprocal rank fusion with K=60)
-    into the best ``k``.
-
-    Returns:
-        A LanceDB hybrid query builder; add ``.where``/``.select`` and call ``.to_arrow()`` (rows
-        carry ``_relevance_score``, the reranker's score, best first).
-    """
-    q: Any = table.search(query_type="hybrid", vector_column_name="vector").vector(vector).text(text)
-    q = q.distance_type("cosine").limit(k)
-    q = q.bypass_vector_index() if exact else _approximate(q, k)
-    return q if reranker is None else q.rerank(reranker)
-
-
-def has_fts_index(table: Any, column: str = "text") -> bool:
-    """Whether ``table`` has a full-text index on ``column`` (hybrid search needs it)."""
-    return any(i.index_type == "FTS" and list(i.columns) == [column] for i in table.list_indices())
-
-
-def search_settings() -> str:
-    """The approximate search settings, as recorded in the index report."""
-    return f"ef={SEARCH_EF}, refine_factor={SEARCH_REFINE_FACTOR}, nprobes={SEARCH_NPROBES}"
-
-
-def measure_recall(table: Any, *, k: int = 10, sample: int = RECALL_SAMPLE, seed: int = 0) -> float:
-    """Mean recall@``k`` of :func:`vector_query` against an exact scan, on stored vectors as queries.
-
-    ``sample`` rows are drawn at random (fixed ``seed``); each row's vector is a query whose
-    exact top ``k`` is taken with ``exact=True``. Returns a float in ``[0, 1]``.
-    """
-    rows = table.count_rows()
-    rng = np.random.default_rng(seed)
-    offsets = sorted(int(i) for i in rng.choice(rows, min(sample, rows), replace=False))
-    vectors = table.take_offsets(offsets).select(["vector"]).to_arrow().column("vector").to_pylist()
-    queries = [np.asarray(v, dtype=np.float32) for v in vectors]
-
-    def top(exact: bool) -> list[set[str]]:
-        # One multi-vector query: one pass over the rows for all the queries (rows carry query_index).
-        rows = vector_query(table, queries, k, exact=exact).select(["chunk_id", "_distance"]).to_list()
-        out: list[set[str]] = [set() for _ in queries]
-        for r in rows:
-            out[r["query_index"]].add(r["chunk_id"])
-        return out
-
-    got, truth = top(exact=False), top(exact=True)
-    return float(np.mean([len(g & t) / max(1, len(t)) for g, t in zip(got, truth)]))
 
 
 #: Versions older than this are removed by a refresh (those a tag holds are kept: :func:`prune_versions`).
@@ -231,13 +145,39 @@ def _wanted_vector_index(rows: int) -> dict[str, Any]:
     }
 
 
+#: lance's switch for vector index statistics with the IVF centroids (lance 14 includes them and warns at
+#: every read that a later release will not; this module reads no centroid).
+CENTROIDS_ENV = "LANCE_INCLUDE_VECTOR_CENTROIDS"
+
+
+@contextlib.contextmanager
+def _stats_without_centroids() -> Iterator[None]:
+    """Index statistics read without the centroids (``CENTROIDS_ENV=false`` for the read), unless the
+    process set ``CENTROIDS_ENV`` itself: no centroid copy and no warning line at every refresh."""
+    if CENTROIDS_ENV in os.environ:
+        yield
+        return
+    os.environ[CENTROIDS_ENV] = "false"
+    try:
+        yield
+    finally:
+        os.environ.pop(CENTROIDS_ENV, None)
+
+
+def _index_stats(table: Any, name: str) -> Any:
+    """LanceDB's ``table.index_stats(name)``, read without the centroids (:func:`_stats_without_centroids`)."""
+    with _stats_without_centroids():
+        return table.index_stats(name)
+
+
 def _vector_index_params(table: Any, name: str) -> dict[str, Any] | None:
     """The built vector index's parameters in :func:`_wanted_vector_index`'s form, from lance's index
     statistics (``None`` where the table is not a lance dataset this process can open, e.g. LanceDB Cloud)."""
     to_lance = getattr(table, "to_lance", None)
     if to_lance is None:
         return None
-    stats = to_lance().stats.index_stats(name)
+    with _stats_without_centroids():
+        stats = to_lance().stats.index_stats(name)
     first = stats["indices"][0]
     params = first.get("sub_index", {}).get("params", {})
     return {
@@ -322,7 +262,7 @@ def _needs_retrain(recall: float, built_recall: float | None) -> bool:
 def _merge_vector_segments(table: Any, name: str, policy: IndexPolicy) -> bool:
     """Merge the vector index's segments into one when there are more than ``policy.max_vector_segments``;
     returns whether it merged."""
-    stats = table.index_stats(name)
+    stats = _index_stats(table, name)
     segments = stats.num_indices if stats is not None else 1
     to_lance = getattr(table, "to_lance", None)
     if segments <= policy.max_vector_segments or to_lance is None:
@@ -366,7 +306,7 @@ def index_coverage(table: Any, policy: IndexPolicy = DEFAULT_POLICY) -> dict[str
     unindexed: dict[str, int] = {}
     segments = 0
     for column, index in _indexes(table).items():
-        stats = table.index_stats(index.name)
+        stats = _index_stats(table, index.name)
         if stats is None:
             continue
         unindexed[column] = int(stats.num_unindexed_rows)

@@ -16,7 +16,7 @@ from latechunk_dagster.sink.catalog import table_names
 from latechunk_dagster.sink.generations import current_table
 from latechunk_dagster.sink.granularity_tables import definition_granularities, granularity_table_of
 from latechunk_dagster.sink.hits import SEARCH_MODES, Hit, cosine_distances, ranked_hits
-from latechunk_dagster.sink.indexing import has_fts_index
+from latechunk_dagster.sink.queries import has_fts_index
 from latechunk_dagster.sink.schema import granularity_table
 from latechunk_dagster.sink.small_to_big import ParentHit, parent_hits
 
@@ -76,10 +76,10 @@ def search(
 
     Once :func:`~latechunk_dagster.sink.indexing.refresh_indexes` has built the vector index
     (tables of ``ANN_MIN_ROWS`` rows or more) the vector search is approximate, with the settings
-    of :func:`~latechunk_dagster.sink.indexing.vector_query` (recall@10 >= 0.95 measured on hard
+    of :func:`~latechunk_dagster.sink.queries.vector_query` (recall@10 >= 0.95 measured on hard
     synthetic data; ``chunk_index``'s metadata holds the recall measured on your table).
 
-    ``mode="hybrid"`` runs LanceDB's hybrid query (:func:`~latechunk_dagster.sink.indexing.hybrid_query`):
+    ``mode="hybrid"`` runs LanceDB's hybrid query (:func:`~latechunk_dagster.sink.queries.hybrid_query`):
     the full-text index on ``text`` (BM25) and the vector search each return ``k`` rows, the
     reranker fuses them and the best ``k`` are returned in its order; ``distance`` is then the
     cosine distance of each hit's stored vector to the query vector (float64), also for a hit
