@@ -9,6 +9,7 @@ are written.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -216,12 +217,61 @@ def test_host_workers_convert_and_write_the_same_converter_and_pages(
     assert {r["converter"] for r in pooled} == {"pdf", "docx", "html", "pptx", None}
 
 
+def test_a_file_that_crashes_its_converter_is_rejected_alone(
+    env, tmp_path: Path, chunker: LateChunker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A converter that kills its process (a fault in a PDF library on a hostile file) converts in a child of
+    the host worker: that file alone is rejected as ``unreadable_file`` naming it and the exit code, and
+    every other document of the partition is written as without it (contract: one bad document does not
+    sink its partition)."""
+    from latechunk_dagster.pipeline import hostpool, materialize_partition
+    from latechunk_dagster.sources.text_files import UnconvertedFile
+
+    store = DocumentStore.from_path(env["store"])
+    left_out = "docs/bomb.docx"  # so that the one worker's 2nd file (in store order) is a good one
+
+    def items() -> Iterator[Any]:
+        return (i for i in store.iter_shard("docs", defer_conversion=True) if i.doc_id != left_out)
+
+    crashed = [f for f in items() if isinstance(f, UnconvertedFile)][1]
+    assert crashed.doc_id in GOOD
+    strategy = MarkdownSections(max_tokens=64)
+    tables = {}
+    for run_id, workers in (("reference", 0), ("crashing", 1)):
+        db = sink.connect(str(tmp_path / run_id))
+        tables[run_id] = chunks, rejected = (
+            sink.open_or_create(db, sink.CHUNK_TABLE, sink.chunk_schema(chunker.embedding_dim)),
+            sink.open_or_create(db, sink.REJECTED_TABLE, sink.REJECTED_SCHEMA),
+        )
+        hostpool.shutdown_host_pools()
+        if workers:
+            monkeypatch.setenv(hostpool.TEST_WORKER_KILL_ENV, "converter")
+        # the reference: the same partition without the crashing file, converted in this process
+        docs = items() if workers else (i for i in items() if i.doc_id != crashed.doc_id)
+        materialize_partition(
+            chunker, docs, "docs", strategy, chunk_table=chunks, rejected_table=rejected, run_id=run_id,
+            host_workers=workers,
+        )  # fmt: skip
+    monkeypatch.delenv(hostpool.TEST_WORKER_KILL_ENV)
+    hostpool.shutdown_host_pools()
+    rejections = {r["doc_id"]: r for r in tables["crashing"][1].to_arrow().to_pylist()}
+    want = {d: reason for d, (_, reason) in BAD.items() if d != left_out} | {crashed.doc_id: "unreadable_file"}
+    assert {d: r["reason"] for d, r in rejections.items()} == want
+    detail = f"{crashed.where}: converting it crashed the converter's process (exit code -9)"
+    assert rejections[crashed.doc_id]["detail"] == detail
+    columns = ["chunk_id", "doc_id", "text", "char_start", "char_end", "headings", "converter", "page_start"]
+    want, got = (tables[r][0].to_arrow().select(columns).sort_by("chunk_id") for r in ("reference", "crashing"))
+    assert got.num_rows > 0 and got.equals(want)
+
+
 def test_a_worker_that_dies_converting_fails_the_partition_and_keeps_its_rows(
     env, tmp_path: Path, chunker: LateChunker, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A converter that kills its process (a crash in a PDF library) takes down one host worker, not the
-    run's process: the partition fails before its commit and the table keeps its rows."""
+    """A host worker that dies while it converts a file (killed, out of memory: its own death, not its
+    converter's child's) fails the partition before its commit, the table keeps its rows, and the error
+    names the file."""
     from latechunk_dagster.pipeline import hostpool, materialize_partition
+    from latechunk_dagster.sources.text_files import UnconvertedFile
 
     db = sink.connect(str(tmp_path / "db"))
     table = sink.open_or_create(db, sink.CHUNK_TABLE, sink.chunk_schema(chunker.embedding_dim))
@@ -235,7 +285,10 @@ def test_a_worker_that_dies_converting_fails_the_partition_and_keeps_its_rows(
     before, version = table.to_arrow().sort_by("chunk_id"), table.version
     hostpool.shutdown_host_pools()
     monkeypatch.setenv(hostpool.TEST_WORKER_KILL_ENV, "convert")  # a worker SIGKILLs itself on its 2nd conversion
-    with pytest.raises(hostpool.HostWorkerError, match="died"):
+    files = [f for f in store.iter_shard("docs", defer_conversion=True) if isinstance(f, UnconvertedFile)]
+    # the error names the file whose conversion killed the worker (the one worker's 2nd, in store order)
+    killed = re.escape(f"died (exit code -9) while converting {files[1].where}")
+    with pytest.raises(hostpool.HostWorkerError, match=killed):
         materialize_partition(
             chunker, store.iter_shard("docs", defer_conversion=True), "docs", strategy, chunk_table=table,
             rejected_table=rejected, run_id="b", host_workers=1, force=True,

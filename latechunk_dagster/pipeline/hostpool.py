@@ -130,6 +130,7 @@ class HostPool:
         self._next = itertools.count()
         self._lock = threading.Lock()
         self._pending: list[dict[int, Future]] = [{} for _ in range(workers)]
+        self._doing: list[dict[int, str]] = [{} for _ in range(workers)]  # what each pending request is, for errors
         self._send_locks = [threading.Lock() for _ in range(workers)]
         self._blocks_lock = threading.Lock()
         self._free: list[shared_memory.SharedMemory] = []  # kept blocks not in use
@@ -163,7 +164,7 @@ class HostPool:
         (:meth:`UnconvertedFile.convert <latechunk_dagster.sources.text_files.UnconvertedFile.convert>`).
         The file's bytes are pickled to the worker at once: the caller need not keep them."""
         w = next(self._next) % self.workers
-        return self._request(w, "convert", (item,))
+        return self._request(w, "convert", (item,), f"converting {item.where}")
 
     def prepare(
         self,
@@ -180,7 +181,8 @@ class HostPool:
         """
         w = next(self._next) % self.workers
         docs = [document_fields(d) for d in batch]
-        return self._request(w, "prepare", (docs, strategy, None if needs is None else [tuple(n) for n in needs]))
+        body = (docs, strategy, None if needs is None else [tuple(n) for n in needs])
+        return self._request(w, "prepare", body, f"preparing {_batch_named(batch)}")
 
     def pool_rows(
         self,
@@ -211,7 +213,7 @@ class HostPool:
             with self._blocks_lock:
                 forget, self._forget[handle.worker] = self._forget[handle.worker], []
             body = (handle.seq, shm.name if shm else None, kept, forget, layout, native, refused, context)
-            fut = self._request(handle.worker, "finish", body)
+            fut = self._request(handle.worker, "finish", body, f"finishing {_batch_named(handle.inputs.ids)}")
         except BaseException:
             self.release(shm)
             raise
@@ -282,7 +284,8 @@ class HostPool:
             self._kept.discard(shm.name)
         _unlink(shm)
 
-    def _request(self, w: int, kind: str, body: tuple) -> Future:
+    def _request(self, w: int, kind: str, body: tuple, what: str) -> Future:
+        """Send request ``kind`` to worker ``w``; ``what`` names it in the error if the worker dies on it."""
         fut: Future = Future()
         if self.broken is not None:
             fut.set_exception(HostWorkerError(f"the host worker pool is broken: {self.broken}"))
@@ -290,6 +293,7 @@ class HostPool:
         seq = next(self._seq)
         with self._lock:
             self._pending[w][seq] = fut
+            self._doing[w][seq] = what
         try:
             with self._send_locks[w]:
                 self._conns[w].send((kind, seq, body))
@@ -307,10 +311,13 @@ class HostPool:
                 if proc is not None:
                     proc.join(timeout=1.0)
                 code = proc.exitcode if proc is not None else None
-                self._fail(w, HostWorkerError(f"host worker {w} died (exit code {code}) while it held a batch"))
+                with self._lock:  # a worker answers in order: its oldest request is the one it died on
+                    doing = self._doing[w][min(self._doing[w])] if self._doing[w] else "idle"
+                self._fail(w, HostWorkerError(f"host worker {w} died (exit code {code}) while {doing}"))
                 return
             with self._lock:
                 fut = self._pending[w].pop(seq, None)
+                self._doing[w].pop(seq, None)
             if fut is None:
                 continue
             if kind == "error":
@@ -326,7 +333,7 @@ class HostPool:
     def _fail(self, w: int, exc: HostWorkerError) -> None:
         self.broken = self.broken or exc
         with self._lock:
-            pending, self._pending[w] = self._pending[w], {}
+            pending, self._pending[w], self._doing[w] = self._pending[w], {}, {}
         for fut in pending.values():
             if not fut.done():
                 fut.set_exception(exc)
@@ -357,6 +364,14 @@ class HostPool:
                 self._kept.discard(b.name)
         for b in free:
             _unlink(b)  # blocks still in use are unlinked when the stream releases them
+
+
+def _batch_named(batch: Sequence[Document] | Sequence[str]) -> str:
+    """A batch as errors name it: its document count and first and last document ids."""
+    ids = [d if isinstance(d, str) else d.doc_id for d in batch]
+    if not ids:
+        return "an empty batch"
+    return f"a batch of {len(ids)} documents ({ids[0]!r}{' ... ' + repr(ids[-1]) if len(ids) > 1 else ''})"
 
 
 def _unlink(shm: shared_memory.SharedMemory) -> None:
