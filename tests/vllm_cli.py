@@ -23,7 +23,11 @@ import sys
 def main(argv: list[str]) -> None:
     """Run ``vllm`` with ``argv`` (``["serve", ...]``): parse, validate and serve until stopped."""
     from vllm.entrypoints.cli.serve import cmd_init
-    from vllm.entrypoints.serve.utils.api_utils import cli_env_setup
+
+    try:  # vLLM 0.33 (the native tier's build)
+        from vllm.entrypoints.common.startup import cli_env_setup
+    except ImportError:  # vLLM 0.32
+        from vllm.entrypoints.serve.utils.api_utils import cli_env_setup
     from vllm.logger import configure_logging_from_args
     from vllm.utils.argparse_utils import FlexibleArgumentParser
 
