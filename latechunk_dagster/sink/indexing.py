@@ -146,7 +146,8 @@ def _wanted_vector_index(rows: int) -> dict[str, Any]:
 
 
 #: lance's switch for vector index statistics with the IVF centroids (lance 14 includes them and warns at
-#: every read that a later release will not; this module reads no centroid).
+#: every read that a later release will not; this module reads no centroid). Only lance's own
+#: ``LanceDataset.stats.index_stats`` reads them; LanceDB's ``table.index_stats`` does not (no warning).
 CENTROIDS_ENV = "LANCE_INCLUDE_VECTOR_CENTROIDS"
 
 
@@ -162,12 +163,6 @@ def _stats_without_centroids() -> Iterator[None]:
         yield
     finally:
         os.environ.pop(CENTROIDS_ENV, None)
-
-
-def _index_stats(table: Any, name: str) -> Any:
-    """LanceDB's ``table.index_stats(name)``, read without the centroids (:func:`_stats_without_centroids`)."""
-    with _stats_without_centroids():
-        return table.index_stats(name)
 
 
 def _vector_index_params(table: Any, name: str) -> dict[str, Any] | None:
@@ -262,7 +257,7 @@ def _needs_retrain(recall: float, built_recall: float | None) -> bool:
 def _merge_vector_segments(table: Any, name: str, policy: IndexPolicy) -> bool:
     """Merge the vector index's segments into one when there are more than ``policy.max_vector_segments``;
     returns whether it merged."""
-    stats = _index_stats(table, name)
+    stats = table.index_stats(name)
     segments = stats.num_indices if stats is not None else 1
     to_lance = getattr(table, "to_lance", None)
     if segments <= policy.max_vector_segments or to_lance is None:
@@ -306,7 +301,7 @@ def index_coverage(table: Any, policy: IndexPolicy = DEFAULT_POLICY) -> dict[str
     unindexed: dict[str, int] = {}
     segments = 0
     for column, index in _indexes(table).items():
-        stats = _index_stats(table, index.name)
+        stats = table.index_stats(index.name)
         if stats is None:
             continue
         unindexed[column] = int(stats.num_unindexed_rows)
