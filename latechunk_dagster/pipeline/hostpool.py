@@ -129,8 +129,8 @@ class HostPool:
         self._seq = itertools.count()
         self._next = itertools.count()
         self._lock = threading.Lock()
-        self._pending: list[dict[int, Future]] = [{} for _ in range(workers)]
-        self._doing: list[dict[int, str]] = [{} for _ in range(workers)]  # what each pending request is, for errors
+        # per worker, its unanswered requests by seq: the future, and what the request is (for errors)
+        self._pending: list[dict[int, tuple[Future, str]]] = [{} for _ in range(workers)]
         self._send_locks = [threading.Lock() for _ in range(workers)]
         self._blocks_lock = threading.Lock()
         self._free: list[shared_memory.SharedMemory] = []  # kept blocks not in use
@@ -182,7 +182,7 @@ class HostPool:
         w = next(self._next) % self.workers
         docs = [document_fields(d) for d in batch]
         body = (docs, strategy, None if needs is None else [tuple(n) for n in needs])
-        return self._request(w, "prepare", body, f"preparing {_batch_named(batch)}")
+        return self._request(w, "prepare", body, f"preparing {_batch_named([d.doc_id for d in batch])}")
 
     def pool_rows(
         self,
@@ -292,8 +292,7 @@ class HostPool:
             return fut
         seq = next(self._seq)
         with self._lock:
-            self._pending[w][seq] = fut
-            self._doing[w][seq] = what
+            self._pending[w][seq] = fut, what
         try:
             with self._send_locks[w]:
                 self._conns[w].send((kind, seq, body))
@@ -312,14 +311,14 @@ class HostPool:
                     proc.join(timeout=1.0)
                 code = proc.exitcode if proc is not None else None
                 with self._lock:  # a worker answers in order: its oldest request is the one it died on
-                    doing = self._doing[w][min(self._doing[w])] if self._doing[w] else "idle"
+                    doing = self._pending[w][min(self._pending[w])][1] if self._pending[w] else "idle"
                 self._fail(w, HostWorkerError(f"host worker {w} died (exit code {code}) while {doing}"))
                 return
             with self._lock:
-                fut = self._pending[w].pop(seq, None)
-                self._doing[w].pop(seq, None)
-            if fut is None:
+                request = self._pending[w].pop(seq, None)
+            if request is None:
                 continue
+            fut = request[0]
             if kind == "error":
                 fut.set_exception(body)
             elif kind == "converted":
@@ -333,8 +332,8 @@ class HostPool:
     def _fail(self, w: int, exc: HostWorkerError) -> None:
         self.broken = self.broken or exc
         with self._lock:
-            pending, self._pending[w], self._doing[w] = self._pending[w], {}, {}
-        for fut in pending.values():
+            pending, self._pending[w] = self._pending[w], {}
+        for fut, _ in pending.values():
             if not fut.done():
                 fut.set_exception(exc)
 
@@ -366,9 +365,8 @@ class HostPool:
             _unlink(b)  # blocks still in use are unlinked when the stream releases them
 
 
-def _batch_named(batch: Sequence[Document] | Sequence[str]) -> str:
-    """A batch as errors name it: its document count and first and last document ids."""
-    ids = [d if isinstance(d, str) else d.doc_id for d in batch]
+def _batch_named(ids: Sequence[str]) -> str:
+    """A batch as errors name it, from its document ids: their count and the first and last."""
     if not ids:
         return "an empty batch"
     return f"a batch of {len(ids)} documents ({ids[0]!r}{' ... ' + repr(ids[-1]) if len(ids) > 1 else ''})"
