@@ -11,6 +11,7 @@ import re
 import zipfile
 from dataclasses import dataclass
 from importlib.metadata import version
+from typing import Protocol, runtime_checkable
 
 #: Environment override of :attr:`ConversionLimits.max_file_bytes` (an integer number of bytes).
 MAX_FILE_BYTES_ENV = "LATECHUNK_MAX_DOCUMENT_BYTES"
@@ -36,6 +37,28 @@ class Converted:
     text: str
     converter: str
     pages: tuple[int, ...] | None = None
+
+
+@runtime_checkable
+class Converter(Protocol):
+    """What reads one kind of document file into Markdown text: the one converter signature.
+
+    Attributes:
+        name: a short name of the converter (``"pdf"``, ``"docling"``).
+        version: what makes its text, versions included (``"2 pypdfium2 5.15.0"``): the rows record
+            ``f"{name}/{version}"`` as their ``converter`` and in their ``vector_config``, so a change
+            of it re-encodes the documents it read (and only those). Raise it when the text changes.
+
+    ``convert(name, data, limits)`` takes the file's name (its path in the store), its bytes whole and
+    the :class:`ConversionLimits` to read it under, and returns a :class:`Converted` (its
+    ``converter`` field is filled in by :class:`~latechunk_dagster.sources.converters.registry.Converters`),
+    or raises :class:`Rejection`. A converter used with host workers must pickle (a module-level class).
+    """
+
+    name: str
+    version: str
+
+    def convert(self, name: str, data: bytes, limits: ConversionLimits) -> Converted: ...
 
 
 class Rejection(Exception):  # noqa: N818 (a refusal the caller records, not a failure of the code)
@@ -118,7 +141,12 @@ class ConversionLimits:
 def converter_name(fmt: str, rules: int, library: str) -> str:
     """``"<fmt>/<rules> <library> <installed version>"``: ``rules`` is the version of our own
     conversion rules for the format (raise it when they change the text)."""
-    return f"{fmt}/{rules} {library} {version(library)}"
+    return f"{fmt}/{library_version(rules, library)}"
+
+
+def library_version(rules: int, library: str) -> str:
+    """A built-in converter's :attr:`Converter.version`: ``"<rules> <library> <installed version>"``."""
+    return f"{rules} {library} {version(library)}"
 
 
 def table_markdown(rows: list[list[str]]) -> str:

@@ -1,0 +1,220 @@
+"""Which converter reads which file: :class:`Converters`, a map of file suffixes to
+:class:`~latechunk_dagster.sources.converters.base.Converter` objects, and the built-in ones.
+
+The map a store reads with (:func:`default_converters`, then the store's own): the built-ins
+(PDF, DOCX, PPTX, HTML), then the converters of the ``latechunk_dagster.converters`` entry point
+group (each entry point names a converter class or object with a ``suffixes`` attribute, e.g. in a
+user's ``pyproject.toml``: ``[project.entry-points."latechunk_dagster.converters"]
+docling = "my_pkg.converters:DoclingPdf"``), then the ``converters=`` a store is given. A later one
+replaces an earlier one for the same suffix.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from functools import cache
+from importlib.metadata import entry_points
+from pathlib import PurePosixPath
+from types import MappingProxyType
+from typing import Any, ClassVar
+
+from latechunk_dagster.sources.converters.base import (
+    ConversionLimits,
+    Converted,
+    Converter,
+    Rejection,
+    library_version,
+)
+
+#: The entry point group of converters installed by other packages.
+ENTRY_POINT_GROUP = "latechunk_dagster.converters"
+
+
+@dataclass(frozen=True)
+class PdfConverter:
+    """PDF files: :func:`~latechunk_dagster.sources.converters.pdf.convert_pdf`."""
+
+    name: ClassVar[str] = "pdf"
+    suffixes: ClassVar[tuple[str, ...]] = (".pdf",)
+
+    @property
+    def version(self) -> str:
+        from latechunk_dagster.sources.converters.pdf import RULES
+
+        return library_version(RULES, "pypdfium2")
+
+    def convert(self, name: str, data: bytes, limits: ConversionLimits) -> Converted:
+        from latechunk_dagster.sources.converters.pdf import convert_pdf
+
+        return convert_pdf(data)
+
+
+@dataclass(frozen=True)
+class DocxConverter:
+    """DOCX files: :func:`~latechunk_dagster.sources.converters.docx.convert_docx`."""
+
+    name: ClassVar[str] = "docx"
+    suffixes: ClassVar[tuple[str, ...]] = (".docx",)
+
+    @property
+    def version(self) -> str:
+        from latechunk_dagster.sources.converters.docx import RULES
+
+        return library_version(RULES, "python-docx")
+
+    def convert(self, name: str, data: bytes, limits: ConversionLimits) -> Converted:
+        from latechunk_dagster.sources.converters.docx import convert_docx
+
+        return convert_docx(data, limits)
+
+
+@dataclass(frozen=True)
+class PptxConverter:
+    """PPTX files: :func:`~latechunk_dagster.sources.converters.pptx.convert_pptx`."""
+
+    name: ClassVar[str] = "pptx"
+    suffixes: ClassVar[tuple[str, ...]] = (".pptx",)
+
+    @property
+    def version(self) -> str:
+        from latechunk_dagster.sources.converters.pptx import RULES
+
+        return library_version(RULES, "python-pptx")
+
+    def convert(self, name: str, data: bytes, limits: ConversionLimits) -> Converted:
+        from latechunk_dagster.sources.converters.pptx import convert_pptx
+
+        return convert_pptx(data, limits)
+
+
+@dataclass(frozen=True)
+class HtmlConverter:
+    """HTML files: :func:`~latechunk_dagster.sources.converters.html.convert_html`."""
+
+    name: ClassVar[str] = "html"
+    suffixes: ClassVar[tuple[str, ...]] = (".html", ".htm")
+
+    @property
+    def version(self) -> str:
+        from latechunk_dagster.sources.converters.html import RULES
+
+        return library_version(RULES, "markdownify")
+
+    def convert(self, name: str, data: bytes, limits: ConversionLimits) -> Converted:
+        from latechunk_dagster.sources.converters.html import convert_html
+
+        return convert_html(data)
+
+
+BUILT_IN: tuple[Any, ...] = (PdfConverter(), DocxConverter(), PptxConverter(), HtmlConverter())
+
+#: Suffix -> format name of the built-in converters.
+CONVERTED_SUFFIXES = MappingProxyType({s: c.name for c in BUILT_IN for s in c.suffixes})
+
+
+def _suffix(name: str) -> str:
+    return PurePosixPath(name).suffix.lower()
+
+
+@dataclass(frozen=True)
+class Converters:
+    """Suffix (lower case, with its dot: ``".pdf"``) -> converter; picklable when its converters are.
+
+    Build one with :meth:`with_overrides` (or :func:`default_converters`); do not change ``by_suffix`` in place.
+    """
+
+    by_suffix: Mapping[str, Converter] = field(default_factory=dict)
+
+    def for_name(self, name: str) -> Converter | None:
+        """The converter of a file of this name (by its last suffix, any case), or ``None``."""
+        return self.by_suffix.get(_suffix(name))
+
+    @property
+    def suffixes(self) -> tuple[str, ...]:
+        """Every suffix a converter reads, sorted."""
+        return tuple(sorted(self.by_suffix))
+
+    def with_overrides(self, converters: Mapping[str, Converter] | Iterable[Any]) -> Converters:
+        """These converters and ``converters`` (a suffix map, or objects with a ``suffixes``
+        attribute), the latter winning for a suffix both read.
+
+        Raises:
+            TypeError: a converter without ``name``, ``version`` or ``convert``, or (in an
+                iterable) without ``suffixes``.
+        """
+        pairs = converters.items() if isinstance(converters, Mapping) else _by_own_suffixes(converters)
+        merged = dict(self.by_suffix)
+        for suffix, converter in pairs:
+            if not isinstance(converter, Converter):
+                need = "it needs name, version and convert()"
+                raise TypeError(f"{converter!r} (for {suffix!r}) is not a converter: {need}")
+            merged[suffix.lower() if suffix.startswith(".") else "." + suffix.lower()] = converter
+        return Converters(merged)
+
+    def lineage(self, name: str) -> str | None:
+        """``"<name>/<version>"`` of the converter of this file, or ``None`` (a text file)."""
+        converter = self.for_name(name)
+        return None if converter is None else f"{converter.name}/{converter.version}"
+
+    def convert(self, name: str, data: bytes, limits: ConversionLimits | None = None) -> Converted:
+        """The Markdown text of one document file, its ``converter`` set to :meth:`lineage`.
+
+        Args:
+            name: the file's name or path (its suffix picks the converter).
+            data: the file's bytes, whole.
+            limits: size and decompression limits (default :meth:`ConversionLimits.from_env`).
+
+        Raises:
+            Rejection: the file is refused (``reason`` in ``REASONS``); any other exception of the
+                converter is turned into ``unreadable_file`` naming the converter and the exception
+                (the file's fault, never its shard's).
+            ValueError: no converter reads ``name``'s suffix.
+            ImportError: the converter's library is not installed (the ``documents`` extra).
+        """
+        limits = ConversionLimits.from_env() if limits is None else limits
+        converter = self.for_name(name)
+        if converter is None:
+            raise ValueError(f"{name}: not a converted format (suffixes: {list(self.suffixes)})")
+        limits.check_size(len(data))
+        try:
+            converted = converter.convert(name, data, limits)
+        except (Rejection, MemoryError):
+            raise
+        except ImportError as exc:
+            raise ImportError(
+                f"{name}: reading it with the {converter.name} converter needs its library "
+                f"(the 'documents' extra: pip install 'latechunk-dagster[documents]'): {exc}"
+            ) from exc
+        except Exception as exc:  # any failure of a converter on one file is that file's fault
+            detail = f"the {converter.name} converter failed on it ({type(exc).__name__}: {exc})"
+            raise Rejection("unreadable_file", detail) from None
+        if not isinstance(converted, Converted):
+            got = type(converted).__name__
+            raise TypeError(f"{name}: the {converter.name} converter returned {got}, not Converted")
+        return replace(converted, converter=f"{converter.name}/{converter.version}")
+
+
+def _by_own_suffixes(converters: Iterable[Any]) -> Iterable[tuple[str, Any]]:
+    for converter in converters:
+        suffixes = getattr(converter, "suffixes", None)
+        if not suffixes:
+            raise TypeError(f"{converter!r} has no suffixes: give converters as a {{suffix: converter}} map")
+        for suffix in suffixes:
+            yield suffix, converter
+
+
+@cache
+def default_converters() -> Converters:
+    """The built-in converters, then those of the ``latechunk_dagster.converters`` entry point
+    group (each loaded object, or an instance of a loaded class, with a ``suffixes`` attribute).
+
+    Raises:
+        TypeError: an entry point's object is not a converter.
+    """
+    converters = Converters().with_overrides(BUILT_IN)
+    plugins = []
+    for point in entry_points(group=ENTRY_POINT_GROUP):
+        loaded = point.load()
+        plugins.append(loaded() if isinstance(loaded, type) else loaded)
+    return converters.with_overrides(plugins) if plugins else converters
