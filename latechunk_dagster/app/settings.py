@@ -22,6 +22,9 @@ DAGSTER_YAML = """\
 concurrency:
   pools:
     default_limit: 1
+# no telemetry, and so no telemetry banner in every command's output
+telemetry:
+  enabled: false
 """
 
 
@@ -85,8 +88,11 @@ def ensure_dagster_home() -> Path:
     Returns the ``DAGSTER_HOME`` in force (``make dev`` prints it to open the UI on it)."""
     path = Path(os.environ.get("DAGSTER_HOME") or store_home() / "dagster")
     path.mkdir(parents=True, exist_ok=True)
-    if not (path / "dagster.yaml").exists():
-        (path / "dagster.yaml").write_text(DAGSTER_YAML)
+    config = path / "dagster.yaml"
+    # a file this package wrote before telemetry was switched off is written again; a user's own is kept
+    old = config.read_text() if config.exists() else None
+    if old is None or (old.startswith(DAGSTER_YAML[:40]) and "telemetry:" not in old):
+        config.write_text(DAGSTER_YAML)
     os.environ["DAGSTER_HOME"] = str(path)
     return path
 

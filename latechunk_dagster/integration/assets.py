@@ -15,6 +15,7 @@
 Run config: :mod:`latechunk_dagster.integration.run_config`.
 """
 
+import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
@@ -40,15 +41,25 @@ from latechunk_dagster.sources.frames import iter_table_documents, partition_tab
 
 
 def build_documents_asset(w: TableWiring, spec: dg.AssetSpec) -> dg.AssetsDefinition:
-    """The observable source asset over the document-store resource ``w.store_key``, carrying ``spec`` whole."""
+    """The observable source asset over the document-store resource ``w.store_key``, carrying ``spec`` whole.
 
-    @dg.observable_source_asset(key=spec.key, partitions_def=w.partitions_def, required_resource_keys={w.store_key})
-    def _documents(context: dg.AssetExecutionContext) -> dg.DataVersionsByPartition:
+    ``observable_source_asset`` is a beta API of Dagster 1.13 (the one that reports a data version per
+    partition); its ``BetaWarning`` is this package's choice, not the user's, so it is not shown at
+    every ``dagster`` command that loads the definitions."""
+
+    def documents(context: dg.AssetExecutionContext) -> dg.DataVersionsByPartition:
         fingerprints = w.resource(context, w.store_key).get_store().fingerprints()  # one pass over the store
         keys = w.all_partition_keys(context.instance)
         return dg.DataVersionsByPartition({k: fingerprints[k] for k in keys if k in fingerprints})
 
-    return _observable_with_spec(_documents, spec)
+    from dagster_shared.utils.warnings import BetaWarning
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", BetaWarning)
+        decorate = dg.observable_source_asset(
+            key=spec.key, partitions_def=w.partitions_def, required_resource_keys={w.store_key}
+        )
+        return _observable_with_spec(decorate(documents), spec)
 
 
 def _observable_with_spec(source: dg.SourceAsset, spec: dg.AssetSpec) -> dg.AssetsDefinition:
