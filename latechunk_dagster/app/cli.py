@@ -29,6 +29,12 @@ from latechunk_dagster.app import generations_cli
 from latechunk_dagster.app.query_process import ONE_LINE_ERRORS, QueryProcess
 from latechunk_dagster.core.chunker import ENGINES
 
+#: ``--uri``'s help: where the default comes from (:func:`latechunk_dagster.app.settings.lancedb_uri`).
+URI_HELP = (
+    "LanceDB directory (default: $LATECHUNK_HOME/lancedb; with LATECHUNK_DOCUMENT_STORE set, "
+    "$LATECHUNK_HOME/stores/<store name>-<hash of its path>/lancedb, the store's own)"
+)
+
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="latechunk", description=__doc__.split("\n\n")[0])
@@ -45,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="full-text (BM25) + vector search fused by LanceDB's RRF reranker (needs the full-text index)",
     )
-    s.add_argument("--uri", default=None, help="LanceDB directory (default: $LATECHUNK_HOME/lancedb)")
+    s.add_argument("--uri", default=None, help=URI_HELP)
     s.add_argument(
         "--table",
         default=None,
@@ -77,14 +83,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     e.add_argument("--where", default=None, help="LanceDB SQL filter on the chunk rows, e.g. \"partition = 'a'\"")
     e.add_argument("--model", default="", help="model directory (default: the shipped model)")
-    e.add_argument("--uri", default=None, help="LanceDB directory (default: $LATECHUNK_HOME/lancedb)")
+    e.add_argument("--uri", default=None, help=URI_HELP)
     e.add_argument(
         "--table", default=None, help="chunk table, or the table definition of granularity tables (default: chunks)"
     )
     e.add_argument("--plot", default=None, metavar="PNG", help="also draw the table's bars into this PNG file")
     _model_options(e)
     m = sub.add_parser("migrate", help="add the id/metadata columns (LangChain, LlamaIndex) to an older chunk table")
-    m.add_argument("--uri", default=None, help="LanceDB directory (default: $LATECHUNK_HOME/lancedb)")
+    m.add_argument("--uri", default=None, help=URI_HELP)
     m.add_argument("--table", default=None, help="chunk table (default: chunks)")
     sub.add_parser("demo", help="run the main job on the embedded default and search")
     generations_cli.add_parsers(sub)
