@@ -136,7 +136,11 @@ class LateChunkTranslator:
         """Spec of the observable document-store source asset (data version per shard)."""
         return dg.AssetSpec(
             key=props.documents_key,
-            description="Shards of the document store; data version = sha256 of the shard's (doc_id, sha256) pairs.",
+            description=(
+                "Shards of the document store; data version per shard: in a local store the sha256 of its "
+                "(doc_id, text sha256) pairs, in an object store the sha256 of what the listing says of its "
+                "files (path, size, modification time): no object is read."
+            ),
             group_name=props.group_name,
             tags=props.tags,
         )
