@@ -142,3 +142,27 @@ def html_page(title: str, sections: Sequence[tuple[int, str, str]], *, table: Se
         f"<main><article>\n{body}</article></main>"
         "<footer>FOOTERTEXT copyright</footer></body></html>"
     )
+
+
+def scanned_pdf_bytes(pages: Sequence[Sequence[str]], *, dpi: int = 200) -> bytes:
+    """An image-only PDF, as a scanner makes it: each page of ``pages`` is an A4 greyscale picture of
+    its lines (Pillow draws them in matplotlib's DejaVu Sans at 11 pt), with no text layer at all.
+
+    Args:
+        pages: per page, its lines; dpi: the pictures' resolution (a scanner's usual 200-300 dpi).
+    """
+    from matplotlib import font_manager
+    from PIL import Image, ImageDraw, ImageFont
+
+    font = ImageFont.truetype(font_manager.findfont("DejaVu Sans"), size=round(11 * dpi / 72))
+    width, height = round(8.27 * dpi), round(11.69 * dpi)
+    images = []
+    for lines in pages:
+        image = Image.new("L", (width, height), color=255)
+        draw = ImageDraw.Draw(image)
+        for k, line in enumerate(lines):
+            draw.text((round(0.08 * width), round((0.05 + 0.04 * k) * height)), line, fill=0, font=font)
+        images.append(image)
+    buffer = io.BytesIO()
+    images[0].save(buffer, format="PDF", save_all=True, append_images=images[1:], resolution=dpi)
+    return buffer.getvalue()

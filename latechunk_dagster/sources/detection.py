@@ -3,7 +3,7 @@ the files in the directory (:meth:`~latechunk_dagster.sources.files.DocumentStor
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from pathlib import PurePath
 
@@ -30,8 +30,11 @@ class DetectedStore:
     found: Walk | None = None
 
 
-def detect_store(path: str | PurePath, storage_options: Mapping[str, str] | None = None) -> DetectedStore:
-    """The store at ``path`` (local, or an object-store URI) and its kind.
+def detect_store(
+    path: str | PurePath, storage_options: Mapping[str, str] | None = None, converted: Collection[str] = ()
+) -> DetectedStore:
+    """The store at ``path`` (local, or an object-store URI) and its kind (``converted``: the suffixes
+    the store's converters read, text-tree files as ``.pdf`` is: :func:`~latechunk_dagster.sources.layout.kind_of`).
 
     A directory of one table kind (``.jsonl`` or ``.parquet``) may also hold ``.txt``/``.md`` files
     at its top level (a dataset card, a README): the store is of the table kind.
@@ -62,7 +65,7 @@ def detect_store(path: str | PurePath, storage_options: Mapping[str, str] | None
     unseen = [row.detail for where, row in found.gaps if where == path]
     if unseen and not found.files:
         raise IncompleteListingError(unseen[0])
-    kinds = {file: kind for file in found.files if (kind := kind_of(file))}
+    kinds = {file: kind for file in found.files if (kind := kind_of(file, converted))}
     tables = set(kinds.values()) - {"text"}
     if len(tables) == 1 and all(f.parent == path for f, k in kinds.items() if k == "text"):
         return DetectedStore(path, tables.pop(), False, found)  # text at the top: a dataset card

@@ -65,7 +65,8 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path, PurePath
 
 from latechunk_dagster.sources.chunk_column import check_chunks_column
-from latechunk_dagster.sources.converters import ConversionLimits
+from latechunk_dagster.sources.converters import ConversionLimits, Converter, Converters
+from latechunk_dagster.sources.converters.registry import store_converters
 from latechunk_dagster.sources.counting import count_rows
 from latechunk_dagster.sources.detection import detect_store
 from latechunk_dagster.sources.documents import (
@@ -119,10 +120,15 @@ class DocumentStore:
             :class:`~latechunk_dagster.sources.storage.ObjectPath` in an object store).
         chunks_column: the column (JSONL key) holding each document's own chunks, or ``None``
             (module docstring).
+        converters: which converter reads which file suffix of a text tree
+            (:func:`~latechunk_dagster.sources.converters.registry.store_converters` of the
+            ``converters`` and ``ocr`` given: the built-ins, the entry point group's, these; docs/documents.md).
 
     Raises:
         ValueError: ``chunks_column`` on a text tree (it has no columns), or naming ``id``,
-            ``text`` or ``shard``.
+            ``text`` or ``shard``; ``ocr`` with ``.pdf`` read by a converter of one's own.
+        TypeError: a ``converters`` value that is not a converter.
+        RuntimeError: ``ocr`` without Tesseract installed (naming what to install).
     """
 
     def __init__(
@@ -133,6 +139,8 @@ class DocumentStore:
         limits: ConversionLimits | None = None,
         *,
         single_file: bool | None = None,
+        converters: Converters | Mapping[str, Converter] | None = None,
+        ocr: bool = False,
     ) -> None:
         check_chunks_column(chunks_column)
         if chunks_column is not None and kind == "text":
@@ -143,6 +151,7 @@ class DocumentStore:
         self.uri = str(path)
         self.chunks_column = chunks_column
         self.limits = ConversionLimits.from_env() if limits is None else limits
+        self.converters = store_converters(converters, ocr=ocr)
         self._single = single_file
         self._opened: Walk | None = None
 
@@ -165,6 +174,9 @@ class DocumentStore:
         chunks_column: str | None = None,
         storage_options: Mapping[str, str] | None = None,
         limits: ConversionLimits | None = None,
+        *,
+        converters: Converters | Mapping[str, Converter] | None = None,
+        ocr: bool = False,
     ) -> DocumentStore:
         """Open a store, detecting its kind from the file suffix or the files in the directory.
 
@@ -182,6 +194,8 @@ class DocumentStore:
         ``chunks_column``: the column holding each document's own chunks (see the class).
         ``limits``: what a text tree's file may cost to read (size, unpacked size of a DOCX/PPTX;
         default :meth:`~latechunk_dagster.sources.converters.ConversionLimits.from_env`).
+        ``converters``, ``ocr``: a text tree's own converters by suffix (``{".epub": MyEpub()}``), and
+        OCR of scanned PDF pages (see the class); a suffix they read makes a file a text-tree document.
 
         Raises:
             FileNotFoundError: ``path`` does not exist (nothing under an object-store prefix).
@@ -190,10 +204,12 @@ class DocumentStore:
             ValueError: a file that is not a regular ``.jsonl``/``.parquet`` file, or a directory
                 holding no supported file or more than one kind of them (naming a file of each);
                 a ``chunks_column`` the store cannot have (see the class); ``storage_options``
-                that are not known or not for this cloud (naming the key).
+                that are not known or not for this cloud (naming the key); and as the class.
+            TypeError, RuntimeError: as the class (``converters``, ``ocr``).
         """
-        found = detect_store(path, storage_options)
-        store = cls(found.path, found.kind, chunks_column, limits, single_file=found.single_file)
+        own = store_converters(converters, ocr=ocr)
+        found = detect_store(path, storage_options, own.suffixes)
+        store = cls(found.path, found.kind, chunks_column, limits, single_file=found.single_file, converters=own)
         store._opened = found.found  # an object store's first listing serves the first call that lists
         return store
 
@@ -417,7 +433,7 @@ class DocumentStore:
         """Directory stores: :func:`~latechunk_dagster.sources.store_rows.tree_items` of ``files``."""
         return tree_items(
             self.path, self.kind, files, gaps, limits=self.limits, chunks_column=self.chunks_column,
-            defer_conversion=defer_conversion,
+            defer_conversion=defer_conversion, converters=self.converters,
         )  # fmt: skip
 
     @property
@@ -433,7 +449,7 @@ class DocumentStore:
         found, self._opened = self._opened, None
         if not isinstance(self.path, ObjectPath):
             found = None  # a local walk is cheap: every call sees the current files
-        return directory_layout(self.path, self.kind, found)
+        return directory_layout(self.path, self.kind, found, self.converters.suffixes)
 
     def _single_file_rows(
         self, columns: tuple[str, ...] | None = None, rows: Iterable[Row | RejectedRow] | None = None

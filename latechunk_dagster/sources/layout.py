@@ -7,6 +7,7 @@ suffixes), with every entry that is not read named (:mod:`latechunk_dagster.sour
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -25,11 +26,13 @@ TABLE_SUFFIXES = {".jsonl": "jsonl", ".parquet": "parquet"}
 COMPRESSED_JSONL = (".jsonl.gz", ".jsonl.zst")
 
 
-def kind_of(file: Path) -> str | None:
+def kind_of(file: Path, converted: Collection[str] = ()) -> str | None:
+    """``"text"``, ``"jsonl"``, ``"parquet"`` or ``None`` by the file's suffix; ``converted``: more
+    suffixes (lower case, with the dot) of a text tree, those a store's own converters read."""
     if file.name.lower().endswith(COMPRESSED_JSONL):
         return "jsonl"
     suffix = file.suffix.lower()
-    return "text" if suffix in TREE_SUFFIXES else TABLE_SUFFIXES.get(suffix)
+    return "text" if suffix in TREE_SUFFIXES or suffix in converted else TABLE_SUFFIXES.get(suffix)
 
 
 _DOCUMENT_SUFFIXES = {*TREE_SUFFIXES, *TABLE_SUFFIXES}
@@ -38,9 +41,10 @@ _PACKED_SUFFIXES = {".gz", ".bz2", ".xz", ".zst", ".zip", ".tmp", ".part", ".par
 _SUFFIXES_OF = {"text": "/".join(TREE_SUFFIXES), "jsonl": ".jsonl (.jsonl.gz, .jsonl.zst)", "parquet": ".parquet"}
 
 
-def looks_like_a_document(file: Path) -> bool:
-    """A file name with a document suffix among its suffixes (``a.jsonl.gz``, ``README.md``)."""
-    return any(s.lower() in _DOCUMENT_SUFFIXES for s in file.suffixes)
+def looks_like_a_document(file: Path, converted: Collection[str] = ()) -> bool:
+    """A file name with a document suffix among its suffixes (``a.jsonl.gz``, ``README.md``;
+    ``converted``: as :func:`kind_of`)."""
+    return any(s.lower() in _DOCUMENT_SUFFIXES or s.lower() in converted for s in file.suffixes)
 
 
 @dataclass
@@ -61,12 +65,13 @@ class Layout:
             self.held.add(shard)
 
 
-def directory_layout(root: Path, kind: str, found: Walk | None = None) -> Layout:
+def directory_layout(root: Path, kind: str, found: Walk | None = None, converted: Collection[str] = ()) -> Layout:
     """A directory store's files by shard, with the entries not read (``DocumentStore.listing``).
 
     Args:
         root: the store's directory; kind: ``"text"``, ``"jsonl"`` or ``"parquet"``; found: a
-            :func:`~latechunk_dagster.sources.listing.walk` of ``root`` just made (default: walk it now).
+            :func:`~latechunk_dagster.sources.listing.walk` of ``root`` just made (default: walk it now);
+            converted: the suffixes the store's converters read (:func:`kind_of`).
     """
     found = walk(root) if found is None else found
     out = Layout(stats=found.stats)
@@ -78,9 +83,9 @@ def directory_layout(root: Path, kind: str, found: Walk | None = None) -> Layout
         out.skip(row, shard_of(root, kind, path))
     bad: dict[str, list[Path]] = {}
     for file in found.files:
-        file_kind = kind_of(file)
+        file_kind = kind_of(file, converted)
         if file_kind != kind:
-            if looks_like_a_document(file):
+            if looks_like_a_document(file, converted):
                 where = printable(str(file))
                 what = "compressed or renamed" if file_kind is None else f"a {file_kind} file in a {kind} store"
                 detail = f"{where}: {what}; not read (the store reads {_SUFFIXES_OF[kind]} files)"

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from pathlib import Path, PurePath
 
-from latechunk_dagster.sources.converters import ConversionLimits
+from latechunk_dagster.sources.converters import ConversionLimits, Converters
 from latechunk_dagster.sources.documents import Document, RejectedRow, printable
 from latechunk_dagster.sources.layout import kind_of
 from latechunk_dagster.sources.listing import is_regular, not_regular_row
@@ -46,6 +46,7 @@ def tree_items(
     limits: ConversionLimits,
     chunks_column: str | None = None,
     defer_conversion: bool = False,
+    converters: Converters | None = None,
 ) -> Iterator[Item]:
     """A directory store's ``(document, where)`` or a rejection per row of ``files``, in order,
     after ``gaps`` (the parts of the shard the listing could not see: the run keeps the old rows).
@@ -54,7 +55,7 @@ def tree_items(
     a ``not_a_regular_file`` row of its own; in a table store one ``unreadable_file`` row for the
     file (it holds the shard's rows: the partition keeps its old ones). ``defer_conversion``: a
     document file comes as its :class:`~latechunk_dagster.sources.text_files.UnconvertedFile`
-    (:func:`~latechunk_dagster.sources.text_files.read_text_file`).
+    (:func:`~latechunk_dagster.sources.text_files.read_text_file`, which ``converters`` reads with).
     """
     yield from gaps
     for file in files:
@@ -66,7 +67,8 @@ def tree_items(
                 yield not_regular_row(file, "*", what, "unreadable_file")
             continue
         if kind == "text":
-            doc = read_text_file(file, file.relative_to(root).as_posix(), limits, defer_conversion=defer_conversion)
+            doc_id = file.relative_to(root).as_posix()
+            doc = read_text_file(file, doc_id, limits, defer_conversion=defer_conversion, converters=converters)
             yield doc if isinstance(doc, RejectedRow) else (doc, printable(str(file)))
         else:
             yield from table_file_items(file, chunks_column)

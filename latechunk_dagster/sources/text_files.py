@@ -11,11 +11,11 @@ file (PDF, DOCX, PPTX, HTML) converted to Markdown (:mod:`latechunk_dagster.sour
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path, PurePath
 
 from latechunk_dagster.core.encoding import foreign_encoding
-from latechunk_dagster.sources.converters import ConversionLimits, Rejection, convert, is_converted
+from latechunk_dagster.sources.converters import ConversionLimits, Converters, Rejection, default_converters
 from latechunk_dagster.sources.documents import Document, RejectedRow, is_valid_unicode, printable, strip_bom
 from latechunk_dagster.sources.storage import ObjectPath, open_input
 
@@ -30,13 +30,15 @@ def decode(data: bytes) -> str:
 class UnconvertedFile:
     """A document file (PDF, DOCX, PPTX, HTML) read whole, whose conversion is left to the consumer.
 
-    Picklable: a host worker process converts it (:meth:`convert`). Memory: the file's bytes, at most
-    ``limits.max_file_bytes``.
+    Picklable: a host worker process converts it (:meth:`convert`), with the store's converters
+    carried along (a converter of the user's own must be a module-level class). Memory: the file's
+    bytes, at most ``limits.max_file_bytes``.
 
     Attributes:
         doc_id: the document's id (its path in the tree); name: the file's name (its suffix picks the
         converter); data: the file's bytes; where: the file as messages name it; limits: the
-        decompression limits the converter applies.
+        decompression limits the converter applies; converters: the store's converters
+        (default :func:`~latechunk_dagster.sources.converters.default_converters`).
     """
 
     doc_id: str
@@ -44,14 +46,20 @@ class UnconvertedFile:
     data: bytes
     where: str
     limits: ConversionLimits
+    converters: Converters = field(default_factory=default_converters)
 
     def convert(self) -> Document | RejectedRow:
         """The document, or its rejection: :func:`document_of_file` of the file's bytes."""
-        return document_of_file(self.doc_id, self.name, self.data, self.where, self.limits)
+        return document_of_file(self.doc_id, self.name, self.data, self.where, self.limits, self.converters)
 
 
 def read_text_file(
-    file: PurePath, doc_id: str, limits: ConversionLimits | None = None, *, defer_conversion: bool = False
+    file: PurePath,
+    doc_id: str,
+    limits: ConversionLimits | None = None,
+    *,
+    defer_conversion: bool = False,
+    converters: Converters | None = None,
 ) -> Document | RejectedRow | UnconvertedFile:
     """One text-tree document (BOM removed), or a ``RejectedRow`` when the file cannot be read
     (``unreadable_file``), is UTF-16 / UTF-32 (``bad_encoding``, naming the encoding), or its
@@ -62,7 +70,8 @@ def read_text_file(
     ``too_large``, found without holding more than that many bytes. The file (local or an object)
     is read once, whole, through :func:`~latechunk_dagster.sources.storage.open_input`; its bytes
     become text in :func:`document_of_file`, or, with ``defer_conversion`` and a converted format,
-    come back as an :class:`UnconvertedFile` for the caller to convert."""
+    come back as an :class:`UnconvertedFile` for the caller to convert. ``converters``: which
+    converter reads which suffix (default :func:`~latechunk_dagster.sources.converters.default_converters`)."""
     where = printable(str(file))
     if not is_valid_unicode(doc_id):
         detail = (
@@ -82,18 +91,25 @@ def read_text_file(
         return RejectedRow(doc_id, where, "unreadable_file", f"{where}: cannot be read: {exc}")
     except Rejection as exc:
         return RejectedRow(doc_id, where, exc.reason, f"{where}: {exc.detail}", file_read=True)
-    if defer_conversion and is_converted(file.name):
-        return UnconvertedFile(doc_id, file.name, data, where, limits)
-    return document_of_file(doc_id, file.name, data, where, limits)
+    converters = default_converters() if converters is None else converters
+    if defer_conversion and converters.for_name(file.name) is not None:
+        return UnconvertedFile(doc_id, file.name, data, where, limits, converters)
+    return document_of_file(doc_id, file.name, data, where, limits, converters)
 
 
 def document_of_file(
-    doc_id: str, name: str, data: bytes, where: str, limits: ConversionLimits | None = None
+    doc_id: str,
+    name: str,
+    data: bytes,
+    where: str,
+    limits: ConversionLimits | None = None,
+    converters: Converters | None = None,
 ) -> Document | RejectedRow:
-    """The one place a text-tree file's bytes become a document's text: a converted format
-    (:func:`~latechunk_dagster.sources.converters.is_converted`: PDF, DOCX, PPTX, HTML) is read
-    into Markdown by :func:`~latechunk_dagster.sources.converters.convert` (the document then
-    carries its converter and pages); any other file is UTF-8 text (a UTF-16 / UTF-32 one is
+    """The one place a text-tree file's bytes become a document's text: a file one of ``converters``
+    reads (default :func:`~latechunk_dagster.sources.converters.default_converters`: PDF, DOCX, PPTX,
+    HTML, and the entry point group's) is read into Markdown by
+    :meth:`~latechunk_dagster.sources.converters.Converters.convert` (the document then carries its
+    converter's lineage and pages); any other file is UTF-8 text (a UTF-16 / UTF-32 one is
     ``bad_encoding``). A converter's refusal is a ``RejectedRow`` of its reason (``encrypted``,
     ``no_text_layer``, ``unreadable_file``, ``too_large``) with ``file_read=True``: the file was read,
     its content is refused, so it is rejected alone and its shard's other documents are written.
@@ -102,9 +118,10 @@ def document_of_file(
         doc_id: the document's id; name: the file's name (its suffix picks the format);
         data: the file's bytes; where: the file as messages name it; limits: as :func:`read_text_file`.
     """
-    if is_converted(name):
+    converters = default_converters() if converters is None else converters
+    if converters.for_name(name) is not None:
         try:
-            converted = convert(name, data, limits)
+            converted = converters.convert(name, data, limits)
         except Rejection as exc:
             return RejectedRow(doc_id, where, exc.reason, f"{where}: {exc.detail}", file_read=True)
         return Document.from_converted(doc_id, converted.text, converted.converter, converted.pages)

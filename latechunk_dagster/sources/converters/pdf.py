@@ -12,20 +12,22 @@ heading is put at the top of that page. :attr:`Converted.pages` holds where each
 
 Refused (:class:`~latechunk_dagster.sources.converters.base.Rejection`): a PDF that needs a password
 to open (``encrypted``; a PDF encrypted with an empty user password opens and is read), one whose
-pages hold no text at all (``no_text_layer``: a scan; OCR is not done), one PDFium cannot parse
+pages hold no text at all (``no_text_layer``: a scan, read only with OCR on), one PDFium cannot parse
 (``unreadable_file``: truncated, corrupt, not a PDF).
 """
 
 from __future__ import annotations
 
 from latechunk_dagster.sources.converters.base import Converted, Rejection, converter_name, heading, tidy
+from latechunk_dagster.sources.converters.ocr import no_text_layer_detail, ocr_page
 
 #: Version of this module's rules (page joining, outline headings): part of the converter's name.
 RULES = 1
 
 
-def convert_pdf(data: bytes) -> Converted:
-    """Markdown text of a PDF's text layer, with the start of each page.
+def convert_pdf(data: bytes, *, ocr: bool = False) -> Converted:
+    """Markdown text of a PDF's text layer, with the start of each page; with ``ocr``, a page without
+    a text layer is read by OCR (:func:`~latechunk_dagster.sources.converters.ocr.ocr_page`).
 
     Raises:
         Rejection: ``encrypted``, ``no_text_layer`` or ``unreadable_file`` (module docstring).
@@ -43,7 +45,9 @@ def convert_pdf(data: bytes) -> Converted:
         pages = []
         for page in document:
             textpage = page.get_textpage()
-            pages.append(tidy(textpage.get_text_bounded()).split("\n"))
+            text = textpage.get_text_bounded()
+            text = ocr_page(page) if ocr and not text.strip() else text
+            pages.append(tidy(text).split("\n"))
             textpage.close()
             page.close()
         outline = [(b.level + 1, b.get_title(), _page_of(b.get_dest())) for b in document.get_toc()]
@@ -52,7 +56,7 @@ def convert_pdf(data: bytes) -> Converted:
     finally:
         document.close()
     if not any(line.strip() for lines in pages for line in lines):
-        raise Rejection("no_text_layer", f"none of its {len(pages)} page(s) has a text layer (a scan? OCR is not done)")
+        raise Rejection("no_text_layer", no_text_layer_detail(len(pages), ocr))
     for level, title, index in outline:
         if index is None or not 0 <= index < len(pages) or not title.strip():
             continue

@@ -33,21 +33,32 @@ ENTRY_POINT_GROUP = "latechunk_dagster.converters"
 
 @dataclass(frozen=True)
 class PdfConverter:
-    """PDF files: :func:`~latechunk_dagster.sources.converters.pdf.convert_pdf`."""
+    """PDF files: :func:`~latechunk_dagster.sources.converters.pdf.convert_pdf`.
+
+    Attributes:
+        ocr: read each page without a text layer by OCR (:mod:`~latechunk_dagster.sources.converters.ocr`:
+            Tesseract); off (the default), a PDF without any text layer is ``no_text_layer``. On, the
+            OCR engine and its version are part of :attr:`version` (``"... ocr/1 tesseract 5.3.0 eng"``).
+    """
 
     name: ClassVar[str] = "pdf"
     suffixes: ClassVar[tuple[str, ...]] = (".pdf",)
+    ocr: bool = False
 
     @property
     def version(self) -> str:
         from latechunk_dagster.sources.converters.pdf import RULES
 
-        return library_version(RULES, "pypdfium2")
+        if not self.ocr:
+            return library_version(RULES, "pypdfium2")
+        from latechunk_dagster.sources.converters.ocr import ocr_version
+
+        return f"{library_version(RULES, 'pypdfium2')} {ocr_version()}"
 
     def convert(self, name: str, data: bytes, limits: ConversionLimits) -> Converted:
         from latechunk_dagster.sources.converters.pdf import convert_pdf
 
-        return convert_pdf(data)
+        return convert_pdf(data, ocr=True) if self.ocr else convert_pdf(data)
 
 
 @dataclass(frozen=True)
@@ -202,6 +213,39 @@ def _by_own_suffixes(converters: Iterable[Any]) -> Iterable[tuple[str, Any]]:
             raise TypeError(f"{converter!r} has no suffixes: give converters as a {{suffix: converter}} map")
         for suffix in suffixes:
             yield suffix, converter
+
+
+def store_converters(
+    converters: Converters | Mapping[str, Converter] | Iterable[Any] | None = None, *, ocr: bool = False
+) -> Converters:
+    """The converters a store reads with: :func:`default_converters`, with ``ocr`` the built-in PDF
+    converter reading scanned pages (:class:`PdfConverter` ``(ocr=True)``), then ``converters`` (a
+    :class:`Converters`, a ``{suffix: converter}`` map, or converters with ``suffixes``) winning for
+    the suffixes they read.
+
+    Raises:
+        TypeError: as :meth:`Converters.with_overrides`.
+        ValueError: ``ocr`` while ``.pdf`` is read by a converter other than the built-in one (an
+            entry point's or ``converters``'): OCR is a setting of the built-in PDF converter.
+        RuntimeError: ``ocr`` without Tesseract installed
+            (:func:`~latechunk_dagster.sources.converters.ocr.tesseract_version`).
+    """
+    out = default_converters()
+    if ocr:
+        out = out.with_overrides({".pdf": PdfConverter(ocr=True)})
+    if converters is not None:
+        out = out.with_overrides(converters.by_suffix if isinstance(converters, Converters) else converters)
+    pdf = out.for_name("x.pdf")
+    if ocr and not (isinstance(pdf, PdfConverter) and pdf.ocr):
+        raise ValueError(
+            f"ocr=True is a setting of the built-in PDF converter, but .pdf files are read by {pdf!r}: "
+            "leave ocr off and let that converter read scanned pages, or drop it for .pdf"
+        )
+    if ocr:
+        from latechunk_dagster.sources.converters.ocr import ocr_version
+
+        ocr_version()  # a machine without Tesseract fails here, once, not file by file
+    return out
 
 
 @cache
