@@ -43,6 +43,8 @@ class PreparedBatch:
             their span sums (span path, :attr:`pieces` set) or their token states.
         pieces: span path: :func:`~latechunk_dagster.core.pooling.window_pieces` of each state job's
             document's atoms, by batch index; ``None`` on the token-state path.
+        blend: the chunks-alone pass of a blending chunker
+            (:class:`~latechunk_dagster.core.blending.BlendPass`), ``None`` for late chunking alone.
     """
 
     texts: list[str]
@@ -52,6 +54,7 @@ class PreparedBatch:
     native_jobs: list[DocumentJob]
     state_jobs: list[DocumentJob]
     pieces: dict[int, list[np.ndarray]] | None = None
+    blend: Any = None
 
     @property
     def strategies(self) -> dict[str, ChunkingStrategy]:
@@ -84,6 +87,8 @@ class PreparedBatch:
             self.results[i] = err
         self.native_jobs = [j for j in self.native_jobs if j[0] not in refused]
         self.state_jobs = [j for j in self.state_jobs if j[0] not in refused]
+        if self.blend is not None:
+            self.blend.refuse(refused)
 
 
 @dataclass

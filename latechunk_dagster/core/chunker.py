@@ -106,10 +106,12 @@ class LateChunker:
         model: model directory on disk (sentence-transformers layout or plain Hugging Face).
         max_model_len, prefix, query_prefix, dimensions, allow_causal, allow_non_mean_pooling,
             trust_remote_code, engine_path, window_overlap, window_length, allow_windows,
-            strategy_timeout_s: the host part's options (the model, its prompts, lengths, windows, the
+            strategy_timeout_s, blend: the host part's options (the model, its prompts, lengths, windows, the
             engine path, the strategies' time bound; :meth:`ChunkerHost.load
             <latechunk_dagster.core.chunker_host.ChunkerHost.load>` says what each means). The default
-            ``strategy_timeout_s`` is :data:`DEFAULT_STRATEGY_TIMEOUT_S`.
+            ``strategy_timeout_s`` is :data:`DEFAULT_STRATEGY_TIMEOUT_S`. ``blend=a`` mixes each chunk's late
+            vector with the chunk encoded alone, ``unit(a * late + (1 - a) * naive)``
+            (:mod:`latechunk_dagster.core.blending`; default ``1.0``: late chunking, no second pass).
         dtype: model dtype for vLLM (``"auto"``, ``"float32"``, ``"bfloat16"``, ...); default
             ``"float32"`` on the CPU (vLLM's ``"auto"`` there silently downcasts float32
             weights to float16) and ``"auto"`` on a GPU. :attr:`settings` records the dtype vLLM
@@ -166,6 +168,8 @@ class LateChunker:
     window_overlap = HostSetting()
     allow_windows = HostSetting()
     strategy_timeout_s = HostSetting()
+    #: the late vector's weight in each chunk vector (:mod:`latechunk_dagster.core.blending`)
+    blend = HostSetting()
     opt_ins = HostSetting()
     path = HostSetting()
 
@@ -190,6 +194,7 @@ class LateChunker:
         engine: Engine | EngineName | None = "vllm",
         strategy_timeout_s: float | None = DEFAULT_STRATEGY_TIMEOUT_S,
         engine_start: EngineStart = "now",
+        blend: float = 1.0,
         **engine_kwargs: Any,
     ) -> None:
         named = "vllm" if engine is None else engine if isinstance(engine, str) else None
@@ -216,6 +221,7 @@ class LateChunker:
             window_length=window_length,
             allow_windows=allow_windows,
             strategy_timeout_s=strategy_timeout_s,
+            blend=blend,
         )
         if named is not None:
             vllm_args = {"dtype": dtype, "gpu_memory_utilization": gpu_memory_utilization, "in_process": in_process}

@@ -25,6 +25,7 @@ from typing import Any, Generic, Literal, TypeVar
 import numpy as np
 
 from latechunk_dagster.core.batches import EncodedBatch, EncoderInputs, PreparedBatch
+from latechunk_dagster.core.blending import blend_inputs, blend_pass, blend_results, check_blend
 from latechunk_dagster.core.chunker_options import (
     check_window_settings,
     embedding_width,
@@ -34,7 +35,7 @@ from latechunk_dagster.core.chunker_options import (
 from latechunk_dagster.core.chunking.base import ChunkingStrategy, Span
 from latechunk_dagster.core.chunking.given import GivenChunkList
 from latechunk_dagster.core.engine_traits import EngineTraits
-from latechunk_dagster.core.errors import DocumentError, ModelNotSupportedError
+from latechunk_dagster.core.errors import DocumentBatchError, DocumentError, ModelNotSupportedError
 from latechunk_dagster.core.granularities import Granularities
 from latechunk_dagster.core.head import Head, prompt_length
 from latechunk_dagster.core.model_card import ModelCard, check_late_chunking_allowed, read_model_card
@@ -86,6 +87,8 @@ class ChunkerHost:
         path: the engine path of a call that names none
             (:func:`~latechunk_dagster.core.chunker_options.engine_path_rule`).
         engine: the engine's :class:`EngineTraits` (name and what it supports).
+        blend: the late vector's weight ``a`` in each chunk vector (:mod:`latechunk_dagster.core.blending`):
+            ``1.0`` (default) late chunking, ``0.0`` each chunk encoded alone.
     """
 
     card: ModelCard
@@ -103,6 +106,7 @@ class ChunkerHost:
     opt_ins: tuple[str, ...]
     path: str
     engine: EngineTraits
+    blend: float = 1.0
 
     @classmethod
     def load(
@@ -122,6 +126,7 @@ class ChunkerHost:
         window_length: int | None = None,
         allow_windows: bool = True,
         strategy_timeout_s: float | None = None,
+        blend: float = 1.0,
     ) -> ChunkerHost:
         """The host part of ``model``, checked: the model (contract section 4), the tokenizer, the
         lengths, the window settings and the engine path against ``engine``'s traits. The options of
@@ -163,12 +168,15 @@ class ChunkerHost:
                 ``None`` = unbounded). A document whose
                 spans take longer is stopped and rejected alone (:class:`StrategyTimeoutError`,
                 reason ``strategy_timeout``); mechanism in :mod:`latechunk_dagster.core.timebound`.
+            blend: the late vector's weight ``a`` in ``[0, 1]``: each chunk vector is
+                ``unit(a * late_unit + (1 - a) * naive_unit)`` (:mod:`latechunk_dagster.core.blending`);
+                default ``1.0``, late chunking bit for bit (no chunks-alone pass).
 
         Raises:
             ModelNotSupportedError: a refused model, a slow tokenizer, a length above the model's limit,
                 a path the engine cannot serve.
             HeadNotSupportedError: a non-linear head on a path that cannot apply it after the mean.
-            ValueError: window settings no long document could be planned with.
+            ValueError: window settings no long document could be planned with; a ``blend`` outside [0, 1].
         """
         from latechunk_dagster.core.hf_imports import AutoTokenizer  # transformers'; hf_imports: what it defers
 
@@ -206,6 +214,7 @@ class ChunkerHost:
             opt_ins=tuple(opt_ins),
             path=engine_path,
             engine=engine,
+            blend=check_blend(blend),
         )
         host.check_windows()
         return replace(host, path=host.engine_path(engine_path))
@@ -283,14 +292,16 @@ class ChunkerHost:
         """Host work before the encoder (:func:`~latechunk_dagster.core.preparing.prepare_batch`)."""
         from latechunk_dagster.core.preparing import prepare_batch
 
-        return prepare_batch(self, texts, strategy, doc_ids=doc_ids, chunks=chunks, engine_path=engine_path)
+        prepared = prepare_batch(self, texts, strategy, doc_ids=doc_ids, chunks=chunks, engine_path=engine_path)
+        prepared.blend = blend_pass(self, prepared)  # the chunks-alone pass (None: late chunking alone)
+        return prepared
 
     def encoder_inputs(self, prepared: PreparedBatch) -> EncoderInputs:
         """The engine inputs of a prepared batch: its windows, and the native path's texts (prefix
         prepended, BOM left out: :func:`encoder_text`) with the strategy's chunk size."""
         native_docs = [i for i, *_ in prepared.native_jobs]
         native = prepared.granularities.native_strategy
-        return EncoderInputs(
+        inputs = EncoderInputs(
             windows=prepared.windows,
             window_docs=[j[0] for j in prepared.state_jobs for _ in j[3].windows],
             native_texts=[encoder_text(self.prefix, prepared.texts[i]) for i in native_docs],
@@ -299,15 +310,21 @@ class ChunkerHost:
             ids=list(prepared.ids),
             pieces=prepared.window_pieces,
         )
+        return blend_inputs(inputs, prepared)  # a blending chunker's chunk texts, in the same engine call
 
     def pool_results(
         self, encoded: EncodedBatch, *, errors: Literal["raise", "return"] = "return"
     ) -> list[ChunkedDocument | dict[str, ChunkedDocument] | DocumentError]:
         """Host work after the encoder: span means, the head, the non-finite check; results in input
-        order, in the batch's shape (:func:`~latechunk_dagster.core.finishing.pool_results`)."""
+        order, in the batch's shape (:func:`~latechunk_dagster.core.finishing.pool_results`); a blending
+        chunker's vectors mixed with their chunks' alone (:func:`~latechunk_dagster.core.blending.blend_results`)."""
         from latechunk_dagster.core.finishing import pool_results
 
-        return pool_results(self, encoded, errors=errors)
+        results = blend_results(self, encoded, pool_results(self, encoded, errors="return"))
+        failures = [r for r in results if isinstance(r, DocumentError)]
+        if failures and errors == "raise":
+            raise DocumentBatchError(results, failures)
+        return results
 
     def query_prompts(self, queries: Sequence[str]) -> list[list[int]]:
         """The encoder inputs of whole queries (:func:`~latechunk_dagster.core.finishing.query_prompts`)."""
@@ -352,6 +369,7 @@ def settings_of(host: ChunkerHost, engine: Any) -> ChunkerSettings:
         embedding_dim=host.embedding_dim,
         engine_version=engine.version if engine is not None else "closed",
         engine=engine.name if engine is not None else "closed",
+        blend=host.blend,
     )
 
 

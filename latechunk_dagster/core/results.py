@@ -82,6 +82,8 @@ class ChunkerSettings:
             engine), ``"closed"`` after ``close()``.
         engine: the engine's name (:attr:`Engine.name <latechunk_dagster.core.engines.Engine.name>`:
             ``"vllm"``, ``"vllm-server"``, ``"transformers"``), ``"closed"`` after ``close()``.
+        blend: the late vector's weight in each chunk vector (:mod:`latechunk_dagster.core.blending`;
+            ``1.0``: late chunking).
     """
 
     model_name: str
@@ -96,6 +98,7 @@ class ChunkerSettings:
     embedding_dim: int
     engine_version: str
     engine: str = "vllm"
+    blend: float = 1.0
 
     @property
     def engine_record(self) -> str:

@@ -25,6 +25,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from latechunk_dagster.core.blending import WHOLE
 from latechunk_dagster.core.chunker import LateChunker
 from latechunk_dagster.core.chunking import FixedTokens
 from latechunk_dagster.core.errors import DocumentError
@@ -40,9 +41,6 @@ COLUMNS = [
     "chunk_id", "doc_id", "partition", "char_start", "char_end", "text", "vector",
     "model_sha256", "model_name", "head", "strategy",
 ]  # fmt: skip
-
-#: A chunk size no chunk text reaches: one span over the whole text (the naive embedding).
-WHOLE = 1 << 30
 
 
 #: Read too where the table has it (a granularity's parent links, issue 29).

@@ -119,12 +119,16 @@ def vector_config_fields(
     The engine's version (vLLM's, transformers' for the light engine) and, for a strategy that
     segments sentences, its segmenter's package version count too (issue 36: an upgrade of either
     may move vectors or boundaries, so it opens a generation instead of mixing old and new rows).
+    A blend weight other than 1 (:mod:`latechunk_dagster.core.blending`) is one more field: changing it
+    opens a generation; late chunking (``blend=1``) adds nothing, so its rows keep their record.
     A converter's version joins here as one more field: the generation key
     (:func:`~latechunk_dagster.sink.generations.definition_key`) is built from ``vector_config`` and
     follows it with no change of its own.
     """
     engine = {} if settings.engine in VLLM_ENGINES else {"engine": settings.engine}
     engine |= {} if parent is None else {"parent": [parent[0], parent[1].name, parent[1].params()]}
+    if settings.blend != 1.0:  # blended vectors (issue 48); late chunking's rows keep their record
+        engine["blend"] = settings.blend
     params = strategy.params()
     if isinstance(params.get("segmenter"), str):
         engine["segmenter_version"] = segmenter_version(params["segmenter"])
