@@ -43,16 +43,18 @@ from latechunk_dagster.sources.frames import iter_table_documents, partition_tab
 def build_documents_asset(w: TableWiring, spec: dg.AssetSpec) -> dg.AssetsDefinition:
     """The observable source asset over the document-store resource ``w.store_key``, carrying ``spec`` whole.
 
-    ``observable_source_asset`` is a beta API of Dagster 1.13 (the one that reports a data version per
-    partition); its ``BetaWarning`` is this package's choice, not the user's, so it is not shown at
-    every ``dagster`` command that loads the definitions."""
+    ``observable_source_asset`` and ``DataVersionsByPartition`` are beta APIs of Dagster 1.13 (the ones
+    that report a data version per partition); their ``BetaWarning`` is this package's choice, not the
+    user's, so it is not shown at every ``dagster`` command that loads the definitions."""
+
+    from dagster_shared.utils.warnings import BetaWarning
 
     def documents(context: dg.AssetExecutionContext) -> dg.DataVersionsByPartition:
         fingerprints = w.resource(context, w.store_key).get_store().fingerprints()  # one pass over the store
         keys = w.all_partition_keys(context.instance)
-        return dg.DataVersionsByPartition({k: fingerprints[k] for k in keys if k in fingerprints})
-
-    from dagster_shared.utils.warnings import BetaWarning
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", BetaWarning)
+            return dg.DataVersionsByPartition({k: fingerprints[k] for k in keys if k in fingerprints})
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", BetaWarning)
