@@ -106,7 +106,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--objects", type=int, default=10_000)
     parser.add_argument("--shards", type=int, default=100)
+    parser.add_argument("--quick", action="store_true", help="200 objects in 4 shards: a smoke run, no figures")
     args = parser.parse_args()
+    if args.quick:
+        args.objects, args.shards = 200, 4
 
     from latechunk_dagster.sources.files import DocumentStore
     from tests.s3_proxy import s3_proxy

@@ -201,7 +201,9 @@ def main() -> None:
     ap.add_argument("--chunk-chars", type=int, default=256, help="characters per synthetic chunk")
     ap.add_argument("--repeat", type=int, default=1, help="measurements per row (the smallest growth is kept)")
     ap.add_argument("--child", nargs=3)
+    ap.add_argument("--quick", action="store_true", help="Dagster's checks over 12 partitions only: a smoke run")
     args = ap.parse_args()
+    modes, sizes = (("dagster",), (12,)) if args.quick else (("dagster", "airflow"), (12, 48))
     if args.child:
         mode, tmp, n = args.child
         child(mode, Path(tmp), int(n))
@@ -223,8 +225,8 @@ def main() -> None:
         )
         print("-" * 74)
         growth: dict[tuple[str, int], float] = {}
-        for mode in ("dagster", "airflow"):
-            for n in (12, 48):
+        for mode in modes:
+            for n in sizes:
                 runs = [measure(mode, tmp, n) for _ in range(args.repeat)]
                 r = min(runs, key=lambda r: r["peak_mb"] - r["base_mb"])
                 growth[mode, n] = r["peak_mb"] - r["base_mb"]
@@ -233,7 +235,7 @@ def main() -> None:
                     f"{growth[mode, n]:>9.1f} | {r['s']:>6.2f}"
                 )
         print()
-        for mode in ("dagster", "airflow"):
+        for mode in modes if len(sizes) > 1 else ():
             print(f"{mode}: growth 48 / 12 partitions = {growth[mode, 48] / max(growth[mode, 12], 0.1):.2f}x")
 
 

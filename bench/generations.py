@@ -84,4 +84,7 @@ def main(n: int = 20_000, switches: int = 20) -> None:
 
 
 if __name__ == "__main__":
-    main(*(int(a) for a in sys.argv[1:3]))
+    if "--quick" in sys.argv:  # a smoke run, no figures
+        main(200, 3)
+    else:
+        main(*(int(a) for a in sys.argv[1:3]))
