@@ -7,6 +7,7 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from importlib.metadata import version
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pytest
@@ -18,6 +19,7 @@ from latechunk_dagster.pipeline.config import granularity_configs, vector_config
 from latechunk_dagster.sink import generation_log
 from latechunk_dagster.sink import generations as gens
 from latechunk_dagster.sink.database import LanceDBSettings
+from latechunk_dagster.sink.generation_gates import reading_generation
 
 SETTINGS = ChunkerSettings(
     model_name="m",
@@ -92,20 +94,22 @@ def test_two_writers_opening_one_number_for_two_keys_get_two_generations() -> No
 def test_clean_drops_generations_past_retention_and_keeps_user_tagged(tmp_path: Path) -> None:
     db = sink.connect(str(tmp_path))
     gens.enable_generations(db, "t", "rej")
-    for key in ("A", "B", "C"):
+    for key in ("A", "B", "C", "D"):
         name, rejected, _ = gens.writing_tables(db, "t", "rej", key)
         db.create_table(name, pa.table({"x": [1]}))
         db.create_table(rejected, pa.table({"x": [1]}))
-    gens.promote(db, "t", 3)  # 1 served until now, 2 never served, 3 current
+    gens.promote(db, "t", 3, force=True)
+    gens.promote(db, "t", 4, force=True)  # 1 served until 3, 2 never served, 3 just demoted, 4 current
     gens.tag_commit(db.open_table("t"), 1, "run-1", "a")  # a run's lineage tag protects nothing
     db.open_table("t__g2").tags.create("keep-me", 1)  # a user's tag does
     assert gens.clean(db, "t") == []  # within the retention
     later = datetime.now(UTC) + timedelta(days=8)
-    assert gens.clean(db, "t", now=later) == [1]
-    assert set(db.list_tables().tables) >= {"t__g2", "rej__g2", "t__g3", "rej__g3"}
+    assert gens.clean(db, "t", now=later) == [1]  # 3, demoted by the last promotion, is kept: rollback goes there
+    assert set(db.list_tables().tables) >= {"t__g2", "rej__g2", "t__g3", "rej__g3", "t__g4"}
     assert not {"t", "rej"} & set(db.list_tables().tables)
     state = gens.read_state(db, "t")
-    assert state is not None and state.generations[1].dropped and state.current.number == 3  # type: ignore[union-attr]
+    assert state is not None and state.generations[1].dropped and state.current.number == 4  # type: ignore[union-attr]
+    assert gens.rollback(db, "t").number == 3
 
 
 def test_a_run_tag_reads_back_the_version_it_names(tmp_path: Path) -> None:
@@ -194,12 +198,13 @@ def test_the_retention_comes_from_the_setting_and_a_bad_value_names_it(monkeypat
             gens.retention_period()
 
 
-def test_promoting_from_the_cli_drops_generations_past_the_retention(
+def test_promoting_from_the_cli_drops_generations_past_the_retention_but_the_one_just_demoted(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Old generations leave when the next promotion runs (the CLI's, as the Dagster promote asset's
-    and Airflow's promote task's): with a retention of 0 days, generation 1, served until the
-    promotion of 2, is dropped by the promotion of 3; 2, just served, by the next one."""
+    and Airflow's promote task's). With a retention of 0 days (issue 47 kind 14) the generation a
+    promotion demotes is kept, so rollback always has somewhere to go: generation 1 stays through
+    the promotion of 2 and leaves with the promotion of 3; 2, just demoted, stays."""
     from latechunk_dagster.app.cli import main
 
     db = sink.connect(str(tmp_path))
@@ -210,7 +215,152 @@ def test_promoting_from_the_cli_drops_generations_past_the_retention(
     monkeypatch.setenv(gens.RETENTION_ENV, "0")
     args = ["--uri", str(tmp_path), "--table", "t", "--force"]
     assert main(["promote", "2", *args]) == 0
-    assert "dropped generations past the retention: [1]" in capsys.readouterr().out  # 3, being built, kept
+    assert "dropped generations past the retention: none" in capsys.readouterr().out  # 1 demoted, 3 being built
     assert main(["promote", "3", *args]) == 0
-    assert "dropped generations past the retention: [2]" in capsys.readouterr().out
+    assert "dropped generations past the retention: [1]" in capsys.readouterr().out
     assert gens.current_table(db, "t") == "t__g3" and "t" not in db.list_tables().tables
+    assert main(["rollback", "--uri", str(tmp_path), "--table", "t"]) == 0
+    assert gens.current_table(db, "t") == "t__g2" and "t__g2" in db.list_tables().tables
+
+
+def _chunk_rows(partitions: list[str], tag: str) -> pa.Table:
+    """Rows with the columns a chunk table's indexes cover (text, doc_id, partition) and a vector_config."""
+    n = len(partitions)
+    return pa.table(
+        {
+            "partition": partitions,
+            "doc_id": [f"{tag}{i}" for i in range(n)],
+            "text": [f"{tag} words {i}" for i in range(n)],
+            "vector_config": [f"cfg-{tag}"] * n,
+        }
+    )
+
+
+def _kb(tmp_path: Path, first: list[str], later: dict[str, list[str]]) -> Any:
+    """A database whose definition ``kb`` holds ``first``'s partitions in generation 1 (adopted, tag
+    ``g1``) and, for each key of ``later``, a generation of its partitions (tag: the key)."""
+    db = sink.connect(str(tmp_path))
+    db.create_table("kb", _chunk_rows(first, "g1"))
+    gens.enable_generations(db, "kb", "rej")
+    for key, partitions in later.items():
+        name, _, _ = gens.writing_tables(db, "kb", "rej", key)
+        db.create_table(name, _chunk_rows(partitions, key))
+    return db
+
+
+def _opens(db: object, table: str) -> list[tuple[int, str]]:
+    rows = db.open_table(gens.log_table_name(table)).to_arrow().to_pylist()  # type: ignore[attr-defined]
+    return sorted((r["generation"], r["key"]) for r in rows if r["event"] == "open")
+
+
+def test_two_writers_who_read_the_log_at_once_never_share_a_generation_number(tmp_path: Path) -> None:
+    """Issue 47 kind 3, forced interleaving: writers of keys B and C both read the log while only
+    generation 1 exists, and both decide to open generation 2. B's open lands; C's, committed after
+    the same state, is refused (the place in the log is taken), and C, deciding again, opens 3."""
+    db = sink.connect(str(tmp_path))
+    gens.enable_generations(db, "t", "rej")
+    assert gens.writing_tables(db, "t", "rej", "A") == ("t", "rej", 1)
+    seen_by_b = gens.read_state(db, "t")
+    seen_by_c = gens.read_state(sink.connect(str(tmp_path)), "t")  # another connection, same moment
+    assert seen_by_b is not None and seen_by_c is not None and seen_by_b.next_seq == seen_by_c.next_seq == 2
+    b = generation_log.log_row("open", 2, 0, key="B", table="t__g2", rejected="rej__g2")
+    c = generation_log.log_row("open", 2, 0, key="C", table="t__g2", rejected="rej__g2")
+    assert generation_log.try_event(db, "t", seen_by_b, b) is True
+    assert generation_log.try_event(sink.connect(str(tmp_path)), "t", seen_by_c, c) is False
+    assert _opens(db, "t") == [(1, "A"), (2, "B")]  # C's row was never written
+    assert gens.writing_tables(db, "t", "rej", "C") == ("t__g3", "rej__g3", 3)
+    assert gens.writing_tables(db, "t", "rej", "B") == ("t__g2", "rej__g2", 2)
+    assert _opens(db, "t") == [(1, "A"), (2, "B"), (3, "C")]
+
+
+def test_writers_of_two_keys_racing_in_threads_get_two_generations(tmp_path: Path) -> None:
+    """Issue 47 kind 3, natural race: 12 trials of two threads opening a generation for keys B and C
+    at once (a barrier), each on its own connection; the report's 2 of 12 shared numbers before."""
+    import threading
+
+    for trial in range(12):
+        uri = str(tmp_path / f"db{trial}")
+        gens.enable_generations(sink.connect(uri), "t", "rej")
+        gens.writing_tables(sink.connect(uri), "t", "rej", "A")
+        barrier, got = threading.Barrier(2), {}
+
+        def write(key: str, uri: str = uri, barrier: threading.Barrier = barrier, got: dict = got) -> None:
+            db = sink.connect(uri)
+            barrier.wait()
+            got[key] = gens.writing_tables(db, "t", "rej", key)[2]
+
+        threads = [threading.Thread(target=write, args=(k,)) for k in ("B", "C")]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert sorted(got.values()) == [2, 3], (trial, got)
+        db = sink.connect(uri)
+        assert _opens(db, "t") == sorted([(1, "A"), (got["B"], "B"), (got["C"], "C")]), trial
+        seqs = db.open_table(gens.log_table_name("t")).to_arrow().column("seq").to_pylist()
+        assert sorted(seqs) == list(range(len(seqs))), trial  # one row per place: a total order of commits
+
+
+def test_promote_in_code_refuses_a_generation_missing_partitions_unless_forced(tmp_path: Path) -> None:
+    """Issue 47 kind 7: the library call is gated, as the CLI: generation 2 lacks shard b."""
+    db = _kb(tmp_path, ["a", "b"], {"new": ["a"]})
+    with pytest.raises(ValueError, match=r"generation 2 of 'kb' lacks 1 partitions the current generation has \(b\)"):
+        gens.promote(db, "kb")
+    assert gens.current_table(db, "kb") == "kb"
+    assert gens.promote(db, "kb", force=True).number == 2
+    assert gens.current_table(db, "kb") == "kb__g2"
+
+
+def test_promotion_and_rollback_index_the_generation_they_serve(tmp_path: Path) -> None:
+    """Issue 51 item 1: a generation is indexed before the commit that serves it (full-text on
+    text, BTREE doc_id, BITMAP partition), by promote and by rollback alike."""
+    from latechunk_dagster.sink.queries import has_fts_index
+
+    db = _kb(tmp_path, ["a"], {"new": ["a"]})  # generation 1 adopted unindexed
+    lines: list[str] = []
+    gens.promote(db, "kb", log_line=lines.append)
+    indexed = {i.index_type: list(i.columns) for i in db.open_table("kb__g2").list_indices()}
+    assert indexed == {"FTS": ["text"], "BTree": ["doc_id"], "Bitmap": ["partition"]}
+    assert lines == ["indexed 'kb__g2' (generation 2) before serving it: it lacked text, doc_id, partition"]
+    assert not has_fts_index(db.open_table("kb"))
+    assert gens.rollback(db, "kb", log_line=lines.append).number == 1
+    assert has_fts_index(db.open_table("kb")) and len(lines) == 2
+    hits = db.open_table("kb").search("words", query_type="fts").limit(5).to_arrow()
+    assert sorted(hits.column("doc_id").to_pylist()) == ["g10"]
+
+
+def test_a_rollback_racing_a_promotion_fails_naming_the_one_that_landed(tmp_path: Path) -> None:
+    """Issue 47 kind 13, forced interleaving: the rollback reads the log (2 current, 1 before it);
+    while it indexes generation 1 (its log line is the moment) a promotion of 3 lands; the rollback
+    commits nothing and says so, naming generation 3, which stays current."""
+    db = _kb(tmp_path, ["a"], {"B": ["a"], "C": ["a"]})
+    gens.promote(db, "kb", 2)
+    version = db.open_table(gens.log_table_name("kb")).version
+    with pytest.raises(ValueError, match="another promotion landed on 'kb' .* generation 3 is current now; nothing"):
+        gens.rollback(db, "kb", log_line=lambda _: gens.promote(sink.connect(str(tmp_path)), "kb", 3))
+    state = gens.read_state(db, "kb")
+    assert state is not None and state.stack == (1, 2, 3)  # the promotion, and no rollback row
+    assert [r["event"] for r in db.open_table(gens.log_table_name("kb")).to_arrow().to_pylist()].count("rollback") == 0
+    assert db.open_table(gens.log_table_name("kb")).version > version
+    assert gens.rollback(db, "kb").number == 2 and gens.current_table(db, "kb") == "kb__g2"  # uncontended: reports
+
+
+def test_a_read_of_a_generation_dropped_meanwhile_names_it(tmp_path: Path) -> None:
+    """Issue 47 kind 14: a search resolved generation 1, then two promotions and a clean at
+    retention 0 dropped it; its read says so, naming the generation and what is current."""
+    db = _kb(tmp_path, ["a"], {"B": ["a"], "C": ["a"]})
+    resolved = gens.current_table(db, "kb")
+    handle = db.open_table(resolved)
+    gens.promote(db, "kb", 2)
+    gens.promote(db, "kb", 3)
+    assert gens.clean(db, "kb", retention=timedelta(0)) == [1]  # 2, just demoted, kept
+    with pytest.raises(RuntimeError, match="Not found"):
+        handle.to_arrow()  # what lance says by itself
+    with pytest.raises(ValueError) as err, reading_generation(db, "kb", resolved):
+        handle.to_arrow()
+    assert str(err.value) == (
+        "generation 1 of 'kb' (table 'kb') was dropped past the retention while it was read: "
+        "generation 3 ('kb__g3') is current; search again"
+    )
+    with pytest.raises(RuntimeError, match="boom"), reading_generation(db, "kb", "kb__g3"):
+        raise RuntimeError("boom: not found")  # a table not dropped: the error as it was

@@ -51,27 +51,12 @@ def run(args: argparse.Namespace) -> int:
     table = args.table or sink.CHUNK_TABLE
     db = sink.connect(uri)
     if args.command == "promote":
-        state = gens.read_state(db, table)
-        target = (
-            None
-            if state is None
-            else state.newest
-            if args.generation is None
-            else state.generations.get(args.generation)
-        )
-        if state is not None and target is not None and not args.force:
-            missing = gens.missing_partitions(db, table, target)
-            if missing:
-                raise ValueError(
-                    f"generation {target.number} of {table!r} lacks {len(missing)} partitions the current generation "
-                    f"has ({', '.join(missing[:5])}): materialize them first, or --force"
-                )
-        done = gens.promote(db, table, args.generation, note="latechunk promote")
+        done = gens.promote(db, table, args.generation, force=args.force, note="latechunk promote", log_line=print)
         print(f"{table}: generation {done.number} ({done.table}) is current")
         print(f"{table}: dropped generations past the retention: {gens.clean(db, table) or 'none'}")
         return 0
     if args.command == "rollback":
-        done = gens.rollback(db, table, note="latechunk rollback")
+        done = gens.rollback(db, table, note="latechunk rollback", log_line=print)
         print(f"{table}: rolled back, generation {done.number} ({done.table}) is current")
         return 0
     if args.enable:

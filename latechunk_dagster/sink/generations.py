@@ -30,26 +30,27 @@ import hashlib
 import math
 import os
 import re
-import time
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from latechunk_dagster.sink.catalog import table_names
 from latechunk_dagster.sink.creation import open_or_create
+from latechunk_dagster.sink.generation_gates import build_missing_indexes
+from latechunk_dagster.sink.generation_gates import missing_partitions as _missing_in
 from latechunk_dagster.sink.generation_log import (
     LOG_SCHEMA,
     LOG_SUFFIX,
     Generation,
     GenerationState,
-    append_event,
+    Plan,
+    commit_planned,
     definition_key,
     generation_table,
     log_table_name,
     read_state,
 )
 from latechunk_dagster.sink.granularity_tables import granularity_tables
-from latechunk_dagster.sink.writes import stored_partitions
 from latechunk_dagster.sources.documents import converted_vector_config
 
 #: Generations not current are kept this long after they stopped being served (or were opened,
@@ -109,58 +110,78 @@ def enable_generations(
     open_or_create(db, log_table_name(table), LOG_SCHEMA)
     key = stored_key(db, table, run_configs)
     if key is not None:
-        append_event(
-            db,
-            table,
-            "open",
-            1,
-            key=key,
-            table=table,
-            rejected=rejected,
-            run_id=run_id,
-            note="tables before generations",
-        )
-        append_event(db, table, "promote", 1, run_id=run_id, note="served before generations")
+        fields = {
+            "key": key,
+            "table": table,
+            "rejected": rejected,
+            "run_id": run_id,
+            "note": "tables before generations",
+        }
+        # each a compare-and-swap: two enabling runs at once adopt the stored rows once
+        commit_planned(db, table, lambda s: None if s.generations else ("open", 1, fields), what="adopt generation 1")
+        served = {"run_id": run_id, "note": "served before generations"}
+        commit_planned(db, table, lambda s: None if s.stack else ("promote", 1, served), what="serve generation 1")
     return read_state(db, table)  # type: ignore[return-value]
 
 
+def adopted_match(
+    db: Any, state: GenerationState, key: str, run_configs: Mapping[str, str] | None
+) -> Generation | None:
+    """Generation 1 when it was adopted under another key (:func:`enable_generations` keys stored
+    rows of converted documents by their own ``vector_config`` when the enabling run's is another)
+    but its rows' ``vector_config`` is what a run of ``run_configs`` writes (:func:`stored_key`
+    gives ``key``): a run after a rollback to it, with its strategy back, writes it (issue 51)."""
+    first = state.generations.get(1)
+    if first is None or first.dropped or first.key == key or run_configs is None:
+        return None
+    return first if stored_key(db, first.table, run_configs) == key else None
+
+
 def writing_tables(
-    db: Any, table: str, rejected: str, key: str, *, run_id: str | None = None
+    db: Any,
+    table: str,
+    rejected: str,
+    key: str,
+    *,
+    run_id: str | None = None,
+    run_configs: Mapping[str, str] | None = None,
 ) -> tuple[str, str, int | None]:
     """Where a run of definition key ``key`` writes: ``(chunk table name, rejected table name,
     generation)``; ``(table, rejected, None)`` when ``table`` is not under generations.
 
-    The generation already opened for ``key`` (current or being built, not dropped); else a new one,
-    numbered after every generation ever opened, whose ``open`` is committed here. When no
+    The generation already opened for ``key`` (current or being built, not dropped), or generation 1
+    adopted under another key whose rows are the run's (:func:`adopted_match`, with ``run_configs``:
+    the run's ``{granularity: vector_config}``); else a new one, numbered after every generation
+    ever opened, whose ``open`` is one compare-and-swap of the log
+    (:func:`~latechunk_dagster.sink.generation_log.commit_planned`): a writer of another key that
+    opened that number first makes this one decide again, so two keys never share a number. When no
     generation is current, the generation returned is promoted in the same call (a new definition:
     nothing is served yet).
     """
-    for _ in range(5):
-        state = read_state(db, table)
-        if state is None:
-            return table, rejected, None
-        gen = state.of_key(key)
-        if gen is None:
-            n = max(state.generations, default=0) + 1
-            append_event(
-                db,
-                table,
-                "open",
-                n,
-                key=key,
-                table=generation_table(table, n),
-                rejected=generation_table(rejected, n),
-                run_id=run_id,
-            )
-            state = read_state(db, table)
-            gen = state.of_key(key) if state else None
-            if gen is None:  # another writer took number n for another key: open the next one
-                time.sleep(0.05)
-                continue
-        if state is not None and state.current is None:
-            append_event(db, table, "promote", gen.number, run_id=run_id, note="first generation")
-        return gen.table, gen.rejected or generation_table(rejected, gen.number), gen.number
-    raise RuntimeError(f"could not open a generation of {table!r} for key {key}: other writers kept taking the number")
+    if read_state(db, table) is None:
+        return table, rejected, None
+    found: list[Generation] = []
+
+    def plan_open(state: GenerationState) -> Plan:
+        found[:] = [g for g in [state.of_key(key) or adopted_match(db, state, key, run_configs)] if g is not None]
+        if found:
+            return None
+        n = max(state.generations, default=0) + 1
+        names = {"table": generation_table(table, n), "rejected": generation_table(rejected, n)}
+        return "open", n, {"key": key, **names, "run_id": run_id}
+
+    _, opened = commit_planned(db, table, plan_open, what=f"open a generation for key {key}")
+    gen = found[0] if not opened else read_state(db, table).generations[opened[1]]  # type: ignore[union-attr]
+
+    def plan_first(state: GenerationState) -> Plan:
+        return (
+            None
+            if state.current is not None
+            else ("promote", gen.number, {"run_id": run_id, "note": "first generation"})
+        )
+
+    commit_planned(db, table, plan_first, what=f"serve generation {gen.number}")
+    return gen.table, gen.rejected or generation_table(rejected, gen.number), gen.number
 
 
 def current_table(db: Any, table: str, listed: Collection[str] | None = None) -> str:
@@ -183,38 +204,83 @@ def built_table(db: Any, table: str) -> tuple[str, str | None]:
 
 
 def promote(
-    db: Any, table: str, generation: int | None = None, *, run_id: str | None = None, note: str = ""
+    db: Any,
+    table: str,
+    generation: int | None = None,
+    *,
+    force: bool = False,
+    run_id: str | None = None,
+    note: str = "",
+    log_line: Callable[[str], Any] | None = None,
 ) -> Generation:
-    """Make ``generation`` (default: the newest) current: one commit of one log row.
+    """Make ``generation`` (default: the newest) current: one compare-and-swap of one log row, after
+    its chunk tables were indexed where they lacked an index
+    (:func:`~latechunk_dagster.sink.generation_gates.build_missing_indexes`: hybrid search answers
+    the moment it is served). The one gate of every front (the Dagster promote asset, after its own
+    gate on Dagster's records; Airflow's promote task; ``latechunk promote``).
 
-    The caller gates it (the Dagster promote asset on every partition's checks, the Airflow task
-    after every shard, ``latechunk promote`` on :func:`missing_partitions`).
+    Args:
+        force: promote although the generation lacks partitions the current one holds.
+        log_line: called with a line per table indexed here (e.g. ``context.log.info``).
 
     Raises:
-        ValueError: ``table`` is not under generations; no such generation, or dropped; already current.
+        ValueError: ``table`` is not under generations; no such generation, or dropped; already
+            current; without ``force``, it lacks partitions the current generation holds (names
+            them: :func:`missing_partitions`). Decided again on the log as it is when the commit
+            lands, so a promotion that raced another one is judged against the one that won.
     """
     state = _state(db, table)
-    target = state.newest if generation is None else state.generations.get(generation)
-    if target is None or target.dropped:
+    first = state.newest if generation is None else state.generations.get(generation)
+    if first is None or first.dropped:
         raise ValueError(f"table definition {table!r} has no generation {generation} to promote: {describe(state)}")
-    if state.current is not None and state.current.number == target.number:
-        raise ValueError(f"generation {target.number} of {table!r} is current already")
-    append_event(db, table, "promote", target.number, run_id=run_id, note=note)
-    return target
+    build_missing_indexes(db, first, log_line)
+
+    def plan(state: GenerationState) -> Plan:
+        target = state.generations[first.number]
+        if target.dropped:
+            raise ValueError(f"generation {target.number} of {table!r} was dropped: {describe(state)}")
+        if state.current is not None and state.current.number == target.number:
+            raise ValueError(f"generation {target.number} of {table!r} is current already")
+        missing = [] if force else _missing_in(db, state, target)
+        if missing:
+            raise ValueError(
+                f"generation {target.number} of {table!r} lacks {len(missing)} partitions the current generation has "
+                f"({', '.join(missing[:5])}): materialize them first, or promote with force=True (--force)"
+            )
+        return "promote", target.number, {"run_id": run_id, "note": note}
+
+    commit_planned(db, table, plan, what=f"promote generation {first.number}")
+    return first
 
 
-def rollback(db: Any, table: str, *, run_id: str | None = None, note: str = "") -> Generation:
-    """Serve the generation current before the last promotion again: one commit of one log row, no
-    encoding. Returns the generation now current.
+def rollback(
+    db: Any, table: str, *, run_id: str | None = None, note: str = "", log_line: Callable[[str], Any] | None = None
+) -> Generation:
+    """Serve the generation current before the last promotion again: one compare-and-swap of one
+    log row, no encoding (its chunk tables indexed first where they lack an index, as :func:`promote`).
+    Returns the generation current right after this commit.
 
     Raises:
-        ValueError: not under generations, or no earlier generation to return to.
+        ValueError: not under generations, or no earlier generation to return to; "another promotion
+            landed" when a promotion or rollback of another writer committed between this one's read of
+            the log and its commit (nothing is rolled back; names what is current now).
     """
-    state = _state(db, table)
-    if len(state.stack) < 2:
-        raise ValueError(f"table definition {table!r} has no earlier generation to roll back to: {describe(state)}")
-    append_event(db, table, "rollback", state.stack[-1], run_id=run_id, note=note)
-    return state.generations[state.stack[-2]]
+    seen = _state(db, table)
+    if len(seen.stack) < 2:
+        raise ValueError(f"table definition {table!r} has no earlier generation to roll back to: {describe(seen)}")
+    build_missing_indexes(db, seen.generations[seen.stack[-2]], log_line)
+
+    def plan(state: GenerationState) -> Plan:
+        if state.stack != seen.stack:
+            now = state.current.number if state.current else None
+            raise ValueError(
+                f"another promotion landed on {table!r} while rolling back from generation {seen.stack[-1]}: "
+                f"generation {now} is current now; nothing was rolled back"
+            )
+        return "rollback", state.stack[-1], {"run_id": run_id, "note": note}
+
+    after, _ = commit_planned(db, table, plan, what="rollback")
+    return after.generations[after.stack[-2]]
 
 
 def retention_period(days: float | str | None = None) -> timedelta:
@@ -238,10 +304,12 @@ def retention_period(days: float | str | None = None) -> timedelta:
 
 
 def clean(db: Any, table: str, *, retention: timedelta | None = None, now: datetime | None = None) -> list[int]:
-    """Drop the tables of generations that are neither current nor the newest (the one a backfill
-    builds) and have not been served (or, never promoted, were opened) within ``retention``; a
+    """Drop the tables of generations that are not :func:`kept` (the current one, the one it demoted,
+    the newest) and have not been served (or, never promoted, were opened) within ``retention``; a
     generation any of whose tables carries a user's tag (any tag but the runs' own ``run-...``
-    lineage tags, :func:`tag_commit`) is kept. Returns the numbers dropped; each gets a ``drop`` row.
+    lineage tags, :func:`tag_commit`) is kept. Returns the numbers dropped. Each ``drop`` row is
+    committed first, as a compare-and-swap decided on the log as it is then (a rollback or promotion
+    that landed meanwhile is seen), and the tables are dropped after it.
 
     Args:
         retention: default :func:`retention_period` (``$LATECHUNK_GENERATION_RETENTION_DAYS`` or 7 days).
@@ -250,23 +318,32 @@ def clean(db: Any, table: str, *, retention: timedelta | None = None, now: datet
         ValueError: ``table`` is not under generations.
     """
     retention = retention_period() if retention is None else retention
-    state, now = _state(db, table), now or datetime.now(UTC)
-    # the current generation, and the newest one (the one a backfill builds: it is never dropped
-    # under a long backfill, however long ago it was opened)
-    current, dropped = {*state.stack[-1:], *([state.newest.number] if state.newest else [])}, []
+    now, dropped = now or datetime.now(UTC), []
     listed = set(table_names(db))
-    for g in state.generations.values():
-        since = g.served_until or g.opened_at
-        if g.dropped or g.number in current or now - since < retention:
-            continue
-        names = generation_tables(db, g)
-        if any(_protected(db.open_table(name)) for name in names if name in listed):
-            continue
-        for name in names:
-            db.drop_table(name, ignore_missing=True)
-        append_event(db, table, "drop", g.number, note=f"older than {retention}")
-        dropped.append(g.number)
+    for number in list(_state(db, table).generations):
+
+        def plan(state: GenerationState, n: int = number) -> Plan:
+            g = state.generations[n]
+            if g.dropped or n in kept(state) or now - (g.served_until or g.opened_at) < retention:
+                return None
+            if any(_protected(db.open_table(name)) for name in generation_tables(db, g) if name in listed):
+                return None
+            return "drop", n, {"note": f"older than {retention}"}
+
+        state, decided = commit_planned(db, table, plan, what=f"drop generation {number}")
+        if decided is not None:  # the drop is committed first: no reader resolves it after this
+            for name in generation_tables(db, state.generations[number]):
+                db.drop_table(name, ignore_missing=True)
+            dropped.append(number)
     return dropped
+
+
+def kept(state: GenerationState) -> set[int]:
+    """Generations :func:`clean` keeps whatever the retention: the current one, the one it demoted
+    (the top but one of the stack: a rollback always has somewhere to go, and a search that resolved
+    it just before the promotion reads it to its end, issue 47 kind 14), and the newest (the one a
+    backfill builds, however long ago it was opened)."""
+    return {*state.stack[-2:], *([state.newest.number] if state.newest else [])}
 
 
 def _protected(table: Any) -> bool:
@@ -302,17 +379,9 @@ def every_generation(db: Any, names: Sequence[str]) -> list[str]:
 
 def missing_partitions(db: Any, table: str, generation: Generation) -> list[str]:
     """Partitions the current generation holds (rows or rejections) that ``generation`` holds
-    nowhere: what a backfill has yet to write before ``latechunk promote`` may switch."""
-    state = _state(db, table)
-    current = state.current
-    if current is None or current.number == generation.number:
-        return []
-
-    def held(g: Generation) -> set[str]:
-        names = [t.name for t in granularity_tables(db, g.table, ordered=False).values()]
-        return stored_partitions(db, names + ([g.rejected] if g.rejected else []))
-
-    return sorted(held(current) - held(generation))
+    nowhere: what a backfill has yet to write before :func:`promote` may switch without ``force``
+    (:func:`~latechunk_dagster.sink.generation_gates.missing_partitions` on the log as it is now)."""
+    return _missing_in(db, _state(db, table), generation)
 
 
 def tag_name(run_id: str, partition: str) -> str:

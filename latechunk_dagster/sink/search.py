@@ -13,6 +13,7 @@ from latechunk_dagster import sink
 from latechunk_dagster.core.chunker import query_chunker
 from latechunk_dagster.core.tokenization import check_query
 from latechunk_dagster.sink.catalog import table_names
+from latechunk_dagster.sink.generation_gates import reading_generation
 from latechunk_dagster.sink.generations import current_table
 from latechunk_dagster.sink.granularity_tables import definition_granularities, granularity_table_of
 from latechunk_dagster.sink.hits import SEARCH_MODES, Hit, cosine_distances, ranked_hits
@@ -134,25 +135,28 @@ def search(
         raise ValueError(f"k must be >= 1, got {k}")
     db = sink.connect(uri, **(connect_kwargs or {}))
     tables = table_names(db)
-    table_name = current_table(db, table_name, tables)  # under generations: the current generation's (one log read)
-    if granularity is None:
-        name = table_name
-        if name not in tables:
-            raise ValueError(f"no table {name!r} at {uri}: materialize chunk_vectors first{_granularities(db, name)}")
-        table = db.open_table(name)
-    else:  # checked by its rows: another definition's table may carry the same name (issue 40)
-        name = granularity_table(table_name, granularity)
-        table = granularity_table_of(db, table_name, granularity)
-    if mode == "hybrid" and not has_fts_index(table):
-        raise ValueError(
-            f"table {name!r} has no full-text index on text, which hybrid search needs: "
-            "materialize the index asset (chunk_vectors_index) or call sink.indexing.refresh_indexes"
-        )
-    check = dict(where=where, exact=exact, mode=mode, reranker=reranker)
-    if chunker is None:
-        with query_chunker(model, **(model_options or {})) as own:  # type: ignore[arg-type]
-            return _search(own, db, table, name, query, k, return_parent, check)
-    return _search(chunker, db, table, name, query, k, return_parent, check)
+    definition, table_name = table_name, current_table(db, table_name, tables)  # under generations: the current one's
+    with reading_generation(db, definition, table_name):  # dropped meanwhile: says so, naming it (issue 47 kind 14)
+        if granularity is None:
+            name = table_name
+            if name not in tables:
+                raise ValueError(
+                    f"no table {name!r} at {uri}: materialize chunk_vectors first{_granularities(db, name)}"
+                )
+            table = db.open_table(name)
+        else:  # checked by its rows: another definition's table may carry the same name (issue 40)
+            name = granularity_table(table_name, granularity)
+            table = granularity_table_of(db, table_name, granularity)
+        if mode == "hybrid" and not has_fts_index(table):
+            raise ValueError(
+                f"table {name!r} has no full-text index on text, which hybrid search needs: "
+                "materialize the index asset (chunk_vectors_index) or call sink.indexing.refresh_indexes"
+            )
+        check = dict(where=where, exact=exact, mode=mode, reranker=reranker)
+        if chunker is None:
+            with query_chunker(model, **(model_options or {})) as own:  # type: ignore[arg-type]
+                return _search(own, db, table, name, query, k, return_parent, check)
+        return _search(chunker, db, table, name, query, k, return_parent, check)
 
 
 def lineage_difference(chunker: QueryEmbedder, row: Mapping[str, Any]) -> str | None:
