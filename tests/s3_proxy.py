@@ -5,14 +5,21 @@ and, when told, answers a listing page itself: ``page_size`` makes moto paginate
 (``max-keys``), ``fail_page`` fails the listing request of that number (1: the first page) with
 ``fault``: ``"error"`` (500 InternalError), ``"throttle"`` (503 SlowDown, every retry too) or
 ``"cut"`` (the page's response cut off mid-body, then the connection closed).
+
+Object reads (GET and HEAD of a key): ``delay`` seconds are added to each request (an object store's
+latency); ``on_get(key, n)`` runs before the n-th GET of a key is forwarded (a writer replacing the
+object between two ranged GETs); ``get_faults`` answers that many object requests with ``get_fault``:
+``"error"`` (500), ``"throttle"`` (503 SlowDown) or ``"hang"`` (no answer for ``hang_s`` seconds, then
+the connection closed).
 """
 
 from __future__ import annotations
 
 import http.client
 import threading
+import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qsl, urlencode, urlsplit
@@ -36,6 +43,12 @@ class S3Proxy:
         self.list_requests = 0
         self.lock = threading.Lock()
         self.url = ""
+        self.delay = 0.0
+        self.on_get: Callable[[str, int], None] | None = None
+        self.get_faults = 0
+        self.get_fault = "throttle"
+        self.hang_s = 5.0
+        self.faults_answered = 0
 
     def reset(self) -> None:
         with self.lock:
@@ -64,13 +77,34 @@ def _handler(proxy: S3Proxy) -> type[BaseHTTPRequestHandler]:
             segments = [s for s in parts.path.split("/") if s]
             listing = self.command == "GET" and (len(segments) <= 1 or "list-type" in keys)
             kind = "list" if listing else {"GET": "get", "HEAD": "head"}.get(self.command, "other")
+            key = "/".join(segments[1:])
+            fault = None
             with proxy.lock:
                 proxy.counts[kind] += 1
                 if kind == "get":
-                    proxy.gets["/".join(segments[1:])] += 1
+                    proxy.gets[key] += 1
+                    nth = proxy.gets[key]
                 if listing:
                     proxy.list_requests += 1
                     number = proxy.list_requests
+                if kind in ("get", "head") and proxy.get_faults > 0:
+                    proxy.get_faults -= 1
+                    proxy.faults_answered += 1
+                    fault = proxy.get_fault
+            if proxy.delay:
+                time.sleep(proxy.delay)
+            if fault == "hang":
+                time.sleep(proxy.hang_s)
+                self.close_connection = True
+                self.connection.shutdown(2)
+                return
+            if fault is not None:
+                status, code, message = _ERRORS[fault]
+                body = f"<?xml version='1.0'?><Error><Code>{code}</Code><Message>{message}</Message></Error>"
+                self._answer(status, body.encode(), {"Content-Type": "application/xml"})
+                return
+            if kind == "get" and proxy.on_get is not None:
+                proxy.on_get(key, nth)
             if listing and proxy.page_size is not None:
                 size = min(proxy.page_size, int(keys.get("max-keys") or proxy.page_size))
                 query = [(k, v) for k, v in query if k != "max-keys"] + [("max-keys", str(size))]
@@ -132,3 +166,18 @@ def s3_proxy(upstream: str) -> Iterator[S3Proxy]:
         server.shutdown()
         server.server_close()
         thread.join(10)
+
+
+def store_options(url: str, key_id: str, secret: str) -> dict[str, str]:
+    """LanceDB-form storage options that reach the S3 endpoint ``url`` with these credentials."""
+    keys = {"aws_access_key_id": key_id, "aws_secret_access_key": secret}
+    return {**keys, "aws_endpoint": url, "aws_region": "us-east-1", "allow_http": "true"}
+
+
+def s3_client(url: str):  # noqa: ANN201 - a boto3 client (boto3 is a test dependency)
+    """A boto3 S3 client of the endpoint ``url`` (moto takes any credentials): uploads, bypassing the proxy."""
+    import boto3
+
+    return boto3.client(
+        "s3", endpoint_url=url, aws_access_key_id="t", aws_secret_access_key="t", region_name="us-east-1"
+    )

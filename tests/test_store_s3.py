@@ -18,7 +18,7 @@ import pytest
 
 from latechunk_dagster.sources.files import DocumentStore, IncompleteListingError
 from latechunk_dagster.sources.storage import public_uri
-from tests.s3_proxy import S3Proxy, s3_proxy
+from tests.s3_proxy import S3Proxy, s3_client, s3_proxy, store_options
 from tests.servers import ServerProcess, free_port, s3_bucket
 
 boto3 = pytest.importorskip("boto3")
@@ -60,14 +60,10 @@ def proxy(s3) -> Iterator[S3Proxy]:
 
 def _options(url: str) -> dict[str, str]:
     """LanceDB-form storage options that reach ``url`` with the never-shown credentials."""
-    keys = {"aws_access_key_id": KEY_ID, "aws_secret_access_key": SECRET}
-    return {**keys, "aws_endpoint": url, "aws_region": "us-east-1", "allow_http": "true"}
+    return store_options(url, KEY_ID, SECRET)
 
 
-def _client(url: str):  # noqa: ANN202 - boto3 client
-    return boto3.client(
-        "s3", endpoint_url=url, aws_access_key_id="t", aws_secret_access_key="t", region_name="us-east-1"
-    )
+_client = s3_client
 
 
 def _upload(url: str, prefix: str, files: dict[str, str | bytes], bucket: str = BUCKET) -> None:

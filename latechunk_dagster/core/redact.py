@@ -18,6 +18,12 @@ MASK = "[secure]"
 
 #: ``scheme://userinfo@`` and ``?key=value`` / ``&key=value`` of a URL inside any text.
 _USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<userinfo>[^/?#@\s'\"]*)@")
+#: An object-store URI's ``user:secret@`` whose secret holds a ``/`` or a space (about half of AWS
+#: secret keys hold a ``/``; no URI parser reads it as userinfo, and pyarrow's "Cannot parse URI"
+#: quotes it whole): the user part holds no ``/`` or space, the secret runs to the first ``@``.
+_STORE_USERINFO = re.compile(
+    r"(?P<scheme>\b(?:s3a?|gs|gcs|az|abfss?)://)(?P<userinfo>[^/@\s'\"]*:[^@'\"\n]*)@", re.IGNORECASE
+)
 _QUERY_VALUE = re.compile(r"(?P<key>[?&][^=&#\s'\"]+=)(?P<value>[^&#\s'\"]*)")
 
 
@@ -33,8 +39,11 @@ def redact_url(text: str) -> str:
     userinfo and every query value of each URL masked (:data:`MASK`); everything else as given.
 
     ``http://user:pass@host:8000/v1?api_key=abc`` -> ``http://user:[secure]@host:8000/v1?api_key=[secure]``
-    (a user name alone, ``http://TOKEN@host``, is masked whole: ``http://[secure]@host``).
+    (a user name alone, ``http://TOKEN@host``, is masked whole: ``http://[secure]@host``). An
+    object-store URI's secret may hold ``/`` or spaces: ``s3://AKIA:ab/c d@bucket/p`` ->
+    ``s3://AKIA:[secure]@bucket/p``.
     """
+    text = _STORE_USERINFO.sub(lambda m: f"{m['scheme']}{_mask_userinfo(m['userinfo'])}@", text)
     text = _USERINFO.sub(lambda m: f"{m['scheme']}{_mask_userinfo(m['userinfo'])}@" if m["userinfo"] else m[0], text)
     return _QUERY_VALUE.sub(lambda m: f"{m['key']}{MASK}", text) if "?" in text else text
 

@@ -473,12 +473,26 @@ class DocumentStore:
                 yield shard, located_document(row, self.chunks_column)
 
     def _indexed_shard(
-        self, shard: str, lines: list[tuple[int, int]], stamp: tuple[int, int]
+        self, shard: str, lines: list[tuple[int, int]], stamp: tuple[object, ...]
     ) -> Iterator[Document | RejectedRow]:
         """A single JSONL file's shard read from its indexed lines; the whole-file scan of
-        :meth:`iter_shard` if the file changed since the index was made."""
+        :meth:`iter_shard` if the file changed since the index was made. A file replaced while its
+        lines are read (after the check) ends in an ``unreadable_file`` row: the lines at the
+        index's offsets are not the version indexed."""
         if file_stamp(self.path) != stamp:
             yield from self.iter_shard(shard)
             return
         rows = self._single_file_rows(rows=jsonl_rows(self.path, lines))
         yield from first_of_each_id((item for _, item in rows), self._scope(shard))
+        if _stamp_or_none(self.path) != stamp:
+            where = printable(str(self.path))
+            detail = f"{where}: replaced while shard {shard!r} was read from the lines indexed before; not used"
+            yield RejectedRow("*", where, "unreadable_file", detail)
+
+
+def _stamp_or_none(path: PurePath) -> tuple[object, ...] | None:
+    """:func:`~latechunk_dagster.sources.listed.file_stamp`, or ``None`` for a file that cannot be reached."""
+    try:
+        return file_stamp(path)
+    except OSError:
+        return None

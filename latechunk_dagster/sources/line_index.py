@@ -13,13 +13,13 @@ from latechunk_dagster.sources.readers import jsonl_lines, shard_of_row
 LineIndex = dict[str, list[tuple[int, int]]]
 
 
-def shard_lines(path: Path, stem: str) -> tuple[LineIndex, tuple[int | None, int | None]]:
+def shard_lines(path: Path, stem: str) -> tuple[LineIndex, tuple[object, ...]]:
     """The lines of each shard of the JSONL file ``path`` (a row without a good ``shard``, and a line
-    that is not a row, belong to ``stem``), and the file's (size, mtime in ns) when the scan began
+    that is not a row, belong to ``stem``), and the file's version when the scan began
     (:func:`~latechunk_dagster.sources.listed.file_stamp`). No text is kept.
 
-    A file that cannot be read: ``({}, (-1, -1))`` (each shard then reads the file itself and
-    records why it cannot).
+    A file that cannot be read (or is replaced while it is scanned): ``({}, ())`` (each shard then
+    reads the file itself and records why it cannot).
     """
     index: LineIndex = {}
     try:
@@ -28,5 +28,5 @@ def shard_lines(path: Path, stem: str) -> tuple[LineIndex, tuple[int | None, int
             shard = stem if isinstance(row, RejectedRow) else shard_of_row(row, stem)[0]
             index.setdefault(shard, []).append((number, offset))
     except OSError:
-        return {}, (-1, -1)
+        return {}, ()
     return index, stamp

@@ -7,7 +7,7 @@ from pathlib import PurePath
 
 from latechunk_dagster.sources.documents import Document, key_of
 from latechunk_dagster.sources.layout import Layout
-from latechunk_dagster.sources.storage import stat_of
+from latechunk_dagster.sources.storage import version_of
 
 
 def listing_fingerprints(root: PurePath, tree: Layout) -> dict[str, str]:
@@ -27,14 +27,14 @@ def listing_fingerprints(root: PurePath, tree: Layout) -> dict[str, str]:
     return out
 
 
-def file_stamp(path: PurePath) -> tuple[int | None, int | None]:
-    """(size in bytes, mtime in ns) of a file: whether it changed since an index of it was made.
+def file_stamp(path: PurePath) -> tuple[object, ...]:
+    """The version of a file (:func:`~latechunk_dagster.sources.storage.version_of`: an object's ETag,
+    a local file's size, mtime, inode and ctime): whether it changed since an index of it was made.
 
     Raises:
         OSError: the file cannot be reached.
     """
-    st = stat_of(path)
-    return st.size, st.mtime_ns
+    return version_of(path)
 
 
 def without_text(doc: Document) -> Document:

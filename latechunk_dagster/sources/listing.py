@@ -128,8 +128,8 @@ def walk(root: Path) -> Walk:
     a directory on the current path (a loop) is ``skipped``.
     """
     if isinstance(root, ObjectPath):
-        files, stats, gaps = list_files(root)
-        return Walk(files, [], [(root, row) for row in gaps], stats)  # type: ignore[arg-type]
+        files, stats, gaps, skipped = list_files(root)
+        return Walk(files, skipped, [(root, row) for row in gaps], stats)  # type: ignore[arg-type]
     out = Walk()
     seen: set[tuple[int, int]] = set()
 

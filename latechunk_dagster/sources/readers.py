@@ -317,8 +317,11 @@ def parquet_rows(file: Path, columns: tuple[str, ...] = ("id", "text", "shard"))
     except OSError as exc:
         yield RejectedRow("*", name, "unreadable_file", f"{name}: not a readable Parquet file: {exc}")
         return
-    with handle:
-        yield from _parquet_rows(handle, name, columns)
+    try:
+        with handle:
+            yield from _parquet_rows(handle, name, columns)
+    except OSError as exc:  # the file replaced while it was read (storage.PinnedReader): its rows are not one version
+        yield RejectedRow("*", name, "unreadable_file", f"{name}: cannot be read: {exc}")
 
 
 def _parquet_rows(handle: BinaryIO, name: str, columns: tuple[str, ...]) -> Iterator[Row | RejectedRow]:

@@ -30,10 +30,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePath, PurePosixPath
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import quote, unquote, urlsplit
 
 import pyarrow.fs as pafs
 
+from latechunk_dagster.core.redact import redact_url
 from latechunk_dagster.sources.documents import RejectedRow, printable
 
 #: URI schemes read as object stores, and the family of each (the filesystem class that reads it).
@@ -93,27 +94,83 @@ def is_object_uri(path: str | PurePath) -> bool:
     return isinstance(path, str) and urlsplit(path).scheme.lower() in SCHEMES and "://" in path
 
 
+@dataclass(frozen=True)
+class StoreURI:
+    """An object-store URI taken apart (:func:`split_store_uri`).
+
+    Attributes:
+        scheme: lower case (``s3``); userinfo: ``user:secret`` as written (``None``: none; never shown);
+        bucket: the bucket (container) name; key: the prefix below it, percent-decoded, without its
+        leading or trailing ``/`` (``my docs``).
+    """
+
+    scheme: str
+    userinfo: str | None
+    bucket: str
+    key: str
+
+    @property
+    def public(self) -> str:
+        """``scheme://bucket/key``: the URI as every message and :attr:`DocumentStore.uri` show it."""
+        return f"{self.scheme}://{self.bucket}/{self.key}".rstrip("/")
+
+
+def split_store_uri(uri: str) -> StoreURI:
+    """An object-store URI's scheme, credentials, bucket and key, as written by hand.
+
+    * **Credentials** (``s3://KEY_ID:SECRET@bucket/prefix``): everything before the ``@`` that
+      follows a ``:`` in the first segment; a secret may hold ``/``, ``+`` or a space (about half of
+      AWS secret keys hold a ``/``, which no URI parser reads as userinfo). Percent-encoded
+      credentials are decoded by pyarrow.
+    * **The key** is percent-decoded, as pyarrow's ``from_uri`` and LanceDB (object_store) decode
+      it: ``s3://docs/my%20docs`` and ``s3://docs/my docs`` are the prefix ``my docs``; a key that
+      holds a ``%`` itself is written ``%25``.
+    * A query string (``?region=...``) is not part of the key and is never shown.
+    """
+    scheme, _, rest = uri.partition("://")
+    userinfo = None
+    head = rest.split("/", 1)[0]
+    if ":" in head and "@" in rest[len(head.split(":", 1)[0]) :]:
+        userinfo, _, rest = rest.partition("@")  # AWS and Azure keys hold no "@"
+    elif "@" in head:
+        userinfo, _, rest = rest.partition("@")
+    rest = rest.split("?", 1)[0].split("#", 1)[0]
+    bucket, _, key = rest.partition("/")
+    return StoreURI(scheme.lower(), userinfo, bucket, unquote(key).strip("/"))
+
+
 def public_uri(uri: str) -> str:
-    """``uri`` without credentials: no ``user:secret@`` and no query (``?access_key=...``)."""
-    parts = urlsplit(uri)
-    if parts.scheme.lower() not in SCHEMES:
+    """``uri`` without credentials: no ``user:secret@`` (a secret with ``/`` or a space included) and
+    no query (``?access_key=...``); anything that is not an object-store URI as given."""
+    if urlsplit(uri).scheme.lower() not in SCHEMES or "://" not in uri:
         return uri
-    host = parts.hostname or ""
-    return f"{parts.scheme}://{host}{parts.path}".rstrip("/")
+    return split_store_uri(uri).public
+
+
+#: What a message about a URI that carries credentials adds: how to give them instead.
+CREDENTIALS_HINT = (
+    "credentials in a store URI must be percent-encoded (a '/' in a secret as %2F, a space as %20), "
+    "or better given as storage_options (aws_access_key_id, aws_secret_access_key) or the AWS_* variables"
+)
 
 
 def location(path: str | PurePath, storage_options: Mapping[str, str] | None = None) -> PurePath:
     """Where a store is: a resolved local ``Path``, or an :class:`ObjectPath` bound to its filesystem.
 
     Args:
-        path: a local path, or an ``s3://``, ``gs://``, ``az://`` / ``abfs://`` URI (credentials in
-            the URI are taken by pyarrow's ``from_uri`` and never kept in the path).
+        path: a local path, or an ``s3://``, ``gs://``, ``az://`` / ``abfs://`` URI
+            (:func:`split_store_uri`: how credentials and the key are read; the key is
+            percent-decoded, so ``s3://docs/my%20docs`` and ``s3://docs/my docs`` are one prefix,
+            through the standard chain and with ``storage_options`` alike). Credentials in the URI
+            are taken by pyarrow's ``from_uri`` and never kept in the path or shown.
         storage_options: LanceDB's form (:data:`OPTION_KEYS`); empty: each cloud's standard chain.
 
     Raises:
         ValueError: ``storage_options`` on a local path, a key not in :data:`OPTION_KEYS`, or a key
-            of another cloud than the URI's (naming the key; never its value).
-        OSError: pyarrow cannot make the filesystem (e.g. it cannot resolve a bucket's region).
+            of another cloud than the URI's (naming the key; never its value); a URI pyarrow cannot
+            parse (shown without credentials, with :data:`CREDENTIALS_HINT` when it has some).
+        OSError: pyarrow cannot make the filesystem (e.g. it cannot resolve a bucket's region;
+            shown without credentials).
     """
     if isinstance(path, ObjectPath):
         return path
@@ -122,30 +179,35 @@ def location(path: str | PurePath, storage_options: Mapping[str, str] | None = N
             where = f"not the local path {path}"
             raise ValueError(f"storage_options are for object-store URIs (s3://, gs://, az://), {where}")
         return Path(path).expanduser().resolve()
-    uri = str(path)
-    parts = urlsplit(uri)
-    fs = filesystem(uri, storage_options or {})
-    cls = type(f"{parts.scheme.upper()}Path", (ObjectPath,), {"scheme": parts.scheme.lower(), "filesystem": fs})
-    return cls("/" + (parts.hostname or "") + parts.path.rstrip("/"))
+    parts = split_store_uri(str(path))
+    try:
+        fs = filesystem(parts, storage_options or {})
+    except (OSError, ValueError) as exc:  # pyarrow's errors quote the URI it was given: credentials out
+        hint = f" ({CREDENTIALS_HINT})" if parts.userinfo else ""
+        shown = redact_url(first_line(exc))
+        raise (OSError if isinstance(exc, OSError) else ValueError)(f"{parts.public}: {shown}{hint}") from None
+    cls = type(f"{parts.scheme.upper()}Path", (ObjectPath,), {"scheme": parts.scheme, "filesystem": fs})
+    return cls("/" + parts.bucket + ("/" + parts.key if parts.key else ""))
 
 
-def filesystem(uri: str, storage_options: Mapping[str, str]) -> pafs.FileSystem:
+def filesystem(uri: StoreURI, storage_options: Mapping[str, str]) -> pafs.FileSystem:
     """The ``pyarrow.fs`` filesystem of an object-store URI (:func:`location`: arguments and errors)."""
-    family = SCHEMES[urlsplit(uri).scheme.lower()]
+    family = SCHEMES[uri.scheme]
     kwargs: dict[str, Any] = {}
     for key, value in storage_options.items():
         known = OPTION_KEYS.get(key.lower())
         if known is None:
             raise ValueError(f"storage_options: unknown key {key!r} (known: {sorted(OPTION_KEYS)})")
         if known[0] != family:
-            raise ValueError(f"storage_options: {key!r} is a {known[0]} setting; {public_uri(uri)} is {family}")
+            raise ValueError(f"storage_options: {key!r} is a {known[0]} setting; {uri.public} is {family}")
         kwargs[known[1]] = value
-    if not kwargs:
-        return pafs.FileSystem.from_uri(uri)[0]  # the standard chain; S3: also the bucket's region
+    if not kwargs:  # the standard chain; S3: also the bucket's region. Only the bucket: the key is ours
+        userinfo = "" if uri.userinfo is None else quote(unquote(uri.userinfo), safe=":") + "@"
+        return pafs.FileSystem.from_uri(f"{uri.scheme}://{userinfo}{uri.bucket}")[0]
     if family == "s3":
         return pafs.S3FileSystem(**_s3_arguments(kwargs))
     if family == "azure":
-        kwargs.setdefault("account_name", urlsplit(uri).username or os.environ.get("AZURE_STORAGE_ACCOUNT_NAME", ""))
+        kwargs.setdefault("account_name", uri.userinfo or os.environ.get("AZURE_STORAGE_ACCOUNT_NAME", ""))
         return pafs.AzureFileSystem(**kwargs)
     return pafs.GcsFileSystem(**kwargs)
 
@@ -189,14 +251,19 @@ class ObjectStat:
     mtime_ns: int | None
 
 
-def list_files(root: ObjectPath) -> tuple[list[ObjectPath], dict[PurePath, ObjectStat], list[RejectedRow]]:
+def list_files(
+    root: ObjectPath,
+) -> tuple[list[ObjectPath], dict[PurePath, ObjectStat], list[RejectedRow], list[tuple[ObjectPath, RejectedRow]]]:
     """Every object under ``root`` whose path holds no hidden part (``.name``), sorted, with what the
     listing says of each, from one recursive listing (paginated by the store; no object is read).
 
     Returns:
-        ``(files, stats, gaps)``: a listing that fails at any page (an error, throttling past the
-        retries, a listing cut short, an unreachable endpoint) lists no file and is one gap
-        (reason ``unlistable``), so nothing can be read as removed.
+        ``(files, stats, gaps, skipped)``: a listing that fails at any page (an error, throttling
+        past the retries, a listing cut short, an unreachable endpoint) lists no file and is one gap
+        (reason ``unlistable``), so nothing can be read as removed. ``skipped``: each key with an
+        empty (``a//b``), ``.`` or ``..`` segment below ``root``, named exactly as listed (reason
+        ``bad_key``): a path would read it as another key (``a/b``), so it is not read, and its
+        shard is held (never read as removed).
     """
     fs = root.filesystem
     assert fs is not None
@@ -204,18 +271,33 @@ def list_files(root: ObjectPath) -> tuple[list[ObjectPath], dict[PurePath, Objec
         infos = fs.get_file_info(pafs.FileSelector(root.key, recursive=True, allow_not_found=True))
     except OSError as exc:
         where = printable(str(root))
-        return [], {}, [RejectedRow("*", where, "unlistable", f"{where}: cannot be listed: {first_line(exc)}")]
+        return [], {}, [RejectedRow("*", where, "unlistable", f"{where}: cannot be listed: {first_line(exc)}")], []
     files: list[ObjectPath] = []
     stats: dict[PurePath, ObjectStat] = {}
+    skipped: list[tuple[ObjectPath, RejectedRow]] = []
+    below = len(root.key) + 1
     for info in infos:
         if info.type != pafs.FileType.File:
             continue
         path = type(root)("/" + info.path)
-        if any(part.startswith(".") for part in path.relative_to(root).parts):
+        segments = info.path[below:].split("/")
+        if any(seg.startswith(".") and seg not in (".", "..") for seg in segments):
+            continue  # hidden
+        if any(seg in ("", ".", "..") for seg in segments):
+            skipped.append((path, _bad_key_row(root, info.path)))
             continue
         files.append(path)
         stats[path] = ObjectStat(info.size, info.mtime_ns)
-    return sorted(files, key=str), stats, []
+    return sorted(files, key=str), stats, [], skipped
+
+
+def _bad_key_row(root: ObjectPath, key: str) -> RejectedRow:
+    where = printable(f"{root.scheme}://{key}")
+    detail = (
+        f"{where}: the key has an empty ('//'), '.' or '..' segment, which a path reads as another key; "
+        "not read (rename the object)"
+    )
+    return RejectedRow("*", where, "bad_key", detail)
 
 
 def first_line(exc: BaseException) -> str:
@@ -237,28 +319,97 @@ def kind_of_location(path: PurePath) -> str:
     return {pafs.FileType.File: "file", pafs.FileType.Directory: "directory"}.get(info.type, "missing")
 
 
-def open_input(file: PurePath, *, random_access: bool = False) -> io.BufferedReader:
-    """A buffered binary reader of ``file`` (local or in an object store) through ``pyarrow.fs``:
-    reads ahead :data:`READ_BUFFER_BYTES` per request, so memory is one buffer whatever the file's
-    size. ``random_access``: seekable (Parquet footers, indexed JSONL lines).
+class ChangedWhileReadError(OSError):
+    """A file replaced (or removed) while it was read: its bytes may mix two versions, so none of
+    its rows can be trusted (an ``OSError``: readers make it an ``unreadable_file`` row, and the
+    partition keeps its old rows until a run reads one version: ``INCOMPLETE_READS``)."""
+
+
+def version_of(file: PurePath) -> tuple[object, ...]:
+    """What names one version of ``file``: an object's ETag, VersionId (where the bucket versions),
+    size and modification time from one HEAD request (pyarrow's input-file metadata; no download);
+    a local file's (size, mtime in ns, inode, ctime in ns). Two reads of one version give equal tuples.
 
     Raises:
-        OSError: the file cannot be opened.
+        OSError: the file cannot be reached (``FileNotFoundError``: it is gone).
     """
     if isinstance(file, ObjectPath):
-        fs, name = file.filesystem, file.key
+        assert file.filesystem is not None
+        with file.filesystem.open_input_file(file.key) as handle:
+            return _object_version(handle.metadata())
+    st = os.stat(file)
+    return ("local", st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns)
+
+
+def _object_version(metadata: Mapping[Any, Any]) -> tuple[object, ...]:
+    """The version of an object from pyarrow's metadata of an opened object (its HEAD response)."""
+    values = {str(k): v.decode() if isinstance(v, bytes) else str(v) for k, v in dict(metadata).items()}
+    return ("object", *(values.get(k) for k in ("ETag", "VersionId", "Content-Length", "Last-Modified")))
+
+
+class PinnedReader(io.BufferedReader):
+    """A buffered reader of one version of a file (:func:`open_input`): leaving its ``with`` block
+    without an error checks that the file is still the version it was when opened, and raises
+    :class:`ChangedWhileReadError` if not. pyarrow reads an object in ranged GETs of
+    :data:`READ_BUFFER_BYTES` without ``If-Match``, so an object replaced between two of them
+    would hand on the start of one version and the end of another; the check after the last byte
+    (one HEAD) finds any replacement made while the file was read (a replacement with the very same
+    bytes keeps its ETag and reads the same)."""
+
+    file: PurePath
+    version: tuple[object, ...]
+
+    def __exit__(self, exc_type: type[BaseException] | None, *rest: object) -> None:
+        self.close()
+        if exc_type is None:
+            self.check_unchanged()
+
+    def check_unchanged(self) -> None:
+        """Raises :class:`ChangedWhileReadError` when the file is no longer the version opened (or is gone)."""
+        where = printable(str(self.file))
+        try:
+            now = version_of(self.file)
+        except FileNotFoundError:
+            raise ChangedWhileReadError(f"{where}: removed while it was read") from None
+        if now != self.version:
+            raise ChangedWhileReadError(
+                f"{where}: replaced while it was read (version {_shown(self.version)} when opened, "
+                f"{_shown(now)} after the last byte), so what was read may mix two versions; not used"
+            )
+
+
+def _shown(version: tuple[object, ...]) -> str:
+    return "/".join(str(v) for v in version[1:] if v is not None)
+
+
+def open_input(file: PurePath, *, random_access: bool = False) -> PinnedReader:
+    """A buffered binary reader of one version of ``file`` (local or in an object store) through
+    ``pyarrow.fs``: reads ahead :data:`READ_BUFFER_BYTES` per request, so memory is one buffer
+    whatever the file's size. ``random_access``: seekable (Parquet footers, indexed JSONL lines).
+    Used as a context manager, it checks on a clean exit that the file was not replaced while it
+    was read (:class:`PinnedReader`: one HEAD more per object).
+
+    Raises:
+        OSError: the file cannot be opened. ChangedWhileReadError (an ``OSError``): leaving the
+            ``with`` block, the file is not the version opened.
+    """
+    if isinstance(file, ObjectPath):
+        fs, name, before = file.filesystem, file.key, None
     else:
-        fs, name = _LOCAL, str(file)
+        fs, name, before = _LOCAL, str(file), version_of(file)  # before opening: a change after is seen
     assert fs is not None
     raw = fs.open_input_file(name) if random_access else fs.open_input_stream(name)
-    return io.BufferedReader(raw, READ_BUFFER_BYTES)  # type: ignore[arg-type]  # a NativeFile is a raw reader
+    reader = PinnedReader(raw, READ_BUFFER_BYTES)  # type: ignore[arg-type]  # a NativeFile is a raw reader
+    reader.file = file
+    reader.version = _object_version(raw.metadata()) if before is None else before
+    return reader
 
 
 def read_bytes(file: PurePath) -> bytes:
-    """All bytes of ``file`` (one document), read once through :func:`open_input`.
+    """All bytes of one version of ``file`` (one document), read once through :func:`open_input`.
 
     Raises:
-        OSError: the file cannot be read.
+        OSError: the file cannot be read. ChangedWhileReadError: it was replaced while it was read.
     """
     with open_input(file) as handle:
         return handle.read()

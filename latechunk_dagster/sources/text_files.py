@@ -17,7 +17,7 @@ from pathlib import Path, PurePath
 from latechunk_dagster.core.encoding import foreign_encoding
 from latechunk_dagster.sources.converters import ConversionLimits, Converters, Rejection, default_converters
 from latechunk_dagster.sources.documents import Document, RejectedRow, is_valid_unicode, printable, strip_bom
-from latechunk_dagster.sources.storage import ObjectPath, open_input
+from latechunk_dagster.sources.storage import ChangedWhileReadError, ObjectPath, open_input
 
 
 def decode(data: bytes) -> str:
@@ -83,8 +83,7 @@ def read_text_file(
     try:
         if not isinstance(file, ObjectPath):  # a local file's size costs nothing: refused before it is read
             limits.check_size(Path(file).stat().st_size)
-        with open_input(file) as handle:  # an object's size: one bounded read, no request of its own
-            data = handle.read(limits.max_file_bytes + 1)
+        data = _read_one_version(file, limits.max_file_bytes + 1)
         if len(data) > limits.max_file_bytes:
             raise Rejection("too_large", f"over the limit of {limits.max_file_bytes:,} bytes (max_file_bytes)")
     except OSError as exc:
@@ -95,6 +94,28 @@ def read_text_file(
     if defer_conversion and converters.for_name(file.name) is not None:
         return UnconvertedFile(doc_id, file.name, data, where, limits, converters)
     return document_of_file(doc_id, file.name, data, where, limits, converters)
+
+
+#: Reads of a text-tree file that was replaced while it was read, before it is ``unreadable_file``.
+READ_ATTEMPTS = 3
+
+
+def _read_one_version(file: PurePath, most: int) -> bytes:
+    """At most ``most`` bytes of one version of ``file``: a file replaced while it was read
+    (:class:`~latechunk_dagster.sources.storage.ChangedWhileReadError`) is read again, up to
+    :data:`READ_ATTEMPTS` times (a document is one file: reading it again is cheap and exact).
+
+    Raises:
+        OSError: the file cannot be read, or changed at every attempt.
+    """
+    for attempt in range(READ_ATTEMPTS):
+        try:
+            with open_input(file) as handle:  # an object's size: one bounded read, no request of its own
+                return handle.read(most)
+        except ChangedWhileReadError:
+            if attempt == READ_ATTEMPTS - 1:
+                raise
+    raise AssertionError("unreachable")
 
 
 def document_of_file(
