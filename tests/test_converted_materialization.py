@@ -147,7 +147,7 @@ def test_a_mixed_folder_is_chunked_by_its_own_headings_with_ranges_into_the_conv
         (None, None)
     }
     # the converter and its version are the rows' lineage; they count in vector_config
-    assert by_doc["docs/report.pdf"][0]["converter"].startswith("pdf/1 pypdfium2 ")
+    assert by_doc["docs/report.pdf"][0]["converter"].startswith(f"pdf/{pdf_converter.RULES} pypdfium2 ")
     assert by_doc["docs/owls.docx"][0]["converter"].startswith("docx/1 python-docx ")
     assert by_doc["docs/notes.md"][0]["converter"] is None
     configs = {d: by_doc[d][0]["vector_config"] for d in GOOD}
@@ -175,7 +175,7 @@ def test_a_converter_upgrade_re_encodes_its_documents_only(env, monkeypatch: pyt
     changed = {r["doc_id"] for k, r in after.items() if r["run_id"] != before[k]["run_id"]}
     assert changed == {"docs/report.pdf"}
     assert {r["converter"] for r in after.values() if r["doc_id"] == "docs/report.pdf"} == {
-        before_row["converter"].replace("pdf/1 ", "pdf/2 ")
+        before_row["converter"].replace(f"pdf/{pdf_converter.RULES - 1} ", f"pdf/{pdf_converter.RULES} ")
         for before_row in before.values()
         if before_row["doc_id"] == "docs/report.pdf"
     }

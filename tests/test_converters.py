@@ -14,6 +14,7 @@ import pytest
 import zstandard
 
 from latechunk_dagster.sources.converters import ConversionLimits, Rejection, convert
+from latechunk_dagster.sources.converters import pdf as pdf_rules
 from latechunk_dagster.sources.files import Document, DocumentStore, RejectedRow
 from tests.document_files import docx_bytes, html_page, pdf_bytes, pptx_bytes, zip_bomb_docx
 
@@ -26,8 +27,8 @@ def test_pdf_text_layer_with_outline_headings_and_page_starts() -> None:
     out = convert("report.pdf", data)
     assert out.text == PDF_TEXT
     assert out.pages == (0, PDF_TEXT.index("## Maintenance"))
-    assert out.converter.startswith("pdf/1 pypdfium2 ")
-    # a bookmark whose title is on no line of its page is put at the top of the page
+    assert out.converter.startswith(f"pdf/{pdf_rules.RULES} pypdfium2 ")
+    # a bookmark whose title is on no line of its page goes before the page's first sentence start
     out = convert("r.PDF", pdf_bytes(PDF_PAGES, outline=[(1, "Overview", 1)]))
     assert (
         out.text

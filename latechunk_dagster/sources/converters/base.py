@@ -9,9 +9,12 @@ from __future__ import annotations
 import os
 import re
 import zipfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib.metadata import version
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    from latechunk_dagster.sources.converters.pdf_boxes import CharBoxes
 
 #: Environment override of :attr:`ConversionLimits.max_file_bytes` (an integer number of bytes).
 MAX_FILE_BYTES_ENV = "LATECHUNK_MAX_DOCUMENT_BYTES"
@@ -32,11 +35,15 @@ class Converted:
             converter upgrade re-encodes.
         pages: char offsets into ``text`` where each page (PDF) or slide (PPTX) starts, in order
             (page ``k`` from 1 starts at ``pages[k - 1]``); ``None`` for formats without pages.
+        boxes: where each character of ``text`` is on its page (PDF:
+            :class:`~latechunk_dagster.sources.converters.pdf_boxes.CharBoxes`, aligned with ``text``),
+            from which the rows' ``boxes`` are made; ``None`` for formats without boxes.
     """
 
     text: str
     converter: str
     pages: tuple[int, ...] | None = None
+    boxes: CharBoxes | None = field(default=None, compare=False, repr=False)
 
 
 @runtime_checkable

@@ -1,0 +1,92 @@
+"""Page furniture of a PDF: the lines a reader skips, found so the converter keeps them out of the text.
+
+- **Running headers and footers**: a line at the top or bottom of its page (one of the page's first
+  or last :data:`EDGE_LINES` lines, or inside the top / bottom :data:`MARGIN` of the page) whose text,
+  with its digits normalised (``Chapter 4: Function reference 12`` and ``... 13`` are one), is at the
+  edge of :data:`REPEATS` or more pages. A chapter's head on a chapter of one or two pages repeats
+  less: a top or bottom line at the height (within :data:`SAME_Y` points) where repeated heads sit,
+  and that carries a page number at one end, is a head too.
+- **Bare page numbers**: an edge line that is only a page number (``12``, ``- 12 -``, ``xii``,
+  ``Page 3 of 9``).
+- **Dot leaders** of a table of contents or an index (``1 Introduction . . . . . . 1``), anywhere.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from collections.abc import Sequence
+
+from latechunk_dagster.sources.converters.pdf_lines import Line
+
+#: How many lines at each end of a page are candidates for running heads and page numbers.
+EDGE_LINES = 3
+#: Fraction of the page's height at the top and at the bottom that counts as its margin.
+MARGIN = 0.1
+#: On how many pages an edge line's normalised text must sit to be a running head or foot (issue 45).
+REPEATS = 3
+#: Points within which a line sits at the height of the repeated heads.
+SAME_Y = 1.5
+
+_PAGE_NUMBER = re.compile(r"^[\W_]*(?:page\s*)?(?:\d{1,5}|[ivxlcdm]{1,8})(?:\s*(?:of|/)\s*\d{1,5})?[\W_]*$", re.I)
+_DOT_LEADER = re.compile(r"(?:\.\s?){4,}\s*(?:\d{1,5}|[ivxlcdm]{1,8})?\s*$", re.I)
+_NUMBER_AT_END = re.compile(r"^\W*\d{1,5}\b|\b\d{1,5}\W*$")
+
+
+def normalised(text: str) -> str:
+    """The text a running head repeats: lower case, each run of digits ``#``, spaces collapsed."""
+    return re.sub(r"\s+", " ", re.sub(r"\d+", "#", text.lower())).strip()
+
+
+def furniture(pages: Sequence[Sequence[Line]], heights: Sequence[float]) -> list[dict[int, str]]:
+    """The furniture lines of each page: ``{line index: kind}``, kind ``"running"`` (a running head or
+    foot), ``"page_number"`` or ``"dot_leader"`` (module docstring).
+
+    Args:
+        pages: each page's lines (:mod:`~latechunk_dagster.sources.converters.pdf_lines`).
+        heights: each page's height in points (its margins are :data:`MARGIN` of it).
+    """
+    edges = [_edge_lines(lines, height) for lines, height in zip(pages, heights, strict=True)]
+    seen: dict[str, set[int]] = defaultdict(set)
+    for p, (lines, edge) in enumerate(zip(pages, edges, strict=True)):
+        for k in edge:
+            key = normalised(lines[k].text)
+            if re.search(r"[^\W\d_#]", key):  # a line of letters (bare numbers are the next rule's)
+                seen[key].add(p)
+    repeated = {key for key, where in seen.items() if len(where) >= REPEATS}
+    out: list[dict[int, str]] = []
+    heads_y: list[float] = []
+    for lines, edge in zip(pages, edges, strict=True):
+        found: dict[int, str] = {}
+        for k in edge:
+            if normalised(lines[k].text) in repeated:
+                found[k] = "running"
+                if lines[k].has_boxes:
+                    heads_y.append(lines[k].top)
+            elif _PAGE_NUMBER.match(lines[k].text):
+                found[k] = "page_number"
+        out.append(found)
+    for lines, edge, found in zip(pages, edges, out, strict=True):
+        for k in edge:
+            line = lines[k]
+            if k in found or not line.has_boxes or not _NUMBER_AT_END.search(line.text):
+                continue
+            if any(abs(line.top - y) <= SAME_Y for y in heads_y):
+                found[k] = "running"
+        for k, line in enumerate(lines):
+            if k not in found and _DOT_LEADER.search(line.text):
+                found[k] = "dot_leader"
+    return out
+
+
+def _edge_lines(lines: Sequence[Line], height: float) -> list[int]:
+    """Indices of a page's lines that may be furniture: its first and last :data:`EDGE_LINES` lines in
+    reading order and in height, and any line inside its top or bottom margin."""
+    n = len(lines)
+    picked = set(range(min(EDGE_LINES, n))) | set(range(max(0, n - EDGE_LINES), n))
+    boxed = [k for k in range(n) if lines[k].has_boxes]
+    by_height = sorted(boxed, key=lambda k: -lines[k].top)
+    picked |= set(by_height[:EDGE_LINES]) | set(by_height[-EDGE_LINES:])
+    if height > 0:
+        picked |= {k for k in boxed if lines[k].bottom >= height * (1 - MARGIN) or lines[k].top <= height * MARGIN}
+    return sorted(picked)
