@@ -100,7 +100,9 @@ def test_new_strategy_parameters_reencode_every_document(chunker: LateChunker, t
     assert (changed.documents_reencoded, changed.documents_skipped) == (4, 0)
     rows = tables[0].to_arrow().to_pylist()
     assert {r["run_id"] for r in rows} == {"r2"}
-    assert {r["strategy"] for r in rows} == {"sentences(language='en', max_tokens=16, segmenter='sentencex')"}
+    assert {r["strategy"] for r in rows} == {
+        "sentences(language='en', max_tokens=16, min_tokens=8, segmenter='sentencex')"
+    }
     assert max(r["chunk_index"] for r in rows) >= 1  # the new spans, old chunk_ids beyond them gone
     assert len({r["chunk_id"] for r in rows}) == len(rows)
 

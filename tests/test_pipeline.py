@@ -124,7 +124,7 @@ def test_multi_partition_backfill_runs_once_and_writes_every_partition(env) -> N
     assert set(rows.column("doc_id").to_pylist()) == set(DOCS) - {"alpha/empty.txt"}
     lineage = rows.slice(0, 1).to_pylist()[0]
     assert lineage["run_id"] == result.run_id and lineage["engine_path"] == "spans"
-    assert lineage["strategy"] == "sentences(language='en', max_tokens=128, segmenter='sentencex')"
+    assert lineage["strategy"] == "sentences(language='en', max_tokens=128, min_tokens=8, segmenter='sentencex')"
     assert len(lineage["model_sha256"]) == 64 and lineage["vllm_version"].startswith("0.3")
     rejected = sink.connect(str(env["db"])).open_table("rejected_documents").to_arrow().to_pylist()
     assert [(r["doc_id"], r["partition"], r["reason"]) for r in rejected] == [
@@ -346,7 +346,7 @@ def test_strategy_comes_from_run_config_and_lands_in_lineage(env, tmp_path) -> N
     rows = sorted(table_rows(db).to_pylist(), key=lambda r: r["chunk_index"])
     assert [r["headings"] for r in rows] == [["Install"], ["Install", "On Linux"]]
     assert [r["text"] for r in rows] == ["# Install\n\nRun make.", "## On Linux\n\nUse apt."]
-    assert rows[0]["strategy"] == "markdown_sections(language='en', max_tokens=64, segmenter='sentencex')"
+    assert rows[0]["strategy"] == "markdown_sections(language='en', max_tokens=64, min_tokens=8, segmenter='sentencex')"
     assert '"name": "markdown_sections"' in rows[0]["strategy_params"]
 
 
@@ -504,7 +504,10 @@ def test_code_version_names_the_model_and_default_strategy(tmp_path, minilm_dir)
         return table.chunk_asset.code_versions_by_key[table.chunk_asset.key]
 
     shipped = version(model=str(minilm_dir))
-    assert "sentences(language='en', max_tokens=128, segmenter='sentencex')" in shipped and "model." in shipped
+    assert (
+        "sentences(language='en', max_tokens=128, min_tokens=8, segmenter='sentencex')" in shipped
+        and "model." in shipped
+    )
     # the embedded default: the shipped model in the demo's granularities, each asset versioned by its own
     demo = late_chunk_assets(model=str(minilm_dir), strategies=demo_granularities())
     for key in demo.chunk_keys:

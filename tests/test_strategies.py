@@ -124,9 +124,10 @@ def test_long_paragraph_split_at_sentences(tok: Any) -> None:
 
 
 def test_long_sentence_split_at_tokens(tok: Any) -> None:
-    # max 5: sentence [0,6) -> [0,5) [5,6); sentence [17,25) -> [17,22) [22,25).
+    # max 5: sentence [0,6) is cut between words at the last space that fits: "[CLS] cats sleep a" [0,4) and
+    # "lot ." [4,6) (not before the ".": that is no word boundary); sentence [17,25) -> [17,22) [22,25).
     _, spans = run(Paragraphs(max_tokens=5), tok, PARAS)
-    assert ranges(spans) == [(0, 5), (5, 6), (6, 10), (10, 14), (14, 17), (17, 22), (22, 25)]
+    assert ranges(spans) == [(0, 4), (4, 6), (6, 10), (10, 14), (14, 17), (17, 22), (22, 25)]
     assert all(len(s) <= 5 for s in spans)
 
 
@@ -237,17 +238,19 @@ def test_markdown_long_section_split_by_paragraphs_then_sentences(tok: Any) -> N
         "They purr.",
         "Dogs bark.",
     ]
-    # max 5: the second Notes section (6 tokens) is cut at its paragraphs "## Notes" / "Again." too.
+    # max 5: the heading goes with the text after it (issue 46): "# Guide" + "Read this first." (7 tokens) is cut
+    # between words after the heading, at the last space that fits: [0,5) "# guide read this", [5,7) "first .".
+    # The second Notes section (6 tokens with [SEP]) has no place to cut after its heading but before "."
+    # (no word boundary); the "." piece would be only punctuation, so it stays whole, over the budget by [SEP].
     _, spans = run(MarkdownSections(max_tokens=5), tok, GUIDE)
     assert [(s.start, s.end, s.headings) for s in spans] == [
-        (0, 3, ("Guide",)),
-        (3, 7, ("Guide",)),
+        (0, 5, ("Guide",)),
+        (5, 7, ("Guide",)),
         (7, 12, ("Guide",)),
         (12, 16, ("Guide",)),
         (16, 19, ("Guide",)),
         (19, 24, ("Guide", "Notes")),
-        (24, 27, ("Guide", "Notes")),
-        (27, 30, ("Guide", "Notes")),
+        (24, 30, ("Guide", "Notes")),
     ]
 
 

@@ -25,7 +25,9 @@ from latechunk_dagster.core.results import VLLM_ENGINES, ChunkerSettings
 #: window less its special and prefix tokens, 31 at 256), and the dtype recorded is the one vLLM
 #: resolved. Version-2 rows of windowed documents hold the vectors of the old overlap under the
 #: same recorded one, so every version-2 row is re-encoded.
-CHUNKING_VERSION = 3
+#: 4: boundary strategies keep Markdown structure, cut between words, merge chunks under ``min_tokens``
+#: and record headings on every row (issue 46): their boundaries move, so version-3 rows are re-encoded.
+CHUNKING_VERSION = 4
 
 #: The default strategy of a table (Dagster's factory, Airflow's operator): sentences packed into
 #: chunks of at most 128 tokens.

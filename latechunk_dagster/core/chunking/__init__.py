@@ -34,7 +34,7 @@ def strategy_from_config(name: str, params: Mapping[str, Any]) -> ChunkingStrate
 
     Example:
         >>> strategy_from_config("paragraphs", {"max_tokens": 128})
-        Paragraphs(max_tokens=128, language='en', segmenter='sentencex')
+        Paragraphs(max_tokens=128, language='en', segmenter='sentencex', min_tokens=8)
     """
     cls = STRATEGIES.get(name)
     if cls is None:

@@ -25,6 +25,9 @@ import numpy as np
 from latechunk_dagster.core.chunking.segmenters import DEFAULT_SEGMENTER, check_segmenter
 from latechunk_dagster.core.tokenization import Tokenization
 
+#: Default ``min_tokens`` of the token-budget strategies (see :class:`TokenBudgetStrategy`).
+MIN_TOKENS = 8
+
 
 @dataclass(frozen=True)
 class Span:
@@ -32,12 +35,16 @@ class Span:
 
     Attributes:
         start, end: token indices into the document's token ids (``end > start``).
-        headings: heading path of the chunk (Markdown strategies), outermost first.
+        headings: heading path of the chunk's start (Markdown headings), outermost first; ``()`` before
+            the first heading and for text without headings.
+        word_cut: the chunk ends inside a word, because one word was longer than the budget
+            (:mod:`~latechunk_dagster.core.chunking.words`); not part of equality.
     """
 
     start: int
     end: int
     headings: tuple[str, ...] = field(default=())
+    word_cut: bool = field(default=False, compare=False)
 
     def __len__(self) -> int:
         return self.end - self.start
@@ -77,23 +84,37 @@ class TokenBudgetStrategy(ChunkingStrategy):
             :data:`~latechunk_dagster.core.chunking.segmenters.SEGMENTER_LANGUAGES`).
         segmenter: ``"sentencex"`` (default, linear-time) or ``"pysbd"``; see
             :mod:`latechunk_dagster.core.chunking.segmenters`.
+        min_tokens: a chunk under this many tokens joins a neighbour of its section when the merge
+            fits the budget (:mod:`~latechunk_dagster.core.chunking.packing`); at most a quarter of
+            ``max_tokens`` applies (:attr:`smallest`). Default 8 (:data:`MIN_TOKENS`): about five
+            English words; below that a chunk is a fragment (a lone section number, ``See below.``,
+            a closing bracket) whose vector the special tokens weigh as much as its text, and issue 46
+            found 232 chunks under 15 characters among 3,590 at 32 tokens.
 
     Raises:
-        ValueError: at construction, ``max_tokens`` is not a positive int, the segmenter is
-            unknown or it does not support ``language`` (the message names the value and the
-            supported ones), so a bad run config fails before any engine starts.
+        ValueError: at construction, ``max_tokens`` or ``min_tokens`` is not a positive int, the
+            segmenter is unknown or it does not support ``language`` (the message names the value
+            and the supported ones), so a bad run config fails before any engine starts.
     """
 
     max_tokens: int
     language: str = "en"
     segmenter: str = DEFAULT_SEGMENTER
+    min_tokens: int = MIN_TOKENS
 
     def __post_init__(self) -> None:
         if type(self.max_tokens) is not int or self.max_tokens < 1:
             raise ValueError(f"max_tokens must be a positive int, got {self.max_tokens!r}")
+        if type(self.min_tokens) is not int or self.min_tokens < 1:
+            raise ValueError(f"min_tokens must be a positive int, got {self.min_tokens!r}")
         if not isinstance(self.language, str) or not isinstance(self.segmenter, str):
             raise ValueError(f"language and segmenter must be str, got {self.language!r}, {self.segmenter!r}")
         check_segmenter(self.segmenter, self.language)
+
+    @property
+    def smallest(self) -> int:
+        """The minimum chunk length that applies: ``min(min_tokens, max_tokens // 4)``, at least 1."""
+        return max(1, min(self.min_tokens, self.max_tokens // 4))
 
     @abstractmethod
     def budget_spans(self, text: str, tokens: Tokenization) -> list[Span]:
@@ -186,34 +207,6 @@ def spans_from_segments(
 def spans_from_char_boundaries(tokens: Tokenization, boundaries: Sequence[int]) -> list[Span]:
     """Token spans of the text segments that start at ``boundaries`` (see :func:`chunk_of_each_token`)."""
     return spans_from_segments(segment_of_each_token(tokens, sorted(boundaries)))
-
-
-def pack_units(units: Sequence[Span], max_tokens: int) -> list[Span]:
-    """Greedily pack consecutive units (sentences, paragraphs) into chunks of at most ``max_tokens``.
-
-    A unit longer than ``max_tokens`` becomes its own chunks, cut at token boundaries
-    into ``max_tokens``-sized pieces. Units must tile the tokens in order; so do the
-    chunks returned. Units with different ``headings`` are never packed together.
-    """
-    if max_tokens < 1:
-        raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
-    out: list[Span] = []
-    cur: Span | None = None
-    for u in units:
-        if len(u) > max_tokens:
-            if cur is not None:
-                out.append(cur)
-                cur = None
-            out.extend(split_fixed(u.start, u.end, max_tokens, u.headings))
-        elif cur is not None and cur.headings == u.headings and u.end - cur.start <= max_tokens:
-            cur = Span(cur.start, u.end, cur.headings)
-        else:
-            if cur is not None:
-                out.append(cur)
-            cur = u
-    if cur is not None:
-        out.append(cur)
-    return out
 
 
 def check_tiling(spans: Sequence[Span], n_tokens: int) -> None:

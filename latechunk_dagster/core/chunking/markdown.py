@@ -2,20 +2,20 @@
 
 Headings are found by markdown-it-py (CommonMark), so ATX (``## Title``) and setext
 (``Title`` over ``=====``) headings count and ``#`` lines inside fenced or indented
-code blocks do not. A section too long for the budget is cut by
-:func:`~latechunk_dagster.core.chunking.paragraphs.pack_paragraphs` (paragraphs, then
-sentences, then tokens).
+code blocks do not (:mod:`~latechunk_dagster.core.chunking.structure`). A section too long for
+the budget is cut by :mod:`~latechunk_dagster.core.chunking.packing` (blocks, then items, rows,
+lines or sentences, then between words).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from latechunk_dagster.core.chunking.base import Span, TokenBudgetStrategy
-from latechunk_dagster.core.chunking.paragraphs import cut_at_chars, line_starts, pack_paragraphs, segment_region
-from latechunk_dagster.core.tokenization import Tokenization, bom_length
+from latechunk_dagster.core.chunking.packing import Packer
+from latechunk_dagster.core.chunking.structure import markdown_blocks
+from latechunk_dagster.core.tokenization import Tokenization
 
 
 @dataclass(frozen=True)
@@ -34,67 +34,21 @@ class Heading:
     end: int
 
 
-@lru_cache(maxsize=1)
-def _parser() -> Any:
-    from markdown_it import MarkdownIt
-
-    return MarkdownIt("commonmark")
-
-
-def _plain(inline: Any) -> str:
-    """Plain text of a markdown-it ``inline`` token: text, code and image alt text; breaks become spaces."""
-    parts: list[str] = []
-    for child in inline.children or ():
-        if child.type in ("text", "code_inline", "image"):
-            parts.append(child.content)
-        elif child.type in ("softbreak", "hardbreak"):
-            parts.append(" ")
-    return " ".join("".join(parts).split())
-
-
 def headings(text: str) -> list[Heading]:
     """The top-level ATX and setext headings of ``text``, in order.
 
     Only headings at the top level of the document count: ``#`` lines inside code
     blocks are not headings, and headings nested in block quotes or list items are
     ignored (they are content, not document structure). A leading byte order mark is
-    not text (see :func:`~latechunk_dagster.core.tokenization.bom_length`): markdown-it
-    would read ``"\\ufeff# Title"`` as a paragraph, so it is parsed without it (line
-    numbers are unchanged; ``start`` and ``end`` still index ``text`` as passed).
+    not text (see :func:`~latechunk_dagster.core.tokenization.bom_length`); ``start`` and
+    ``end`` still index ``text`` as passed.
 
     Example:
         >>> [(h.level, h.text, h.start, h.end) for h in headings("# A\\n\\nB *b*\\n---\\n")]
         [(1, 'A', 0, 4), (2, 'B b', 5, 15)]
     """
-    lines = line_starts(text)
-    tokens = _parser().parse(text[bom_length(text) :])
-    out: list[Heading] = []
-    for i, t in enumerate(tokens):
-        if t.type == "heading_open" and t.level == 0 and t.map is not None:
-            first, last = t.map
-            start, end = lines[min(first, len(lines) - 1)], lines[min(last, len(lines) - 1)]
-            out.append(Heading(int(t.tag[1:]), _plain(tokens[i + 1]), start, end))
-    return out
-
-
-def heading_paths(found: list[Heading]) -> list[tuple[str, ...]]:
-    """The heading path of each heading: the texts of its open ancestors, outermost first, then its own.
-
-    A heading closes every open heading of the same or a deeper level; skipped levels
-    (``#`` then ``###``) simply nest.
-
-    Example:
-        >>> heading_paths([Heading(1, "A", 0, 1), Heading(3, "B", 1, 2), Heading(2, "C", 2, 3)])
-        [('A',), ('A', 'B'), ('A', 'C')]
-    """
-    stack: list[Heading] = []
-    paths: list[tuple[str, ...]] = []
-    for h in found:
-        while stack and stack[-1].level >= h.level:
-            stack.pop()
-        stack.append(h)
-        paths.append(tuple(x.text for x in stack))
-    return paths
+    blocks = markdown_blocks(text, parse=True)
+    return [Heading(b.level, b.title, b.start, b.end) for b in blocks if b.kind == "heading"]
 
 
 @dataclass(frozen=True)
@@ -107,39 +61,28 @@ class MarkdownSections(TokenBudgetStrategy):
     heading path. Every span carries ``headings``: the heading texts from the outermost
     open heading to the section's own, e.g. ``("Install", "On Linux")``.
 
-    Sections are never merged, however short. A section longer than ``max_tokens``
+    Sections are never packed together, however short. A section longer than ``max_tokens``
     tokens is cut like :class:`~latechunk_dagster.core.chunking.paragraphs.Paragraphs`
-    does (paragraphs packed greedily, the heading lines counting as a paragraph of their
-    own; an oversized paragraph cut at sentences; an oversized sentence at tokens), and
-    every piece keeps the section's heading path. Special tokens join the first / last
-    chunk (contract section 2).
+    does (blocks packed greedily, the heading with the block after it; an oversized block cut
+    at its items, rows, lines or sentences; an oversized part between words), and every piece
+    keeps the section's heading path. Pieces under ``min_tokens`` join a neighbour of their
+    section. Special tokens join the first / last chunk (contract section 2).
 
     Args:
         max_tokens: the token budget of a chunk (>= 1).
         language, segmenter: the sentence segmenter of the fallback (default ``"sentencex"``).
+        min_tokens: see :class:`~latechunk_dagster.core.chunking.base.TokenBudgetStrategy`.
 
     Raises:
-        ValueError: ``max_tokens`` is not a positive int.
+        ValueError: ``max_tokens`` or ``min_tokens`` is not a positive int.
 
     Example:
         >>> MarkdownSections(max_tokens=256).describe()
-        "markdown_sections(language='en', max_tokens=256, segmenter='sentencex')"
+        "markdown_sections(language='en', max_tokens=256, min_tokens=8, segmenter='sentencex')"
     """
 
     name: ClassVar[str] = "markdown_sections"
 
     def budget_spans(self, text: str, tokens: Tokenization) -> list[Span]:
-        found = headings(text)
-        paths = heading_paths(found)
-        starts = [h.start for h in found]
-        out: list[Span] = []
-        for section, j in cut_at_chars(tokens, 0, len(tokens), starts, ()):
-            # Segment j > 0 is the section of heading j - 1; segment 0 is the text before the first heading.
-            heads = paths[j - 1] if j > 0 else ()
-            extra = (found[j - 1].end,) if j > 0 else ()
-            piece = Span(section.start, section.end, heads)
-            region = segment_region(starts, j, 0, len(text))
-            out.extend(
-                pack_paragraphs(text, tokens, piece, region, self.max_tokens, extra, self.language, self.segmenter)
-            )
-        return out
+        packer = Packer(text, tokens, self.max_tokens, self.smallest, self.language, self.segmenter)
+        return packer.spans("blocks", within_sections=True)

@@ -1,0 +1,154 @@
+"""Cutting a unit longer than the budget between words, never inside one unless a word exceeds it (issue 46).
+
+A cut falls between two tokens, at the first character of the second. Each such place gets a rank
+from the two characters around it:
+
+- 3, a space: either character is whitespace;
+- 2, between words: after punctuation or a symbol (``uid/|gid``, ``String::|from``), or next to a
+  letter of a script written without spaces (Han, kana, Thai, Lao, Khmer, Myanmar, Tibetan), where
+  every grapheme-cluster boundary is a word boundary for us;
+- 1, inside a word (``li|bffi``, ``안녕하세|요``), or before punctuation that ends a word (``word|.``);
+- 0, inside a grapheme cluster: before a combining mark or a format character, or after a ZWJ.
+
+A unit over the budget is cut at the last place of rank 2 or 3 that keeps the piece within the budget,
+preferring a space when one keeps at least half the budget; at rank 1 only when the piece has no
+word boundary (one word longer than the budget), at rank 0 only when it has none at all. Those last
+two are the cuts inside a word that :attr:`Span.word_cut <latechunk_dagster.core.chunking.base.Span>`
+marks and the partition summary counts.
+"""
+
+from __future__ import annotations
+
+import unicodedata
+from functools import cache
+
+import numpy as np
+
+from latechunk_dagster.core.chunking.base import Span
+from latechunk_dagster.core.tokenization import Tokenization
+
+_SPACE, _PUNCT, _WORD, _NOSPACE, _EXTEND = 0, 1, 2, 3, 4
+
+#: Blocks of scripts written without spaces between words (code point ranges, inclusive).
+_NOSPACE_RANGES = (
+    (0x0E00, 0x0EFF),  # Thai, Lao
+    (0x0F00, 0x0FFF),  # Tibetan
+    (0x1000, 0x109F),  # Myanmar
+    (0x1780, 0x17FF),  # Khmer
+    (0x3040, 0x30FF),  # Hiragana, Katakana
+    (0x31F0, 0x31FF),  # Katakana phonetic extensions
+    (0x3400, 0x4DBF),  # CJK extension A
+    (0x4E00, 0x9FFF),  # CJK unified ideographs
+    (0xF900, 0xFAFF),  # CJK compatibility ideographs
+    (0xFF66, 0xFF9F),  # halfwidth Katakana
+    (0x20000, 0x3FFFF),  # CJK extensions B and later
+)
+
+
+def _classify(cp: int) -> int:
+    ch = chr(cp)
+    if ch.isspace():
+        return _SPACE
+    cat = unicodedata.category(ch)
+    if cat[0] == "M" or cat == "Cf":
+        return _EXTEND
+    if cat[0] in "LN" or ch == "_":
+        return _NOSPACE if any(a <= cp <= b for a, b in _NOSPACE_RANGES) else _WORD
+    return _PUNCT
+
+
+@cache
+def _bmp_classes() -> np.ndarray:
+    """The class of every code point of the Basic Multilingual Plane (uint8 ``[65536]``), built once (~50 ms)."""
+    return np.fromiter((_classify(cp) for cp in range(0x10000)), dtype=np.uint8, count=0x10000)
+
+
+def _classes(cps: np.ndarray) -> np.ndarray:
+    table = _bmp_classes()
+    out = table[np.minimum(cps, 0xFFFF)]
+    for k in np.flatnonzero(cps > 0xFFFF).tolist():
+        out[k] = _classify(int(cps[k]))
+    return out
+
+
+def cut_ranks(text: str, at: np.ndarray) -> np.ndarray:
+    """The rank (module docstring) of a cut before each character offset in ``at`` (int ``[k]``).
+
+    Offsets ``<= 0`` or ``>= len(text)`` (no character on one side) rank 3; negative ones (tokens
+    without a source range) rank -1: never a cut of choice.
+    """
+    inside = (at > 0) & (at < len(text))
+    ranks = np.full(len(at), 3, dtype=np.int8)
+    ranks[at < 0] = -1
+    idx = np.flatnonzero(inside)
+    if not len(idx):
+        return ranks
+    pos = at[idx]
+    lo, hi = int(pos.min()) - 1, int(pos.max()) + 1
+    cps = np.frombuffer(text[lo:hi].encode("utf-32-le"), dtype=np.uint32)
+    before, after = _classes(cps[pos - 1 - lo]), _classes(cps[pos - lo])
+    r = np.ones(len(idx), dtype=np.int8)
+    r[(before == _PUNCT) | (before == _NOSPACE) | (after == _NOSPACE)] = 2
+    r[(before == _SPACE) | (after == _SPACE)] = 3
+    r[(after == _EXTEND) | (cps[pos - 1 - lo] == 0x200D)] = 0
+    ranks[idx] = r
+    return ranks
+
+
+def split_at_words(text: str, tokens: Tokenization, span: Span, max_tokens: int, keep: int = -1) -> list[Span]:
+    """Cut ``span`` (longer than ``max_tokens``) into pieces of at most ``max_tokens`` tokens between words.
+
+    Args:
+        text: the document's text (the tokens' offsets index it).
+        span: the tokens to cut; every piece keeps its ``headings``.
+        max_tokens: the budget (>= 1).
+        keep: no cut at or before this character offset (the end of the heading lines a unit starts
+            with: a heading is never cut, nor left alone at a chunk's end); the first piece then runs
+            to the first place past it, over the budget where the headings fill it.
+
+    Returns:
+        Spans tiling ``[span.start, span.end)``; a piece that ends inside a word (module docstring)
+        has ``word_cut=True``.
+    """
+    starts, _ = tokens.offset_arrays()
+    at = starts[span.start : span.end]
+    ranks = cut_ranks(text, at)
+    ranks[(at >= 0) & (at <= keep)] = -1
+    ranks[0] = -1  # no cut before the first token
+    half = max(1, max_tokens // 2)
+    out: list[Span] = []
+    pos = 0  # relative to span.start
+    n = len(at)
+    while n - pos > max_tokens:
+        window = ranks[pos + 1 : pos + max_tokens + 1]  # cuts before tokens pos+1 .. pos+max_tokens
+        k, cut_in_word = _best_cut(window, half)
+        if k < 0:  # nothing allowed within the budget: the first allowed place after it
+            k, cut_in_word = _first_cut(ranks[pos + max_tokens + 1 :])
+            if k < 0:
+                break
+            k += max_tokens
+        out.append(Span(span.start + pos, span.start + pos + k + 1, span.headings, cut_in_word))
+        pos += k + 1
+    out.append(Span(span.start + pos, span.end, span.headings))
+    return out
+
+
+def _best_cut(window: np.ndarray, half: int) -> tuple[int, bool]:
+    """Index in ``window`` of the cut to take (module docstring), and whether it is inside a word; -1 if none."""
+    spaces = np.flatnonzero(window[half - 1 :] == 3)
+    if len(spaces):
+        return int(spaces[-1]) + half - 1, False
+    for lowest, inside in ((2, False), (1, True), (0, True)):
+        found = np.flatnonzero(window >= lowest)
+        if len(found):
+            return int(found[-1]), inside
+    return -1, False
+
+
+def _first_cut(ranks: np.ndarray) -> tuple[int, bool]:
+    """Index of the first cut of rank 2 or 3 in ``ranks`` (else of rank 0 or 1, inside a word); -1 if none."""
+    for lowest, inside in ((2, False), (0, True)):
+        found = np.flatnonzero(ranks >= lowest)
+        if len(found):
+            return int(found[0]), inside
+    return -1, False
