@@ -51,6 +51,15 @@ with DAG(
 """
 
 
+def _hybrid(chunker: LateChunker, db_dir: Path) -> set[str]:
+    """The chunk ids a hybrid search of the served generation finds (raises without its full-text index)."""
+    from latechunk_dagster.sink.search import search
+
+    hits = search("the", chunker=chunker, uri=str(db_dir), table_name="kb", k=3, mode="hybrid")
+    assert hits
+    return {h.chunk_id for h in hits}
+
+
 def test_a_second_chunk_size_is_built_beside_and_promoted_after_the_checks(
     tmp_path: Path, chunker: LateChunker, minilm_dir: Path
 ) -> None:
@@ -86,6 +95,8 @@ def test_a_second_chunk_size_is_built_beside_and_promoted_after_the_checks(
         [out] = xcoms(second, "promote").values()
         assert out == {"generation": 2, "previous": 1, "promoted": True, "dropped": []}
         assert gens.current_table(db, "kb") == "kb__g2"
+        # the promote task indexed generation 2 before serving it (no index task in this DAG): hybrid answers
+        assert _hybrid(chunker, db_dir) <= set(db.open_table("kb__g2").to_arrow().column("chunk_id").to_pylist())
         assert db.open_table("kb").count_rows() == rows_1  # generation 1 untouched, kept for rollback
         assert db.open_table("kb__g2").count_rows() == sum(r["partition_rows"] for r in results)
         [checks] = xcoms(second, "checks").values()
@@ -95,6 +106,7 @@ def test_a_second_chunk_size_is_built_beside_and_promoted_after_the_checks(
         assert cli_main(["rollback", "--uri", str(db_dir), "--table", "kb"]) == 0
         assert db.open_table(gens.log_table_name("kb")).version == log_version + 1
         assert gens.current_table(db, "kb") == "kb"
+        assert _hybrid(chunker, db_dir) <= set(db.open_table("kb").to_arrow().column("chunk_id").to_pylist())
         with pytest.raises(ValueError, match="shards not written into it"):
             gens.writing_tables(db, "kb", sink.REJECTED_TABLE, "another-key")  # opens generation 3, empty
             promote_after_shards(db, "kb", [*results, None])

@@ -364,3 +364,25 @@ def test_a_read_of_a_generation_dropped_meanwhile_names_it(tmp_path: Path) -> No
     )
     with pytest.raises(RuntimeError, match="boom"), reading_generation(db, "kb", "kb__g3"):
         raise RuntimeError("boom: not found")  # a table not dropped: the error as it was
+
+
+def test_after_a_rollback_the_old_strategy_writes_the_adopted_generation_it_matches_by_rows(tmp_path: Path) -> None:
+    """Issue 51 item 2: generation 1 was adopted from a table of converted documents by a run of
+    another configuration (Y), so its logged key is the rows' own converted ``vector_config``, not
+    ``X``'s key. After promoting Y's generation and rolling back, a run of X again writes generation
+    1 (its rows' ``vector_config`` is what X gives a converted row), not a third generation."""
+    from latechunk_dagster.sources.documents import converted_vector_config
+
+    db = sink.connect(str(tmp_path))
+    row = converted_vector_config("cfg-X", "pdf@1")
+    db.create_table("kb", pa.table({"partition": ["a"], "vector_config": [row], "converter": ["pdf@1"]}))
+    gens.enable_generations(db, "kb", "rej", run_configs={"": "cfg-Y"})
+    assert gens.read_state(db, "kb").generations[1].key == gens.definition_key({"": row})  # type: ignore[union-attr]
+    key_x, key_y = gens.definition_key({"": "cfg-X"}), gens.definition_key({"": "cfg-Y"})
+    name, _, n = gens.writing_tables(db, "kb", "rej", key_y, run_configs={"": "cfg-Y"})
+    db.create_table(name, pa.table({"partition": ["a"], "vector_config": [converted_vector_config("cfg-Y", "pdf@1")]}))
+    gens.promote(db, "kb", n)
+    assert gens.rollback(db, "kb").number == 1
+    assert gens.writing_tables(db, "kb", "rej", key_x, run_configs={"": "cfg-X"}) == ("kb", "rej", 1)
+    assert gens.writing_tables(db, "kb", "rej", key_y, run_configs={"": "cfg-Y"}) == ("kb__g2", "rej__g2", 2)
+    assert sorted(gens.read_state(db, "kb").generations) == [1, 2]  # type: ignore[union-attr]  # no third one

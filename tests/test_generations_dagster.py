@@ -45,10 +45,17 @@ def _chunks(db: Any, name: str) -> set[tuple[str, int, str]]:
     return set(zip(*(t.column(c).to_pylist() for c in t.column_names), strict=True))
 
 
-def _definitions(strategy: FixedTokens, raw: dg.AssetsDefinition, parts: dg.PartitionsDefinition) -> Any:
+def _definitions(
+    strategy: FixedTokens, raw: dg.AssetsDefinition, parts: dg.PartitionsDefinition, index: bool = False
+) -> Any:
     return late_chunk_assets(
-        documents=raw, partitions_def=parts, table_name="kb", strategy=strategy, generations=True, index=False
+        documents=raw, partitions_def=parts, table_name="kb", strategy=strategy, generations=True, index=index
     )
+
+
+def _logged(instance: dg.DagsterInstance, result: dg.ExecuteInProcessResult) -> str:
+    """Every log line of the run ``result``, one per line."""
+    return "\n".join(e.user_message for e in instance.all_logs(result.run_id))
 
 
 def test_a_strategy_change_is_built_beside_promoted_and_rolled_back_while_searches_run(
@@ -120,13 +127,31 @@ def test_a_strategy_change_is_built_beside_promoted_and_rolled_back_while_search
                     seen.append({(h.doc_id, h.chunk_index, h.text) for h in hits})
                 time.sleep(0.05)
 
+        def hybrid_search() -> set[tuple[str, int, str]]:
+            with query_chunker(minilm_dir) as qc:
+                hits = search(QUERIES[2], chunker=qc, uri=uri, table_name="kb", k=3, mode="hybrid")
+            return {(h.doc_id, h.chunk_index, h.text) for h in hits}
+
         loop = threading.Thread(target=searches)
         loop.start()
         try:
             while not seen and not errors and loop.is_alive():
                 time.sleep(0.1)
-            # generation 2 (chunks of 20 tokens), partition a: built beside, not served
-            assert run(new, "a").success
+            # generation 2 (chunks of 20 tokens), partition a: built beside, not served, and the run says so
+            built_a = run(new, "a")
+            assert built_a.success
+            assert "'kb': writing generation 2 ('kb__g2'), which readers are NOT served (generation 1 is)" in _logged(
+                instance, built_a
+            )
+            # the index asset indexes the served generation (1) and the one being built, naming each table
+            index_asset = _definitions(FixedTokens(chunk_size=20), raw_documents, parts, index=True).index_asset
+            indexed = run(new, None, index_asset)
+            assert indexed.success
+            [mat] = indexed.asset_materializations_for_node(index_asset.op.name)
+            assert mat.metadata["table"].value == "kb" and mat.metadata["built_table"].value == "kb__g2"
+            assert mat.metadata["rows"].value == str(db.open_table("kb").count_rows())  # the served one's report
+            assert "indexes of 'kb' (served" in _logged(instance, indexed)
+            assert "indexes of 'kb__g2' (being built" in _logged(instance, indexed)
             state = gens.read_state(db, "kb")
             assert state is not None and state.newest.number == 2 and state.current.number == 1  # type: ignore[union-attr]
             assert gens.current_table(db, "kb") == "kb" and _chunks(db, "kb") == first
@@ -154,6 +179,8 @@ def test_a_strategy_change_is_built_beside_promoted_and_rolled_back_while_search
             assert db.open_table(gens.log_table_name("kb")).version == log_version + 1  # one commit
             assert gens.current_table(db, "kb") == "kb__g2"
             second = _chunks(db, "kb__g2")
+            hybrid = hybrid_search()  # answers the moment generation 2 is served (issue 51)
+            assert hybrid and hybrid <= second
             n_before = len(seen)
             while len(seen) < n_before + 3 and loop.is_alive():
                 time.sleep(0.1)
@@ -161,6 +188,8 @@ def test_a_strategy_change_is_built_beside_promoted_and_rolled_back_while_search
             assert cli_main(["rollback", "--uri", uri, "--table", "kb"]) == 0
             assert db.open_table(gens.log_table_name("kb")).version == log_version + 2
             assert gens.current_table(db, "kb") == "kb"
+            hybrid = hybrid_search()
+            assert hybrid and hybrid <= first
             assert cli_main(["promote", "--uri", uri, "--table", "kb"]) == 0
             assert gens.current_table(db, "kb") == "kb__g2"
             n_before = len(seen)

@@ -251,24 +251,34 @@ def _run_metadata(
 def build_index_asset(w: TableWiring, specs: Sequence[dg.AssetSpec]) -> dg.AssetsDefinition:
     """The index assets, one per granularity table (``specs`` in the order of ``w.granularities``,
     each carried whole), each indexing its whole chunk table; subsettable, so one table's index is
-    refreshed alone."""
+    refreshed alone.
+
+    Under generations each indexes the table readers are served (the current generation's) and, when
+    a newer one is being built, that one too (so it is indexed when promoted, issue 51); its
+    metadata is the served table's report with ``table`` (the physical name, e.g.
+    ``chunks_minilm__g2``), and ``built_table`` and ``built_rows`` for the one being built; the log
+    names each physical table."""
     tables = {spec.key: g for spec, g in zip(specs, w.granularities, strict=True)}
     name = specs[0].key.to_python_identifier() if w.single else f"{w.op_name}_indexes"
 
     @dg.multi_asset(specs=list(specs), name=name, can_subset=not w.single, required_resource_keys={w.lancedb_key})
     def _index(context: dg.AssetExecutionContext) -> Iterator[dg.MaterializeResult]:
         lancedb = w.resource(context, w.lancedb_key)
+        served, built = w.served_tables(lancedb), w.built_tables(lancedb)[0]
         for key in [k for k in tables if k in context.selected_asset_keys]:
             g = tables[key]
-            name = w.built_tables(lancedb)[0][g.name]  # the newest generation's, under generations
-            table = lancedb.open_table(name)
-            if table is None:
-                raise dg.Failure(f"no table {name!r} at {lancedb.uri}: materialize {g.chunk_key.to_user_string()}")
-            report = refresh_indexes(table)
-            context.log.info(f"indexes of {g.table_name!r}: {report}")
-            yield dg.MaterializeResult(
-                asset_key=key,
-                metadata={k: _text_or_null(v) for k, v in report.items()},
-            )
+            names = list(dict.fromkeys([served[g.name], built[g.name]]))  # the served one first
+            reports = {}
+            for name in names:
+                table = lancedb.open_table(name)
+                if table is None:
+                    raise dg.Failure(f"no table {name!r} at {lancedb.uri}: materialize {g.chunk_key.to_user_string()}")
+                reports[name] = refresh_indexes(table)
+                role = "served" if name == served[g.name] else "being built"
+                context.log.info(f"indexes of {name!r} ({role}, table definition {g.table_name!r}): {reports[name]}")
+            metadata = {k: _text_or_null(v) for k, v in {**reports[names[0]], "table": names[0]}.items()}
+            if len(names) > 1:
+                metadata |= {"built_table": dg.MetadataValue.text(names[1]), "built_rows": reports[names[1]]["rows"]}
+            yield dg.MaterializeResult(asset_key=key, metadata=metadata)
 
     return _index

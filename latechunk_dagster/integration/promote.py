@@ -112,7 +112,17 @@ def build_promote_asset(w: TableWiring, key: dg.AssetKey, group_name: str) -> dg
                 f"writes or checks missing or failed ({', '.join(blocked[:10])})",
                 metadata={"blocked": dg.MetadataValue.json(blocked[:100])},
             )
-        promote(db, w.table_name, newest.number, run_id=context.run.run_id, note="Dagster promote asset")
+        try:  # the library's gate too (partitions the current generation holds); indexes built before serving
+            promote(
+                db,
+                w.table_name,
+                newest.number,
+                run_id=context.run.run_id,
+                note="Dagster promote asset",
+                log_line=context.log.info,
+            )
+        except ValueError as exc:
+            raise dg.Failure(str(exc)) from exc
         context.log.info(f"promoted generation {newest.number} of {w.table_name!r} ({newest.table})")
         meta["dropped_generations"] = _clean(context, db, w.table_name)
         return dg.MaterializeResult(

@@ -133,13 +133,25 @@ class TableWiring:
         (:func:`~latechunk_dagster.sink.generations.built_table`) when the definition is under
         generations, else :attr:`chunk_tables` and :attr:`rejected_table_name`. ``lancedb``: the resource."""
         from latechunk_dagster.sink.generations import built_table
-        from latechunk_dagster.sink.schema import granularity_table
 
         base, rejected = built_table(lancedb.settings().connect(), self.table_name)
-        rejected = rejected or self.rejected_table_name
+        return self.tables_of(base), rejected or self.rejected_table_name
+
+    def served_tables(self, lancedb: Any) -> dict[str, str]:
+        """``{granularity: chunk table}`` readers are served now: the current generation's
+        (:func:`~latechunk_dagster.sink.generations.current_table`) under generations, else
+        :attr:`chunk_tables`. ``lancedb``: the resource."""
+        from latechunk_dagster.sink.generations import current_table
+
+        return self.tables_of(current_table(lancedb.settings().connect(), self.table_name))
+
+    def tables_of(self, base: str) -> dict[str, str]:
+        """``{granularity: chunk table}`` of the generation whose base name is ``base``."""
+        from latechunk_dagster.sink.schema import granularity_table
+
         if base == self.table_name:
-            return self.chunk_tables, rejected
-        return {g.name: granularity_table(base, g.name) for g in self.granularities}, rejected
+            return self.chunk_tables
+        return {g.name: granularity_table(base, g.name) for g in self.granularities}
 
     def resource(self, context: Any, key: str) -> Any:
         """The resource bound to ``key`` in an execution context."""

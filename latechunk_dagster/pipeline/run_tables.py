@@ -14,7 +14,7 @@ from latechunk_dagster.core.granularities import Granularities
 from latechunk_dagster.pipeline.config import granularity_configs
 from latechunk_dagster.pipeline.shard import Strategies, open_chunk_tables
 from latechunk_dagster.sink.database import LanceDBSettings
-from latechunk_dagster.sink.generations import definition_key, enable_generations, writing_tables
+from latechunk_dagster.sink.generations import definition_key, enable_generations, read_state, writing_tables
 
 
 @dataclass(frozen=True)
@@ -27,6 +27,8 @@ class RunTables:
         table_name, rejected_name: the names written (a generation's, e.g. ``chunks__g2``).
         generation: the generation written, ``None`` outside generations.
         key: the run's definition key (:func:`~latechunk_dagster.sink.generations.definition_key`).
+        served: the generation readers are served when the tables were opened (``None`` outside
+            generations or none served).
     """
 
     chunk_table: Any
@@ -35,6 +37,17 @@ class RunTables:
     rejected_name: str
     generation: int | None
     key: str
+    served: int | None = None
+
+    def describe(self) -> str:
+        """One line for a run's log: which generation it writes and whether readers are served it."""
+        line = f"writing generation {self.generation} ({self.table_name!r})"
+        if self.served == self.generation:
+            return f"{line}, the one readers are served"
+        return (
+            f"{line}, which readers are NOT served (generation {self.served} is): searches see its rows once it "
+            "is promoted; after a rollback, run the served generation's configuration to write into it"
+        )
 
 
 def lance_settings(db: Any) -> LanceDBSettings:
@@ -69,7 +82,8 @@ def open_run_tables(
     (:func:`~latechunk_dagster.sink.generations.enable_generations`, idempotent). Under generations
     the tables are those of the generation of the run's definition key
     (:func:`~latechunk_dagster.sink.generations.writing_tables`: opened beside the current one when
-    the key is new); otherwise ``table_name`` and ``rejected_name`` themselves.
+    the key is new; generation 1 adopted under another key when its rows' ``vector_config`` is the
+    run's); otherwise ``table_name`` and ``rejected_name`` themselves.
 
     Args:
         db: a ``LanceDBSettings``, ``LanceDBResource`` or ``LanceDBHook`` (``chunk_table``, ``rejected_table``).
@@ -86,7 +100,10 @@ def open_run_tables(
     if generations:
         enable_generations(conn, table_name, rejected_name, run_id=run_id, run_configs=configs)
     key = definition_key(configs)
-    name, rejected, generation = writing_tables(conn, table_name, rejected_name, key, run_id=run_id)
+    name, rejected, generation = writing_tables(
+        conn, table_name, rejected_name, key, run_id=run_id, run_configs=configs
+    )
+    state = read_state(conn, table_name) if generation is not None else None
     return RunTables(
         chunk_table=open_chunk_tables(db, name, strategy, chunker.embedding_dim, warn),
         rejected_table=db.rejected_table(rejected),
@@ -94,4 +111,5 @@ def open_run_tables(
         rejected_name=rejected,
         generation=generation,
         key=key,
+        served=state.current.number if state is not None and state.current is not None else None,
     )

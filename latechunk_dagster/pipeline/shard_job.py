@@ -112,7 +112,11 @@ class ShardJob:
             generations=self.generations,
             warn=self.log.warning,
         )
-        return self._target
+        target = self._target
+        if target.generation is not None:  # which generation this run writes; a warning when it is not served
+            say = self.log.info if target.served == target.generation else self.log.warning
+            say(f"{self.table_name!r}: {target.describe()}")
+        return target
 
     @property
     def target(self) -> RunTables:

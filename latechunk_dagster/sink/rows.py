@@ -25,6 +25,8 @@ from latechunk_dagster.sink.schema import METADATA_FIELDS, chunk_id, chunk_schem
 from latechunk_dagster.sources.documents import Document, RejectedRow
 
 _TS = pa.timestamp("us", tz="UTC")
+#: The fields of one box of the ``boxes`` column (sink.schema.BOX_TYPE), in a box tuple's order.
+BOX_KEYS = ("page", "x0", "y0", "x1", "y1")
 
 
 def lineage(
@@ -129,6 +131,12 @@ def chunk_batch(
     columns["converter"] = pa.array(converters, pa.string())
     columns["page_start"] = pa.array([p[0] if p else None for p in pages], pa.int32())
     columns["page_end"] = pa.array([p[1] if p else None for p in pages], pa.int32())
+    # a PDF chunk's boxes (sources.converters.pdf_boxes): from its char range, when the rows are made
+    boxes = [doc.chunk_boxes(c.char_range) for doc, _, c in chunks]
+    columns["boxes"] = pa.array(
+        [None if b is None else [dict(zip(BOX_KEYS, box, strict=True)) for box in b] for b in boxes],
+        schema.field("boxes").type,
+    )
     # the columns of the stock LangChain / LlamaIndex stores: copies of the ones above (sink.schema)
     columns["id"] = columns["chunk_id"]
     columns["metadata"] = pa.StructArray.from_arrays(

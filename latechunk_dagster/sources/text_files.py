@@ -145,7 +145,7 @@ def document_of_file(
             converted = converters.convert(name, data, limits)
         except Rejection as exc:
             return RejectedRow(doc_id, where, exc.reason, f"{where}: {exc.detail}", file_read=True)
-        return Document.from_converted(doc_id, converted.text, converted.converter, converted.pages)
+        return Document.from_converted(doc_id, converted.text, converted.converter, converted.pages, converted.boxes)
     encoding = foreign_encoding(data)
     if encoding is not None:
         return RejectedRow(doc_id, where, "bad_encoding", encoding.file_detail(where))

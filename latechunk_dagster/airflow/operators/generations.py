@@ -15,13 +15,18 @@ from latechunk_dagster.sink.generations import clean, promote, read_state
 from latechunk_dagster.sink.schema import CHUNK_TABLE
 
 
-def promote_after_shards(db: Any, table_name: str, results: Iterable[Mapping[str, Any] | None]) -> dict[str, Any]:
-    """Promote the newest generation of ``table_name`` once every shard task wrote into it.
+def promote_after_shards(
+    db: Any, table_name: str, results: Iterable[Mapping[str, Any] | None], log_line: Any = None
+) -> dict[str, Any]:
+    """Promote the newest generation of ``table_name`` once every shard task wrote into it, through
+    :func:`~latechunk_dagster.sink.generations.promote` (the one gate: partitions the current
+    generation holds; its tables indexed before it is served).
 
     Args:
         db: a LanceDB connection.
         results: the shard tasks' XCom values (:func:`~latechunk_dagster.pipeline.shard.shard_summary`);
             each names the ``generation`` it wrote. A ``None`` (a task that returned nothing) blocks.
+        log_line: called with a line per table indexed before serving (the task's ``log.info``).
 
     Returns:
         ``{"generation": current after the call, "previous": current before (0: none),
@@ -30,7 +35,8 @@ def promote_after_shards(db: Any, table_name: str, results: Iterable[Mapping[str
 
     Raises:
         ValueError: the definition is not under generations (``latechunk generations --enable``); a
-            shard result missing or naming another generation (lists them): nothing is committed.
+            shard result missing or naming another generation (lists them); the generation lacks
+            partitions the current one holds: nothing is committed.
     """
     state = read_state(db, table_name)
     if state is None or state.newest is None:
@@ -49,7 +55,7 @@ def promote_after_shards(db: Any, table_name: str, results: Iterable[Mapping[str
             f"generation {newest.number} of {table_name!r} is not promoted: shards not written into it: "
             f"{stray[:10] if got else 'no shard results'}"
         )
-    promote(db, table_name, newest.number, note="Airflow promote task")
+    promote(db, table_name, newest.number, note="Airflow promote task", log_line=log_line)
     return {"generation": newest.number, "previous": previous, "promoted": True, "dropped": clean(db, table_name)}
 
 
@@ -81,7 +87,7 @@ class LateChunkPromoteOperator(LanceDBOperator):
     def execute(self, context: Context) -> dict[str, Any]:
         db = self.hook.get_conn()
         try:
-            out = promote_after_shards(db, self.table_name, list(self.results or []))
+            out = promote_after_shards(db, self.table_name, list(self.results or []), self.log.info)
         except ValueError as exc:
             raise AirflowFailException(str(exc)) from exc
         self.log.info("generations of %s: %s", self.table_name, out)
