@@ -195,3 +195,55 @@ def test_a_prefix_with_a_space_opens_both_ways(s3, monkeypatch: pytest.MonkeyPat
     for store in (with_options, chain):
         assert store.uri == f"s3://{BUCKET}/my docs" and store.shards() == ["s"]
         assert {d.doc_id: d.text for d in store.read_shard("s")} == expected
+
+
+def _three_files(url: str, prefix: str) -> dict[str, str]:
+    texts = {f"s/{i}.txt": f"Document {i} of three." for i in range(3)}
+    for name, text in texts.items():
+        _put(url, f"{prefix}/{name}", text.encode())
+    return texts
+
+
+def test_throttling_past_pyarrows_retries_is_retried_with_backoff(s3, proxy: S3Proxy) -> None:
+    """Issue 49 item 4: seven 503 SlowDown answers in a row (pyarrow gives up on a request after 3):
+    the files are tried again with backoff, and every document is read."""
+    srv, _ = s3
+    texts = _three_files(srv.url, "slow")
+    store = DocumentStore.from_path(f"s3://{BUCKET}/slow", storage_options=_options(proxy.url))
+    proxy.get_fault, proxy.get_faults = "throttle", 7
+    docs, rejected = store.read_shard_with_rejections("s")
+    assert proxy.faults_answered == 7 and rejected == []
+    assert {d.doc_id: d.text for d in docs} == texts
+
+
+@pytest.mark.parametrize("fault", ["throttle", "error", "hang"])
+def test_a_file_that_keeps_failing_is_rejected_by_name_in_bounded_time(
+    s3, proxy: S3Proxy, monkeypatch: pytest.MonkeyPatch, fault: str
+) -> None:
+    """Issue 49 item 4: a store that answers 503 / 500 to every object request, or never answers:
+    within the retry budget (LATECHUNK_READ_RETRY_SECONDS) plus one try, each file is one
+    ``unreadable_file`` row naming it and the last error: an incomplete read, so the partition fails
+    before its commit and keeps its rows. A single hang is outlasted (the request times out, the
+    next try reads the file)."""
+    import time
+
+    srv, _ = s3
+    texts = _three_files(srv.url, f"down-{fault}")
+    options = {**_options(proxy.url), "timeout": "1s", "connect_timeout": "1s"}
+    store = DocumentStore.from_path(f"s3://{BUCKET}/down-{fault}", storage_options=options)
+    monkeypatch.setenv("LATECHUNK_READ_RETRY_SECONDS", "1.5")
+    proxy.get_fault, proxy.hang_s = fault, 20.0
+    if fault == "hang":  # one hang: outlasted
+        proxy.get_faults = 1
+        docs, rejected = store.read_shard_with_rejections("s")
+        assert rejected == [] and {d.doc_id: d.text for d in docs} == texts
+    proxy.get_faults = 10_000
+    start = time.monotonic()
+    docs, rejected = store.read_shard_with_rejections("s")
+    took = time.monotonic() - start
+    assert docs == [] and [r.doc_id for r in rejected] == sorted(texts)
+    last_error = {"throttle": "503", "error": "500", "hang": "imeout"}[fault]
+    for row in rejected:
+        assert row.reason in INCOMPLETE_READS and not row.file_read
+        assert row.where == f"s3://{BUCKET}/down-{fault}/{row.doc_id}" and last_error in row.detail
+    assert took < 3 * 15, took  # per file: the budget (1.5 s) plus one try (pyarrow's 3 attempts)

@@ -54,7 +54,7 @@ from latechunk_dagster.sources.documents import (
     strip_bom,
 )
 from latechunk_dagster.sources.listing import key_problem
-from latechunk_dagster.sources.storage import open_input
+from latechunk_dagster.sources.storage import open_input, retried
 
 #: What reading a JSONL stream raises where it breaks (pyarrow: a compressed stream cut off or corrupt,
 #: "Truncated compressed stream"; an object's connection lost): the rest of the file is not read.
@@ -183,7 +183,7 @@ def jsonl_rows(file: Path, lines: Iterable[tuple[int, int]] | None = None) -> It
     name = printable(str(file))
     number = 0
     try:
-        handle = open_jsonl(file, random_access=lines is not None)
+        handle = retried(lambda: open_jsonl(file, random_access=lines is not None), file)
     except OSError as exc:
         yield RejectedRow("*", name, "unreadable_file", f"{name}: cannot be read: {exc}")
         return
@@ -313,7 +313,7 @@ def parquet_rows(file: Path, columns: tuple[str, ...] = ("id", "text", "shard"))
     (:func:`~latechunk_dagster.sources.chunk_column.arrow_chunks`)."""
     name = printable(str(file))
     try:
-        handle = open_input(file, random_access=True)
+        handle = retried(lambda: open_input(file, random_access=True), file)
     except OSError as exc:
         yield RejectedRow("*", name, "unreadable_file", f"{name}: not a readable Parquet file: {exc}")
         return

@@ -17,7 +17,7 @@ from pathlib import Path, PurePath
 from latechunk_dagster.core.encoding import foreign_encoding
 from latechunk_dagster.sources.converters import ConversionLimits, Converters, Rejection, default_converters
 from latechunk_dagster.sources.documents import Document, RejectedRow, is_valid_unicode, printable, strip_bom
-from latechunk_dagster.sources.storage import ChangedWhileReadError, ObjectPath, open_input
+from latechunk_dagster.sources.storage import ChangedWhileReadError, ObjectPath, open_input, retried
 
 
 def decode(data: bytes) -> str:
@@ -91,7 +91,7 @@ def read_text_file(
     except Rejection as exc:
         return RejectedRow(doc_id, where, exc.reason, f"{where}: {exc.detail}", file_read=True)
     converters = default_converters() if converters is None else converters
-    if defer_conversion and converters.for_name(file.name) is not None:
+    if defer_conversion and converters.reads(file.name, data):
         return UnconvertedFile(doc_id, file.name, data, where, limits, converters)
     return document_of_file(doc_id, file.name, data, where, limits, converters)
 
@@ -101,17 +101,22 @@ READ_ATTEMPTS = 3
 
 
 def _read_one_version(file: PurePath, most: int) -> bytes:
-    """At most ``most`` bytes of one version of ``file``: a file replaced while it was read
+    """At most ``most`` bytes of one version of ``file``: transient errors are tried again
+    (:func:`~latechunk_dagster.sources.storage.retried`); a file replaced while it was read
     (:class:`~latechunk_dagster.sources.storage.ChangedWhileReadError`) is read again, up to
     :data:`READ_ATTEMPTS` times (a document is one file: reading it again is cheap and exact).
 
     Raises:
         OSError: the file cannot be read, or changed at every attempt.
     """
+
+    def read() -> bytes:
+        with open_input(file) as handle:  # an object's size: one bounded read, no request of its own
+            return handle.read(most)
+
     for attempt in range(READ_ATTEMPTS):
         try:
-            with open_input(file) as handle:  # an object's size: one bounded read, no request of its own
-                return handle.read(most)
+            return retried(read, file)  # 503, 500, a request not answered in time: tried again, bounded
         except ChangedWhileReadError:
             if attempt == READ_ATTEMPTS - 1:
                 raise
@@ -128,11 +133,13 @@ def document_of_file(
 ) -> Document | RejectedRow:
     """The one place a text-tree file's bytes become a document's text: a file one of ``converters``
     reads (default :func:`~latechunk_dagster.sources.converters.default_converters`: PDF, DOCX, PPTX,
-    HTML, and the entry point group's) is read into Markdown by
+    HTML, and the entry point group's), or whose first bytes are a binary format whatever its suffix
+    (:meth:`~latechunk_dagster.sources.converters.Converters.reads`: a PDF named ``.txt`` or ``.html``
+    is read as a PDF, a PNG named ``.md`` is ``wrong_format``), is read into Markdown by
     :meth:`~latechunk_dagster.sources.converters.Converters.convert` (the document then carries its
     converter's lineage and pages); any other file is UTF-8 text (a UTF-16 / UTF-32 one is
     ``bad_encoding``). A converter's refusal is a ``RejectedRow`` of its reason (``encrypted``,
-    ``no_text_layer``, ``unreadable_file``, ``too_large``) with ``file_read=True``: the file was read,
+    ``no_text_layer``, ``unreadable_file``, ``too_large``, ``wrong_format``) with ``file_read=True``: the file was read,
     its content is refused, so it is rejected alone and its shard's other documents are written.
 
     Args:
@@ -140,7 +147,7 @@ def document_of_file(
         data: the file's bytes; where: the file as messages name it; limits: as :func:`read_text_file`.
     """
     converters = default_converters() if converters is None else converters
-    if converters.for_name(name) is not None:
+    if converters.reads(name, data):
         try:
             converted = converters.convert(name, data, limits)
         except Rejection as exc:
