@@ -193,7 +193,8 @@ def migrate(table: Any, schema: pa.Schema) -> list[str]:
 
     A table written by an earlier version has a prefix of ``schema``'s columns (and maybe columns a user
     added, not counted). Nullable string and int32 columns (``vector_config``, ``granularity``,
-    ``parent_chunk_id``, ``converter``, ``page_start``, ``page_end``) are added as nulls; the derived
+    ``parent_chunk_id``, ``converter``, ``page_start``, ``page_end``) are added as nulls, and a nullable
+    list column last (``boxes``) as nulls by its Arrow type in a second commit; the derived
     ones (``id``, ``metadata``: :data:`~latechunk_dagster.sink.schema.DERIVED_COLUMNS`) are computed
     from each row's other columns. All of them go in ONE LanceDB ``add_columns`` with SQL expressions
     (``CAST(NULL AS STRING)`` for a null column), in the schema's order: one commit that writes new
@@ -207,6 +208,7 @@ def migrate(table: Any, schema: pa.Schema) -> list[str]:
         return []
     missing = schema.names[len(ours) :]
     expressions: dict[str, str] = {}
+    nulls: list[pa.Field] = []  # a nullable column of a type SQL cannot cast NULL to (the list ``boxes``)
     for name in missing:
         field = schema.field(name)
         if name in DERIVED_COLUMNS:
@@ -215,16 +217,21 @@ def migrate(table: Any, schema: pa.Schema) -> list[str]:
             expressions[name] = "CAST(NULL AS STRING)"
         elif field.nullable and field.type == pa.int32():
             expressions[name] = "CAST(NULL AS INT)"
+        elif field.nullable and pa.types.is_list(field.type) and name == missing[-1]:
+            nulls.append(field)
         else:
             return []  # not an earlier layout of this schema: refused by the schema comparison
     if expressions:
-        _add_columns(table, expressions, f"add columns {missing} to {table.name!r}")
+        _add_columns(table, expressions, f"add columns {list(expressions)} to {table.name!r}")
+    if nulls:  # an all-null column by its Arrow type: a second commit, after the columns before it
+        _add_columns(table, nulls, f"add columns {[f.name for f in nulls]} to {table.name!r}")
     return list(missing)
 
 
-def _add_columns(table: Any, columns: dict[str, str], what: str) -> None:
-    """``table.add_columns(columns)`` (one commit) unless another writer added them first; retried on conflicts."""
-    names = list(columns)
+def _add_columns(table: Any, columns: dict[str, str] | list[pa.Field], what: str) -> None:
+    """``table.add_columns(columns)`` (one commit; SQL expressions, or all-null Arrow fields) unless another
+    writer added them first; retried on conflicts."""
+    names = list(columns) if isinstance(columns, dict) else [f.name for f in columns]
 
     def commit() -> None:
         if all(n in table.schema.names for n in names):

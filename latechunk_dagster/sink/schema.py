@@ -41,6 +41,19 @@ DERIVED_COLUMNS = {
 }
 
 
+#: One box of the ``boxes`` column: the page (from 1, as ``page_start``) and the rectangle in PDF points
+#: (origin at the page's bottom left, y up).
+BOX_TYPE = pa.struct(
+    [
+        pa.field("page", pa.int32()),
+        pa.field("x0", pa.float32()),
+        pa.field("y0", pa.float32()),
+        pa.field("x1", pa.float32()),
+        pa.field("y1", pa.float32()),
+    ]
+)
+
+
 def chunk_schema(dim: int) -> pa.Schema:
     """Schema of the chunk table; ``vector`` is ``fixed_size_list<float32>[dim]``.
 
@@ -96,6 +109,10 @@ def chunk_schema(dim: int) -> pa.Schema:
             pa.field("converter", pa.string()),
             pa.field("page_start", pa.int32()),
             pa.field("page_end", pa.int32()),
+            # where a PDF chunk lies on its pages (issue 45): one box per line (run of its characters on
+            # one line), the union of its characters' boxes (sources.converters.pdf_boxes); NULL for
+            # other documents; nullable and last, so an older table gains it as NULL (sink.creation.migrate)
+            pa.field("boxes", pa.list_(BOX_TYPE)),
         ]
     )
 

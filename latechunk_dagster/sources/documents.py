@@ -13,10 +13,13 @@ import json
 import re
 from bisect import bisect_right
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import pyarrow as pa
+
+if TYPE_CHECKING:
+    from latechunk_dagster.sources.converters.pdf_boxes import Box, CharBoxes
 
 BOM = "\ufeff"
 
@@ -158,6 +161,10 @@ class Document:
             :class:`~latechunk_dagster.sources.converters.Converted`), ``None`` for text read as it
             is; part of the rows' lineage and ``vector_config`` (a converter upgrade re-encodes).
         pages: char offsets into ``text`` where each page (PDF) or slide (PPTX) starts, or ``None``.
+        boxes: where each character of ``text`` lies on its page (a PDF's:
+            :class:`~latechunk_dagster.sources.converters.pdf_boxes.CharBoxes`, ~22 bytes a character,
+            kept in memory only), from which the rows' ``boxes`` are made (:meth:`chunk_boxes`); ``None``
+            for other documents. Not part of equality or ``sha256`` (the text is).
     """
 
     doc_id: str
@@ -166,6 +173,7 @@ class Document:
     chunks: ChunkList | None = None
     converter: str | None = None
     pages: tuple[int, ...] | None = None
+    boxes: CharBoxes | None = field(default=None, compare=False, repr=False)
 
     @classmethod
     def from_text(cls, doc_id: str, text: str, chunks: ChunkList | None = None) -> Document:
@@ -173,10 +181,17 @@ class Document:
         return cls(doc_id, text, document_sha256(text, chunks), chunks)
 
     @classmethod
-    def from_converted(cls, doc_id: str, text: str, converter: str, pages: tuple[int, ...] | None = None) -> Document:
+    def from_converted(
+        cls,
+        doc_id: str,
+        text: str,
+        converter: str,
+        pages: tuple[int, ...] | None = None,
+        boxes: CharBoxes | None = None,
+    ) -> Document:
         """The document of a converted file: its Markdown ``text`` (``sha256`` is :func:`text_sha256`
-        of it, as for any text), the ``converter`` that made it and its ``pages``."""
-        return cls(doc_id, text, document_sha256(text), None, converter, pages)
+        of it, as for any text), the ``converter`` that made it, its ``pages`` and its characters' ``boxes``."""
+        return cls(doc_id, text, document_sha256(text), None, converter, pages, boxes)
 
     def vector_config(self, run_config: str) -> str:
         """The ``vector_config`` of this document's rows: the run's (:func:`latechunk_dagster.pipeline.vector_config`)
@@ -191,6 +206,15 @@ class Document:
             return None
         start, end = char_range
         return bisect_right(self.pages, start), bisect_right(self.pages, max(start, end - 1))
+
+    def chunk_boxes(self, char_range: tuple[int, int] | None) -> list[Box] | None:
+        """The boxes ``(page from 1, x0, y0, x1, y1)`` (PDF points) of a char range of the text, one per
+        run of its characters on one line (:meth:`CharBoxes.chunk_boxes
+        <latechunk_dagster.sources.converters.pdf_boxes.CharBoxes.chunk_boxes>`); ``None`` for a
+        document without boxes or a range without any boxed character."""
+        if self.boxes is None or len(self.boxes) != len(self.text):
+            return None
+        return self.boxes.chunk_boxes(char_range) or None
 
 
 @dataclass(frozen=True)
