@@ -198,6 +198,174 @@ def site_page(generator: str, title: str, body: Sequence[tuple[str, object]], *,
         elif kind == "table":
             head, *rows = value  # type: ignore[misc]
             parts.append(
+                "<table><thead><tr>"
+                + "".join(f"<th>{c}</th>" for c in head)
+                + "</tr></thead><tbody>"
+                + "".join("<tr>" + "".join(f"<td>{c}</td>" for c in r) + "</tr>" for r in rows)
+                + "</tbody></table>"
+            )
+        else:
+            raise ValueError(kind)
+    content = "\n".join(parts)
+    return _SITE_LAYOUTS[generator](title, content)
+
+
+def _mdbook(title: str, content: str) -> str:
+    return (
+        f"<!DOCTYPE HTML><html lang='en'><head><meta charset='UTF-8'><title>{title} - BOOKTITLE</title>"
+        "<script>var path_to_root = '';</script></head><body>"
+        "<div id='mdbook-help-container'><div id='mdbook-help-popup'>"
+        "<h2 class='mdbook-help-title'>Keyboard shortcuts</h2><div><p>Press <kbd>?</kbd> to show this help</p>"
+        "<p>Press <kbd>Esc</kbd> to hide this help</p></div></div></div>"
+        "<div id='mdbook-body-container'><nav id='mdbook-sidebar' class='sidebar' aria-label='Table of contents'>"
+        "<ol class='chapter'><li><a href='intro.html'>SIDEBARCHAPTER Intro</a></li></ol></nav>"
+        "<div id='mdbook-page-wrapper' class='page-wrapper'><div class='page'>"
+        "<div id='mdbook-menu-bar' class='menu-bar sticky'><div class='left-buttons'>"
+        "<label id='mdbook-sidebar-toggle' class='icon-button'>Toggle Table of Contents</label>"
+        "<ul id='mdbook-theme-list' class='theme-popup' role='menu'>"
+        "<li role='none'><button role='menuitem'>Coal</button></li>"
+        "<li role='none'><button role='menuitem'>Navy</button></li></ul></div>"
+        "<h1 class='menu-title'>BOOKTITLE</h1></div>"
+        "<div id='mdbook-search-wrapper' class='hidden'><form id='mdbook-searchbar-outer'>"
+        "<input type='search' placeholder='Search this book ...'></form></div>"
+        f"<div id='mdbook-content' class='content'><main>\n{content}\n</main>"
+        "<nav class='nav-wrapper' aria-label='Page navigation'><a rel='prev' href='a.html'>Prev</a>"
+        "<a rel='next prefetch' href='b.html'>Next: </a></nav></div></div></div></div></body></html>"
+    )
+
+
+def _texinfo(title: str, content: str) -> str:
+    return (
+        "<!DOCTYPE html><html><!-- Created by GNU Texinfo 6.8 --><head>"
+        f"<meta http-equiv='Content-Type' content='text/html; charset=utf-8'><title>{title} (BOOKTITLE)</title>"
+        "<style>a.copiable-anchor {visibility: hidden}</style></head><body lang='en'>"
+        "<div class='chapter' id='x'><div class='header'><p>"
+        "Next: <a href='n.html' accesskey='n' rel='next'>Memory</a>, "
+        "Previous: <a href='p.html' accesskey='p' rel='prev'>Intro</a>, "
+        "Up: <a href='index.html' accesskey='u' rel='up'>BOOKTITLE</a> &nbsp; "
+        "[<a href='Index.html' title='Index' rel='index'>Index</a>]</p></div><hr>"
+        f"{content}"
+        "<ul class='section-toc'><li><a href='s1.html' accesskey='1'>SIDEBARCHAPTER One</a></li>"
+        "<li><a href='s2.html' accesskey='2'>SIDEBARCHAPTER Two</a></li></ul>"
+        "<hr><div class='header'><p>Next: <a href='n.html'>Memory</a>, Previous: <a href='p.html'>Intro</a>, "
+        "Up: <a href='index.html'>BOOKTITLE</a></p></div></div></body></html>"
+    )
+
+
+def _sphinx(title: str, content: str) -> str:
+    return (
+        f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>{title} &#8212; BOOKTITLE 1.0</title>"
+        "<script src='_static/doctools.js'></script></head><body>"
+        "<div class='related' role='navigation' aria-label='Related'><h3>Navigation</h3><ul>"
+        "<li class='right'><a href='genindex.html' accesskey='I'>index</a></li>"
+        "<li class='right'><a href='next.html' accesskey='N'>next</a> |</li>"
+        "<li class='nav-item nav-item-0'><a href='index.html'>BOOKTITLE 1.0</a> &#187;</li></ul></div>"
+        "<div class='document'><div class='documentwrapper'><div class='bodywrapper'>"
+        f"<div class='body' role='main'><section id='x'>\n{content}\n</section></div></div></div>"
+        "<div class='sphinxsidebar' role='navigation' aria-label='Main'><div class='sphinxsidebarwrapper'>"
+        "<h3>SIDEBARCHAPTER Contents</h3><search id='searchbox' role='search'><h3>Quick search</h3>"
+        "<form class='search' action='search.html'><input type='text' name='q'></form></search></div></div></div>"
+        "<div class='footer'>&#169; Copyright 2026, Acme. Created using Sphinx 7.2.</div></body></html>"
+    )
+
+
+def _docbook(title: str, content: str) -> str:
+    return (
+        "<html><head><meta http-equiv='Content-Type' content='text/html; charset=UTF-8'>"
+        f"<title>{title}</title><meta name='generator' content='DocBook XSL Stylesheets V1.79.2'></head><body>"
+        "<div class='navheader'><table width='100%' summary='Navigation header'>"
+        f"<tr><th colspan='3' align='center'>{title}</th></tr><tr><td width='20%' align='left'>"
+        "<a accesskey='p' href='ch01.html'>Prev</a> </td><th width='60%' align='center'>BOOKTITLE</th>"
+        "<td width='20%' align='right'> <a accesskey='n' href='ch03.html'>Next</a></td></tr></table><hr></div>"
+        "<div class='chapter'><div class='titlepage'><div><div>"
+        f"{content}"
+        "<div class='toc'><p><b>Table of Contents</b></p><dl class='toc'><dt><span class='sect1'>"
+        "<a href='#s'>SIDEBARCHAPTER 2.1</a></span></dt></dl></div></div></div></div></div>"
+        "<div class='navfooter'><hr><table width='100%' summary='Navigation footer'><tr>"
+        "<td width='40%' align='left'><a accesskey='p' href='ch01.html'>Prev</a> </td>"
+        "<td width='20%' align='center'><a accesskey='u' href='index.html'>Up</a></td>"
+        "<td width='40%' align='right'> <a accesskey='n' href='ch03.html'>Next</a></td></tr>"
+        "<tr><td width='40%' align='left' valign='top'>Chapter 1. Intro </td>"
+        "<td width='20%' align='center'><a accesskey='h' href='index.html'>Home</a></td>"
+        "<td width='40%' align='right' valign='top'> Chapter 3. Memory</td></tr></table></div></body></html>"
+    )
+
+
+_SITE_LAYOUTS = {"mdbook": _mdbook, "texinfo": _texinfo, "sphinx": _sphinx, "docbook": _docbook}
+
+
+def encrypted_office(data: bytes, password: str = "pw") -> bytes:
+    """A password-protected DOCX / PPTX / XLSX of ``data`` (an unprotected one), as Office writes it:
+    an OLE2 compound file with ``EncryptionInfo`` and ``EncryptedPackage`` streams (agile encryption,
+    written by msoffcrypto-tool)."""
+    from msoffcrypto.format.ooxml import OOXMLFile
+
+    out = io.BytesIO()
+    OOXMLFile(io.BytesIO(data)).encrypt(password, out)
+    return out.getvalue()
+
+
+def deep_html(levels: int, text: str, tag: str = "div") -> bytes:
+    """An HTML page whose ``text`` paragraphs sit ``levels`` ``tag`` elements deep (a mail thread's
+    quotes, a generated page's wrappers)."""
+    inner = "".join(f"<p>{line}</p>" for line in text.split("\n"))
+    return f"<html><body><h1>Deep</h1>{f'<{tag}>' * levels}{inner}{f'</{tag}>' * levels}</body></html>".encode()
+
+
+#: The generators whose page layout :func:`site_page` imitates (their real output's structure, read
+#: from mdBook 0.4 (the Rust book), texinfo 6.8 (libffi's manual), Sphinx 7 and DocBook XSL 1.79).
+SITE_GENERATORS = ("mdbook", "texinfo", "sphinx", "docbook")
+
+#: Lines of site furniture :func:`site_page` writes around the content (none may reach the text).
+SITE_FURNITURE = (
+    "Keyboard shortcuts",
+    "to show this help",
+    "Toggle Table of Contents",
+    "Coal",
+    "Navy",
+    "Search this book",
+    "Next: ",
+    "Previous: ",
+    "Up: ",
+    "Quick search",
+    "Navigation header",
+    "Table of Contents",
+    "Prev",
+    "Home",
+    "Copyright 2026",
+    "\u00b6",
+    "SIDEBARCHAPTER",
+    "BOOKTITLE",
+)
+
+
+def site_page(generator: str, title: str, body: Sequence[tuple[str, object]], *, sub_chapter: bool = False) -> str:
+    """One page of a documentation site as ``generator`` (one of :data:`SITE_GENERATORS`) writes it:
+    its furniture (:data:`SITE_FURNITURE`: navigation, menus, dialogs, theme pickers, prev/next bars,
+    search boxes, footers, heading anchors) around the page's content.
+
+    Args:
+        title: the page's own title (its top heading; ``BOOKTITLE`` is the site's).
+        body: ``("h", text)`` a section heading one level below the title, ``("p", text)`` a paragraph,
+            ``("code", text)`` a code block (``language-python``, indentation kept), ``("table", rows)``
+            a table (first row the header), ``("ul", items)`` a list.
+        sub_chapter: mdBook writes a nested chapter's title as ``<h2>`` (its Markdown source's ``##``).
+    """
+    top = 2 if sub_chapter else 1
+    anchor = {"sphinx": "<a class='headerlink' href='#x' title='Link to this heading'>\u00b6</a>"}.get(generator, "")
+    parts = [f"<h{top}>{title}{anchor}</h{top}>"]
+    for kind, value in body:
+        if kind == "h":
+            parts.append(f"<h{top + 1}>{value}{anchor}</h{top + 1}>")
+        elif kind == "p":
+            parts.append(f"<p>{value}</p>")
+        elif kind == "code":
+            parts.append(f"<pre><code class='language-python'>{value}</code></pre>")
+        elif kind == "ul":
+            parts.append("<ul>" + "".join(f"<li>{item}</li>" for item in value) + "</ul>")  # type: ignore[attr-defined]
+        elif kind == "table":
+            head, *rows = value  # type: ignore[misc]
+            parts.append(
                 "<table><thead><tr>" + "".join(f"<th>{c}</th>" for c in head) + "</tr></thead><tbody>"
                 + "".join("<tr>" + "".join(f"<td>{c}</td>" for c in r) + "</tr>" for r in rows)
                 + "</tbody></table>"

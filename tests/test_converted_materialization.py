@@ -148,7 +148,7 @@ def test_a_mixed_folder_is_chunked_by_its_own_headings_with_ranges_into_the_conv
     }
     # the converter and its version are the rows' lineage; they count in vector_config
     assert by_doc["docs/report.pdf"][0]["converter"].startswith(f"pdf/{pdf_converter.RULES} pypdfium2 ")
-    assert by_doc["docs/owls.docx"][0]["converter"].startswith("docx/1 python-docx ")
+    assert by_doc["docs/owls.docx"][0]["converter"].startswith("docx/2 python-docx ")
     assert by_doc["docs/notes.md"][0]["converter"] is None
     configs = {d: by_doc[d][0]["vector_config"] for d in GOOD}
     assert configs["docs/notes.md"] == configs["docs/plain.txt"]

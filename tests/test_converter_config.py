@@ -80,7 +80,7 @@ def test_a_faked_converter_upgrade_re_encodes_the_documents_it_read_only(
     after = _configs(db)
     assert {d for d in FILES if after[d] != before[d]} == {"docs/tea.html"}
     converters = sink.connect(str(db)).open_table("chunks").to_arrow().select(["doc_id", "converter"]).to_pylist()
-    assert {r["converter"] for r in converters if r["doc_id"] == "docs/tea.html"} == {"html/1 markdownify 999.0-faked"}
+    assert {r["converter"] for r in converters if r["doc_id"] == "docs/tea.html"} == {"html/2 markdownify 999.0-faked"}
 
 
 @pytest.mark.parametrize(

@@ -371,7 +371,7 @@ def test_document_files_in_a_bucket_are_converted_as_on_disk(s3, chunker, tmp_pa
         assert [c["headings"] for c in by_doc[doc_id]] == HEADINGS[doc_id], doc_id
         assert all(text[c["char_start"] : c["char_end"]] == c["text"] for c in by_doc[doc_id]), doc_id
     assert [(c["page_start"], c["page_end"]) for c in by_doc["docs/report.pdf"]] == [(1, 1), (2, 2)]
-    assert by_doc["docs/owls.docx"][0]["converter"].startswith("docx/1 python-docx ")
+    assert by_doc["docs/owls.docx"][0]["converter"].startswith("docx/2 python-docx ")
     rejected = conn.open_table("rejected_documents").to_arrow().to_pylist()
     assert {(r["doc_id"], r["reason"]) for r in rejected} == {(d, reason) for d, (_, reason) in BAD.items()}
     assert all(r["doc_id"] in r["detail"] for r in rejected)

@@ -19,8 +19,10 @@ if TYPE_CHECKING:
 #: Environment override of :attr:`ConversionLimits.max_file_bytes` (an integer number of bytes).
 MAX_FILE_BYTES_ENV = "LATECHUNK_MAX_DOCUMENT_BYTES"
 
-#: Reasons a converter refuses a file (the ``reason`` of its rejected row).
-REASONS = ("encrypted", "no_text_layer", "unreadable_file", "too_large")
+#: Reasons a converter refuses a file (the ``reason`` of its rejected row); ``wrong_format``: the
+#: file's content is a format no converter reads (an image, an archive, a legacy Office file), named
+#: from its first bytes (:mod:`~latechunk_dagster.sources.converters.sniff`).
+REASONS = ("encrypted", "no_text_layer", "unreadable_file", "too_large", "wrong_format")
 
 
 @dataclass(frozen=True)
@@ -174,6 +176,41 @@ def _cell(text: str) -> str:
 def heading(level: int, title: str) -> str:
     """A Markdown ATX heading line, level clamped to 1..6, the title on one line."""
     return "#" * min(max(level, 1), 6) + " " + re.sub(r"\s+", " ", title).strip()
+
+
+#: A line that CommonMark would read as the start of a block other than a paragraph: an ATX heading
+#: (``# x``), a block quote (``> x``), a list item (``- x``, ``+ x``, ``* x``, ``1. x``, ``1) x``),
+#: a code fence (three backticks or tildes), or a line of only ``=``, ``-``, ``*``, ``_`` (a setext
+#: underline, which makes the line above it a heading, or a thematic break). Up to 3 spaces before.
+_BLOCK_START = re.compile(
+    r"^( {0,3})(?:(#{1,6}(?=[ \t]|$))|(>)|([-+*](?=[ \t]|$))|(\d{1,9})([.)](?=[ \t]|$))|(`{3,}|~{3,})"
+    r"|([=\-*_])(?=[ \t=\-*_]*$))"
+)
+
+
+def escape_block(text: str) -> str:
+    """``text`` (one paragraph of body text, one or more lines) with every line that CommonMark would
+    read as a heading, quote, list item, code fence or setext underline escaped as Markdown writers
+    do (pandoc, markdownify's ``escape_misc``): a backslash before the marker (``\\# install``,
+    ``1\\. step``), so a shell comment in a how-to is not a heading and ``headings`` stay right.
+    Other text is unchanged; the backslash is the only character added.
+
+    One home for the rule: the DOCX, PPTX, HTML and PDF converters escape their body text here.
+    """
+    if not text:
+        return text
+    return "\n".join(_escape_line(line) for line in text.split("\n"))
+
+
+def _escape_line(line: str) -> str:
+    found = _BLOCK_START.match(line)
+    if found is None:
+        return line
+    if found.group(5) is not None:  # "1." / "1)": the backslash goes before the delimiter
+        at = found.start(6)
+    else:
+        at = len(found.group(1))
+    return line[:at] + "\\" + line[at:]
 
 
 def tidy(text: str) -> str:

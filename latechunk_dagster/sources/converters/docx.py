@@ -5,12 +5,15 @@ python-docx converted 29k tokens/s, mammoth (to HTML, then Markdown: markitdown'
 slower, with the same headings and text.
 
 Text: each non-empty paragraph is a block; a paragraph of style ``Heading N`` (``Title``: level 1)
-becomes a level-N Markdown heading; a table becomes a pipe table (its first row the header);
-blocks are separated by a blank line. Headers, footers, comments and notes are left out.
+becomes a level-N Markdown heading; any other paragraph is body text, escaped where Markdown would
+read a block marker (``# install`` is ``\\# install``: :func:`~.base.escape_block`); a table becomes
+a pipe table (its first row the header); blocks are separated by a blank line. Headers, footers,
+comments and notes are left out.
 
 The package is checked against :meth:`ConversionLimits.check_package` (a zip bomb is ``too_large``)
-before python-docx reads it; a file that is not a DOCX package, or one python-docx cannot parse,
-is ``unreadable_file``.
+before python-docx reads it; a password-protected DOCX (an OLE2 container with an
+``EncryptedPackage`` stream, :mod:`~.sniff`) is ``encrypted``; a file that is not a DOCX package, or
+one python-docx cannot parse, is ``unreadable_file``.
 """
 
 from __future__ import annotations
@@ -24,13 +27,15 @@ from latechunk_dagster.sources.converters.base import (
     Converted,
     Rejection,
     converter_name,
+    escape_block,
     heading,
     table_markdown,
     tidy,
 )
+from latechunk_dagster.sources.converters.sniff import sniff
 
 #: Version of this module's rules (blocks, heading styles, tables): part of the converter's name.
-RULES = 1
+RULES = 2
 
 _HEADING = re.compile(r"Heading (\d)$")
 
@@ -39,12 +44,19 @@ def open_package(data: bytes, limits: ConversionLimits, what: str) -> zipfile.Zi
     """``data`` as a zip package within ``limits`` (DOCX, PPTX).
 
     Raises:
-        Rejection: ``unreadable_file`` (not a zip: ``what`` names the format), ``too_large``.
+        Rejection: ``encrypted`` (a password-protected package: an OLE2 container with an
+            ``EncryptedPackage`` stream), ``unreadable_file`` (not a zip: ``what`` names the format and
+            what the bytes are, when :func:`~.sniff.sniff` knows), ``too_large``.
     """
+    found = sniff(data)
+    if found is not None and found.format == "encrypted_office":
+        detail = f"the {what} is password-protected ({found.evidence}); remove the password to index it"
+        raise Rejection("encrypted", detail)
     try:
         package = zipfile.ZipFile(io.BytesIO(data))
     except (zipfile.BadZipFile, OSError, ValueError) as exc:
-        raise Rejection("unreadable_file", f"not a readable {what} (zip) package ({exc})") from None
+        content = "" if found is None else f"; its content is {found}"
+        raise Rejection("unreadable_file", f"not a readable {what} (zip) package ({exc}){content}") from None
     limits.check_package(package)
     return package
 
@@ -75,7 +87,7 @@ def convert_docx(data: bytes, limits: ConversionLimits) -> Converted:
             style = names.get(block._p.style or "", "")  # the paragraph's w:pStyle (None: the default style)
             found = _HEADING.match(style or "")
             level = int(found.group(1)) if found else (1 if style == "Title" else 0)
-            blocks.append(heading(level, text) if level else text)
+            blocks.append(heading(level, text) if level else escape_block(text))
     except Rejection:
         raise
     except Exception as exc:  # any parser failure on a hostile file is the file's fault

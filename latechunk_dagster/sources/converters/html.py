@@ -1,42 +1,259 @@
-"""HTML: the page's body as Markdown (markdownify on BeautifulSoup with lxml), without scripts,
-styles, navigation, headers, footers, asides and forms.
+"""HTML: the page's main content as Markdown (markdownify on BeautifulSoup with lxml), without the
+site around it: navigation, menus, dialogs, theme pickers, prev/next bars, search boxes, footers.
 
-Chosen by measurement (``bench/conversion.py``, bench/README.md): on the same 12 pages markdownify
-converted 53k tokens/s, trafilatura and selectolax (+ markdownify) 1.2x faster; but on a short
-page trafilatura kept the navigation bar's words and dropped the heading marks and the table (its
-boilerplate detector falls back to all text), and selectolax alone makes no Markdown. markdownify
-keeps ``h1``-``h6`` as ``#`` headings and tables as pipe tables on every page.
+Chosen by measurement (``bench/html_quality.py``, bench/README.md "2026-12-07"): on pages that
+imitate mdBook, texinfo, Sphinx and DocBook output and on real ones found on the machine (the Rust
+book, an mdBook site; libffi's texinfo manual; valgrind's DocBook manual), trafilatura,
+readability-lxml, resiliparse and jusText each lost headings, tables or code indentation, or kept
+furniture, where the rule below keeps every heading, table and code line and no furniture line.
 
-The encoding is found by BeautifulSoup (a BOM, ``<meta charset>``, else detection). Links keep
-their text; images are left out.
+The rule, in order:
+
+1. **Encoding** by the WHATWG rules (:func:`~latechunk_dagster.sources.converters.charset.decode_html`:
+   a BOM, a declared charset, else UTF-8 if the bytes are UTF-8, else windows-1252), never a guess.
+2. **Main content**: the first ``<main>`` (or ``role="main"``: Sphinx's ``div.body``), else a page's
+   only ``<article>``, else ``<body>``. What is outside it is left out (mdBook's help dialog, theme
+   menu, search box and book-title bar are all outside its ``<main>``).
+3. **Furniture** left out inside it, with everything inside: the elements of :data:`LEFT_OUT`
+   (``nav``, ``aside``, ``footer``, ``dialog``, ``form``, buttons, inputs, scripts, styles); elements
+   whose ARIA ``role`` is one of :data:`FURNITURE_ROLES`; hidden ones (``hidden``,
+   ``aria-hidden="true"``, ``display: none``); those with a class or id of :data:`FURNITURE_NAMES`
+   (``toc``, ``navheader``, ``nav-panel``, ``headerlink`` pilcrows, ...); and **prev/next bars**: a
+   block holding two or more links marked as site navigation (``rel`` next / prev / up / index /
+   home, or an ``accesskey``: texinfo's and DocBook's bars, texinfo's chapter menus) and little
+   other text, or starting with ``Next:`` / ``Previous:`` / ``Up:`` labels. A ``<header>`` outside
+   the main content is left out; inside it (an article's title) it is kept.
+4. **Headings**: the page's own title is its top heading: the levels are shifted so that the highest
+   heading of the main content is ``#`` (an mdBook chapter written as ``## Data Types`` is ``#``);
+   a page without any heading gets its ``<title>`` as ``#``.
+5. **Markdown**: ``h1``-``h6`` as ATX headings, tables as pipe tables (a table without ``<th>``: its
+   first row the header), lists, code blocks fenced
+   with their language (``class="language-rust"``) and indentation kept; links keep their text,
+   images are left out. Body text that Markdown would read as a block marker (``# install``,
+   ``1. step``) is escaped (:func:`~latechunk_dagster.sources.converters.base.escape_block`).
+6. **Depth**: markdownify recurses once per element level and fails past ~330 levels
+   (``RecursionError``); an element deeper than :data:`MAX_DEPTH` is read as plain text, one
+   paragraph per line of its text (mail threads and generated pages nest that deep).
 """
 
 from __future__ import annotations
 
-from latechunk_dagster.sources.converters.base import Converted, Rejection, converter_name, tidy
+import re
+from typing import Any
 
-#: Version of this module's rules (what is left out, Markdown options): part of the converter's name.
-RULES = 1
+from latechunk_dagster.sources.converters.base import Converted, Rejection, converter_name, escape_block, tidy
+from latechunk_dagster.sources.converters.charset import decode_html
 
-#: Elements left out with everything inside them.
-LEFT_OUT = ("script", "style", "noscript", "template", "nav", "header", "footer", "aside", "form", "iframe", "svg")
+#: Version of this module's rules (main content, furniture, headings, escapes): part of the converter's name.
+RULES = 2
+
+#: Elements left out with everything inside them, wherever they are.
+LEFT_OUT = (
+    "script",
+    "style",
+    "noscript",
+    "template",
+    "nav",
+    "aside",
+    "footer",
+    "form",
+    "iframe",
+    "svg",
+    "dialog",
+    "button",
+    "input",
+    "select",
+    "textarea",
+    "menu",
+    "object",
+    "embed",
+    "canvas",
+    "hr",
+)
+
+#: ARIA roles of site furniture (WAI-ARIA 1.2 landmark and widget roles).
+FURNITURE_ROLES = frozenset(
+    {"navigation", "menu", "menubar", "dialog", "alertdialog", "search", "banner", "contentinfo", "complementary"}
+    | {"toolbar", "tablist", "tooltip", "doc-toc"}
+)
+
+#: Class or id names (whole names, lower case) of furniture in the generators' output: DocBook
+#: (``navheader``, ``navfooter``, ``toc``), texinfo (``nav-panel``, ``section-toc``, ``menu``),
+#: Sphinx (``related``, ``sphinxsidebar``, ``headerlink``), mdBook (``nav-wrapper``, ``menu-bar``;
+#: ``boring``: the lines of a code block it hides), texinfo's ``¶`` anchors, and common site templates.
+FURNITURE_NAMES = frozenset(
+    {"navheader", "navfooter", "toc", "nav-panel", "section-toc", "menu", "related", "sphinxsidebar"}
+    | {"headerlink", "nav-wrapper", "nav-wide-wrapper", "menu-bar", "navbar", "sidebar", "breadcrumb"}
+    | {"breadcrumbs", "skip-link", "searchbox", "search-box", "theme-popup", "mdbook-help-container"}
+    | {"copiable-anchor", "copiable-link", "boring"}
+)
+
+#: ``rel`` values of links that move through a site, not through the text.
+NAV_RELS = frozenset({"next", "prev", "previous", "up", "index", "home", "start", "contents", "first", "last", "top"})
+
+#: An element nested deeper than this (levels below the document) is read as plain text.
+MAX_DEPTH = 120
+
+_BLOCKS = ("p", "div", "table", "ul", "ol", "dl", "section", "center", "blockquote")
+_NAV_LABELS = re.compile(r"\b(?:Next|Previous|Prev|Up)\s*:", re.IGNORECASE)
+_NAV_LABEL_START = re.compile(r"^\s*(?:Next|Previous|Prev|Up)\s*:", re.IGNORECASE)
+_BLOCK_CHILDREN = ("p", "div", "table", "ul", "ol", "dl", "pre", "blockquote", "h1", "h2", "h3", "h4", "h5", "h6")
+_HEADINGS = ("h1", "h2", "h3", "h4", "h5", "h6")
 
 
 def convert_html(data: bytes) -> Converted:
-    """Markdown text of an HTML page's body.
+    """Markdown text of an HTML page's main content (module docstring: the rule).
 
     Raises:
         Rejection: ``unreadable_file`` when the parser fails on the bytes.
     """
-    import markdownify
     from bs4 import BeautifulSoup
 
     try:
-        soup = BeautifulSoup(data, "lxml")
-        for element in soup(list(LEFT_OUT)):
-            element.decompose()
-        root = soup.body or soup
-        text = markdownify.MarkdownConverter(heading_style="ATX", bullets="-", strip=["a", "img"]).convert_soup(root)
+        soup = BeautifulSoup(decode_html(data).text, "lxml")
+        root = main_content(soup)
+        _flatten_deep(soup, root)
+        _title_as_top_heading(soup, root)
+        text = _Markdown(
+            heading_style="ATX",
+            bullets="-",
+            strip=["a", "img"],
+            code_language_callback=_language,
+            table_infer_header=True,
+        )
+        markdown = text.convert_soup(root)
     except Exception as exc:  # any parser failure on a hostile file is the file's fault
         raise Rejection("unreadable_file", f"not readable HTML ({type(exc).__name__}: {exc})") from None
-    return Converted(tidy(text), converter_name("html", RULES, "markdownify"))
+    return Converted(tidy(markdown), converter_name("html", RULES, "markdownify"))
+
+
+def main_content(soup: Any) -> Any:
+    """The element of ``soup`` (a BeautifulSoup document) that holds the page's main content, its
+    furniture removed (steps 2 and 3 of the module docstring); changes ``soup`` in place."""
+    title = soup.title.get_text(" ", strip=True) if soup.title else ""
+    articles = soup.find_all("article")
+    root = soup.find("main") or soup.find(attrs={"role": "main"})
+    root = root or (articles[0] if len(articles) == 1 else None) or soup.body or soup
+    for element in root.find_all(list(LEFT_OUT)):
+        element.extract()
+    for element in [e for e in root.find_all(True) if _is_furniture(e)]:
+        element.extract()  # one inside another taken out already: taken out of that, harmless
+    for element in _nav_bars(root):
+        element.extract()
+    if root is soup.body or root is soup:
+        for element in root.find_all("header"):
+            element.extract()
+    root.attrs["data-page-title"] = title
+    return root
+
+
+def _is_furniture(element: Any) -> bool:
+    attrs = element.attrs
+    if str(attrs.get("role", "")).lower() in FURNITURE_ROLES:
+        return True
+    if "hidden" in attrs or str(attrs.get("aria-hidden", "")).lower() == "true":
+        return True
+    if re.search(r"display\s*:\s*none", str(attrs.get("style", "")), re.IGNORECASE):
+        return True
+    names = attrs.get("class") or []
+    names = [*names, attrs.get("id") or ""] if isinstance(names, list) else [str(names), attrs.get("id") or ""]
+    return any(str(name).lower() in FURNITURE_NAMES for name in names)
+
+
+def _nav_bars(root: Any) -> list[Any]:
+    """Blocks of ``root`` that are prev/next bars: two or more site-navigation links (``rel`` in
+    :data:`NAV_RELS` or an ``accesskey``) and at most 60 characters of other text, or text that
+    starts with two of the ``Next:`` / ``Previous:`` / ``Up:`` labels."""
+    counts: dict[int, tuple[Any, int]] = {}
+    for link in root.find_all("a"):
+        rels = {str(r).lower() for r in (link.get("rel") or [])}
+        if not (rels & NAV_RELS or link.get("accesskey")):
+            continue
+        block = link.find_parent(_BLOCKS)
+        if block is None:
+            continue
+        outer = block.find_parent("table") if block.name != "table" else None
+        block = outer if outer is not None and outer is not root else block
+        if block is root:
+            continue
+        held = counts.get(id(block), (block, 0))
+        counts[id(block)] = (block, held[1] + 1)
+    bars = []
+    for block, links in counts.values():
+        other = sum(len(s.strip()) for s in block.find_all(string=True) if s.find_parent("a") is None)
+        if links >= 2 and other <= 60:
+            bars.append(block)
+    for label in root.find_all(string=_NAV_LABEL_START):
+        block = label.find_parent(["p", "div"])
+        if block is None or block is root or block.find(_BLOCK_CHILDREN) is not None:
+            continue
+        text = block.get_text(" ", strip=True)
+        if len(_NAV_LABELS.findall(text[:200])) >= 2 and _NAV_LABELS.match(text):
+            bars.append(block)
+    return bars
+
+
+def _title_as_top_heading(soup: Any, root: Any) -> None:
+    """Shifts ``root``'s heading levels so that its highest is ``h1``; without any, its page title
+    (kept by :func:`main_content`) becomes an ``h1`` at its start."""
+    title = root.attrs.pop("data-page-title", "")
+    headings = root.find_all(list(_HEADINGS))
+    if not headings:
+        if title:
+            top = soup.new_tag("h1")
+            top.string = title
+            root.insert(0, top)
+        return
+    shift = min(int(h.name[1]) for h in headings) - 1
+    if shift:
+        for element in headings:
+            element.name = f"h{int(element.name[1]) - shift}"
+
+
+def _flatten_deep(soup: Any, root: Any) -> None:
+    """Every element deeper than :data:`MAX_DEPTH` below the document becomes plain-text paragraphs
+    (one per line of its text), so that markdownify's recursion stays bounded. Iterative."""
+    stack = [(root, len(list(root.parents)))]
+    deep = []
+    while stack:
+        element, depth = stack.pop()
+        if depth >= MAX_DEPTH:
+            deep.append(element)
+            continue
+        stack.extend((child, depth + 1) for child in element.children if getattr(child, "name", None))
+    for element in deep:
+        lines = [line.strip() for line in element.get_text("\n").split("\n") if line.strip()]
+        replacement = soup.new_tag("div")
+        for line in lines:
+            paragraph = soup.new_tag("p")
+            paragraph.string = line
+            replacement.append(paragraph)
+        element.replace_with(replacement)
+
+
+def _language(element: Any) -> str | None:
+    """The language of a ``<pre>`` code block from its or its ``<code>``'s ``language-x`` / ``lang-x`` class."""
+    for tag in (element, element.find("code")):
+        for name in (tag.get("class") or []) if tag is not None else []:
+            if name.startswith(("language-", "lang-")):
+                return name.split("-", 1)[1]
+    return None
+
+
+def _markdown_base() -> type:
+    import markdownify
+
+    return markdownify.MarkdownConverter
+
+
+class _Markdown(_markdown_base()):  # type: ignore[misc]
+    """markdownify with body text escaped (:func:`escape_block`): a paragraph's text, and a ``<div>``'s
+    that holds no block of its own, is body text, never a heading or a list."""
+
+    def convert_p(self, el: Any, text: str, parent_tags: set[str]) -> str:
+        return super().convert_p(el, text if "_inline" in parent_tags else escape_block(text.strip()), parent_tags)
+
+    def convert_div(self, el: Any, text: str, parent_tags: set[str]) -> str:
+        if "_inline" not in parent_tags and el.find(_BLOCK_CHILDREN) is None:
+            text = escape_block(text.strip())
+        return super().convert_div(el, text, parent_tags)

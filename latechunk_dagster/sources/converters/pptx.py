@@ -3,11 +3,13 @@
 python-pptx is the one maintained reader of PPTX in Python (markitdown uses it too).
 
 Text: slides in order, separated by a blank line; a slide's title placeholder becomes a level-2
-heading (``##``), every other shape's paragraphs one line each (bullets as written), a table a
-pipe table. Speaker notes are left out. :attr:`Converted.pages` holds where each slide starts.
+heading (``##``), every other shape's paragraphs one line each (bullets as written, a line Markdown
+would read as a block marker escaped: :func:`~.base.escape_block`), a table a pipe table. Speaker
+notes are left out. :attr:`Converted.pages` holds where each slide starts.
 
 The package is checked against :meth:`ConversionLimits.check_package` first (``too_large``); a
-file python-pptx cannot parse is ``unreadable_file``.
+password-protected deck is ``encrypted`` (:func:`~.docx.open_package`); a file python-pptx cannot
+parse is ``unreadable_file``.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from latechunk_dagster.sources.converters.base import (
     Converted,
     Rejection,
     converter_name,
+    escape_block,
     heading,
     table_markdown,
     tidy,
@@ -26,7 +29,7 @@ from latechunk_dagster.sources.converters.base import (
 from latechunk_dagster.sources.converters.docx import open_package
 
 #: Version of this module's rules (slide titles, shapes, tables): part of the converter's name.
-RULES = 1
+RULES = 2
 
 
 def convert_pptx(data: bytes, limits: ConversionLimits) -> Converted:
@@ -51,7 +54,7 @@ def convert_pptx(data: bytes, limits: ConversionLimits) -> Converted:
                 elif shape.has_text_frame:
                     lines = [p.text.strip() for p in shape.text_frame.paragraphs if p.text.strip()]
                     if lines:
-                        blocks.append("\n".join(lines))
+                        blocks.append(escape_block("\n".join(lines)))
             slides.append(tidy("\n\n".join(blocks)))
     except Exception as exc:  # any parser failure on a hostile file is the file's fault
         raise Rejection("unreadable_file", f"not a readable PPTX ({type(exc).__name__}: {exc})") from None

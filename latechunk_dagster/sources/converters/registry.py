@@ -26,6 +26,7 @@ from latechunk_dagster.sources.converters.base import (
     Rejection,
     library_version,
 )
+from latechunk_dagster.sources.converters.sniff import Sniffed, sniff
 
 #: The entry point group of converters installed by other packages.
 ENTRY_POINT_GROUP = "latechunk_dagster.converters"
@@ -120,6 +121,10 @@ class HtmlConverter:
 
 BUILT_IN: tuple[Any, ...] = (PdfConverter(), DocxConverter(), PptxConverter(), HtmlConverter())
 
+#: The built-in converters' classes: a file one of them would read by its suffix is read by its
+#: content where that differs (:meth:`Converters.for_content`).
+BUILT_IN_TYPES = (PdfConverter, DocxConverter, PptxConverter, HtmlConverter)
+
 #: Suffix -> format name of the built-in converters.
 CONVERTED_SUFFIXES = MappingProxyType({s: c.name for c in BUILT_IN for s in c.suffixes})
 
@@ -163,16 +168,48 @@ class Converters:
             merged[suffix.lower() if suffix.startswith(".") else "." + suffix.lower()] = converter
         return Converters(merged)
 
+    def reads(self, name: str, data: bytes) -> bool:
+        """Whether :meth:`convert` reads this file rather than it being read as text: a converter reads
+        its suffix, or its first bytes are a binary format (:func:`~.sniff.sniff`: a PDF named
+        ``.txt`` is converted as a PDF, a PNG named ``.md`` is refused as ``wrong_format``)."""
+        return self.for_name(name) is not None or sniff(data) is not None
+
+    def for_content(self, name: str, data: bytes) -> Converter | None:
+        """The converter that reads this file: by its content where its first bytes say what it is
+        (:func:`~.sniff.sniff`) and the converter of its suffix is a built-in one or none (a suffix
+        can lie: a PDF saved as ``.html``); a converter of the user's own for the suffix is trusted
+        with any content. ``None``: a text file.
+
+        Raises:
+            Rejection: ``encrypted`` (a password-protected Office file), ``wrong_format`` (a format
+                no converter reads: an image, an archive, a legacy Office file), naming the format.
+        """
+        by_name = self.for_name(name)
+        found = sniff(data)
+        if found is None or (by_name is not None and not isinstance(by_name, BUILT_IN_TYPES)):
+            return by_name
+        by_content = self.by_suffix.get("." + found.format)
+        if by_content is not None:
+            return by_content
+        if found.format == "damaged_zip" and by_name is not None and by_name.name in ("docx", "pptx"):
+            return by_name  # a damaged package: its converter says what is wrong with it
+        expected = "text" if by_name is None else f"a {by_name.name.upper()} file"
+        if found.format == "encrypted_office":
+            raise Rejection("encrypted", f"its content is {found}, not {expected}; remove the password to index it")
+        raise Rejection("wrong_format", _wrong_format(found, expected, self.suffixes))
+
     def lineage(self, name: str) -> str | None:
         """``"<name>/<version>"`` of the converter of this file, or ``None`` (a text file)."""
         converter = self.for_name(name)
         return None if converter is None else f"{converter.name}/{converter.version}"
 
     def convert(self, name: str, data: bytes, limits: ConversionLimits | None = None) -> Converted:
-        """The Markdown text of one document file, its ``converter`` set to :meth:`lineage`.
+        """The Markdown text of one document file, its ``converter`` set to the ``"<name>/<version>"``
+        of the converter that read it (:meth:`for_content`: by the content where it is a binary
+        format, else by the suffix).
 
         Args:
-            name: the file's name or path (its suffix picks the converter).
+            name: the file's name or path (its suffix picks the converter, unless its content says otherwise).
             data: the file's bytes, whole.
             limits: size and decompression limits (default :meth:`ConversionLimits.from_env`).
 
@@ -180,14 +217,14 @@ class Converters:
             Rejection: the file is refused (``reason`` in ``REASONS``); any other exception of the
                 converter is turned into ``unreadable_file`` naming the converter and the exception
                 (the file's fault, never its shard's).
-            ValueError: no converter reads ``name``'s suffix.
+            ValueError: no converter reads ``name``'s suffix and its content is text.
             ImportError: the converter's library is not installed (the ``documents`` extra).
         """
         limits = ConversionLimits.from_env() if limits is None else limits
-        converter = self.for_name(name)
+        limits.check_size(len(data))
+        converter = self.for_content(name, data)
         if converter is None:
             raise ValueError(f"{name}: not a converted format (suffixes: {list(self.suffixes)})")
-        limits.check_size(len(data))
         try:
             converted = converter.convert(name, data, limits)
         except (Rejection, MemoryError):
@@ -204,6 +241,13 @@ class Converters:
             got = type(converted).__name__
             raise TypeError(f"{name}: the {converter.name} converter returned {got}, not Converted")
         return replace(converted, converter=f"{converter.name}/{converter.version}")
+
+
+def _wrong_format(found: Sniffed, expected: str, suffixes: tuple[str, ...]) -> str:
+    return (
+        f"its content is {found}, not {expected}; no converter reads that format "
+        f"(converted suffixes: {', '.join(suffixes)}): convert it first, or register a converter for it"
+    )
 
 
 def _by_own_suffixes(converters: Iterable[Any]) -> Iterable[tuple[str, Any]]:
