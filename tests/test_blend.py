@@ -116,3 +116,15 @@ def test_blend_is_part_of_vector_config(blended: LateChunker) -> None:
 def test_bad_weights_are_refused(bad: object) -> None:
     with pytest.raises(ValueError, match="blend must be"):
         check_blend(bad)
+
+
+def test_orchestrators_pass_the_setting_on() -> None:
+    from latechunk_dagster.airflow.engine import task_settings
+    from latechunk_dagster.integration.resources import VLLMEngineResource
+
+    spec, _ = task_settings({"blend": 0.5})
+    assert spec.options.kwargs()["blend"] == 0.5
+    assert VLLMEngineResource(model="m", blend=0.25).chunker_kwargs()["blend"] == 0.25
+    assert "blend" not in VLLMEngineResource(model="m").chunker_kwargs()  # LateChunker's default: late
+    with pytest.raises(ValueError, match="blend"):
+        VLLMEngineResource(model="m", blend=1.5)

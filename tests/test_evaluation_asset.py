@@ -122,7 +122,8 @@ def test_check_fails_when_late_is_not_far_enough_above_naive(env) -> None:
     assert result.success  # a failed WARN check does not fail the run
     [check] = result.get_asset_check_evaluations()
     assert not check.passed and check.severity == dg.AssetCheckSeverity.WARN
-    assert "late chunking retrieves worse" in check.description
+    assert "the table's vectors retrieve worse than chunking alone" in check.description
+    assert check.description.startswith("late (the table's default) nDCG@10 ")
     assert eval_metadata(result)["margin"] == -100.0
 
 

@@ -105,7 +105,12 @@ def test_small_to_big_wins_by_construction_and_matches_a_float64_reference(chunk
     report = evaluate_granularity_rows(chunker, rows, QUERIES, k=3, bootstrap_samples=200)
     assert isinstance(report, GranularityEvalReport)
     assert report.granularities == ["sent", "doc"]
-    assert report.methods() == ["late_sent", "naive_sent", "late_doc", "naive_doc", "small_to_big_sent"]
+    blends = [f"blend{p}" for p in (25, 50, 75)]  # issue 48: the blends' rows beside late and naive
+    assert report.methods() == [
+        *[f"{m}_{g}" for g in ("sent", "doc") for m in ("late", *blends, "naive")],
+        "small_to_big_sent",
+        *[f"small_to_big_{b}_sent" for b in blends],
+    ]
     # by construction: the copied opening sentence ranks first, not the passage; its parent is the
     # passage's document
     assert report.mean("late_sent")["recall@1"] == 0.0
@@ -148,6 +153,8 @@ def test_small_to_big_wins_by_construction_and_matches_a_float64_reference(chunk
         "late doc - naive doc (95% CI)",
         "small-to-big sent -> doc",
         "small-to-big sent -> doc - late doc (95% CI)",
+        *[f"blend a={w} {g}" for g in ("sent", "doc") for w in (0.25, 0.5, 0.75)],
+        *[f"small-to-big blend a={w} sent -> doc" for w in (0.25, 0.5, 0.75)],
     ]
     floats = report.floats()
     assert floats["small_to_big_sent_recall_at_1"] == 100.0 and floats["late_sent_recall_at_1"] == 0.0
@@ -215,7 +222,7 @@ def test_tables_are_found_finest_first_and_evaluated_with_hybrid(store: Path, ch
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     # one granularity table alone is the single-table report, unchanged
     single = evaluate_table(chunker, {"doc": tables["doc"]}, QUERIES, k=3, bootstrap_samples=100)
-    assert single.methods() == ["late", "naive", "hybrid"]
+    assert single.methods() == ["late", "naive", "hybrid", "blend25", "blend50", "blend75"]
     assert granularity_tables(db, "nothing") == {}
 
 
@@ -236,8 +243,9 @@ def test_cli_eval_prints_every_granularity_and_the_winner(store: Path) -> None:
     rows = [line.split("|")[1].strip() for line in lines if line.startswith("| ")]
     assert "late sent" in rows and "late doc" in rows and "small-to-big sent -> doc" in rows
     assert "hybrid doc" in rows
-    assert lines[-2].startswith("3 queries; chunks per granularity (sent ")
-    assert lines[-1].startswith("best late chunking on nDCG@3: ")
+    assert lines[-3].startswith("3 queries; chunks per granularity (sent ")
+    assert lines[-2].startswith("best late chunking on nDCG@3: ")
+    assert lines[-1].startswith("best configuration on nDCG@3: ") and "select it with: blend=" in lines[-1]
     assert (store / "cli.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
@@ -271,7 +279,11 @@ def test_retrieval_eval_asset_reports_the_granularities_and_its_check_reads_the_
     verdict = late_vs_naive_result(event.step_materialization_data.materialization.metadata)
     assert md["checked_granularity"] == "sent"
     assert verdict.passed
-    assert verdict.description.startswith(f"late nDCG@3 (sent) {md['late_sent_ndcg_at_3']:.1f} vs naive")
+    # the check reads the table's default: small-to-big on the finest granularity (a late table: blend=1)
+    assert md["default_method"] == "small-to-big sent -> doc" and md["default_setting"].startswith("blend=1, ")
+    assert verdict.description.startswith(
+        f"small-to-big sent -> doc (the table's default) nDCG@3 {md['small_to_big_sent_ndcg_at_3']:.1f} vs naive (sent)"
+    )
 
 
 def test_the_former_report_name_still_imports_with_a_deprecation_warning() -> None:

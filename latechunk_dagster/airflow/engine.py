@@ -164,7 +164,8 @@ def task_settings(
             ``tensor_parallel_size``, ``enforce_eager``, ``engine_args``; the ``LateChunker``
             options ``max_model_len``, ``engine_path``, ``prefix``, ``query_prefix``,
             ``dimensions``, ``window_overlap``, ``allow_causal``, ``allow_non_mean_pooling``,
-            ``trust_remote_code``; the transformers engine's ``device`` and ``forward_tokens``
+            ``trust_remote_code``, ``blend`` (the late vector's weight, issue 48); the transformers
+            engine's ``device`` and ``forward_tokens``
             (padded tokens per forward pass); the shard run's ``batch_tokens``, ``force``,
             ``max_rejected_share``, ``systemic_min_documents``, ``host_workers``, ``chunks_column``
             (every field of :class:`ShardSettings`). A key left out

@@ -469,6 +469,7 @@ def _eval(args: argparse.Namespace, uri: str, name: str, where: str) -> int:
     print(report.caption())
     if isinstance(report, GranularityEvalReport):
         print(report.verdict())
+    print(report.best())  # the best configuration (blends included, issue 48) and its setting
     if args.plot:
         from latechunk_dagster.evaluation.plot import plot_report
 

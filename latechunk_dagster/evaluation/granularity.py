@@ -6,12 +6,15 @@ evaluated on the same queries:
 
 * **late**, **naive**, **hybrid** of each granularity: as
   :func:`~latechunk_dagster.evaluation.retrieval.evaluate_rows` on that granularity's rows alone;
+* **blend a=0.25/0.5/0.75** of each granularity (and the table's own weight): the late and naive
+  vectors mixed (:mod:`latechunk_dagster.evaluation.blends`; issue 48);
 * **small-to-big** of each granularity but the last: its rows ranked by their late vectors (exact
   cosine, every candidate), each replaced by its *parent* (``parent_chunk_id``: the chunk of the
   next granularity that holds most of its tokens), a parent already ranked dropped (duplicates
   merged), until ``k`` distinct parents; a hit is judged on the parent's document and char range
   (the relevance rule of :mod:`~latechunk_dagster.evaluation.metrics`). It is what a user gets who
-  matches on the small chunks and reads the big ones.
+  matches on the small chunks and reads the big ones. Also matched on each blend's vectors
+  (``small_to_big_blend50_<g>`` ...).
 
 A query is evaluated when one of its documents is among the candidate rows of every granularity
 (the granularities of one table definition hold the same documents), so every method is scored on
@@ -27,6 +30,7 @@ import numpy as np
 import pyarrow as pa
 
 from latechunk_dagster.core.chunker import LateChunker
+from latechunk_dagster.evaluation.blends import ranked_vectors, table_blend
 from latechunk_dagster.evaluation.metrics import Hit, metric_names
 from latechunk_dagster.evaluation.queries import LabeledQuery
 from latechunk_dagster.evaluation.report import GranularityEvalReport
@@ -82,11 +86,13 @@ def evaluate_granularity_rows(
     texts = [q.query for q in kept]
     qvecs = chunker.embed_queries(texts)  # shape: [n_queries, dim]
     scores: dict[str, np.ndarray] = {}
+    weights = {g: table_blend(usable[g]) for g in order}
     for i, g in enumerate(order):
         hits = row_hits(usable[g])
-        late = np.asarray(usable[g].column("vector").to_pylist(), dtype=np.float32)  # shape: [n_chunks, dim]
+        stored = np.asarray(usable[g].column("vector").to_pylist(), dtype=np.float32)  # shape: [n_chunks, dim]
         naive = naive_vectors(chunker, usable[g].column("text").to_pylist(), usable[g].column("chunk_id").to_pylist())
-        for method, vectors in (("late", late), ("naive", naive)):
+        methods = ranked_vectors(stored, naive, weights[g])  # late, naive, every blend weight (evaluation.blends)
+        for method, vectors in methods.items():
             ranked = top_k(qvecs, vectors, k)
             scores[f"{method}_{g}"] = score_rankings([[hits[j] for j in r] for r in ranked], kept, k)
         if hybrid is not None and g in hybrid:
@@ -94,7 +100,10 @@ def evaluate_granularity_rows(
             scores[f"hybrid_{g}"] = score_rankings(hybrid_hits(table, where, texts, qvecs, k), kept, k)
         if i + 1 < len(order):
             parents = parent_hits(usable[g], rows[order[i + 1]], g, order[i + 1])
-            scores[f"small_to_big_{g}"] = score_rankings(small_to_big(qvecs, late, parents, k), kept, k)
+            for method, vectors in methods.items():
+                if method != "naive":  # small-to-big matches on late (or blended) vectors
+                    name = "small_to_big" if method == "late" else f"small_to_big_{method}"
+                    scores[f"{name}_{g}"] = score_rankings(small_to_big(qvecs, vectors, parents, k), kept, k)
     return GranularityEvalReport(
         k=k,
         metrics=names,
@@ -107,6 +116,7 @@ def evaluate_granularity_rows(
         strategies={g: ", ".join(sorted(set(usable[g].column("strategy").to_pylist()))) for g in order},
         bootstrap_samples=bootstrap_samples,
         seed=seed,
+        blend=weights[order[0]],
     )
 
 

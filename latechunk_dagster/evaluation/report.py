@@ -6,10 +6,17 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from latechunk_dagster.evaluation.blends import blend_kind, weight_of
 from latechunk_dagster.evaluation.metrics import bootstrap_mean_ci
 
 #: Column labels of the printed table, by metric key prefix.
 LABELS = {"ndcg": "nDCG", "recall": "R", "mrr": "MRR"}
+
+
+def kind_label(kind: str) -> str:
+    """A method kind as tables print it: ``blend50`` -> ``blend a=0.5``; ``late``, ``naive``, ``hybrid`` as they are."""
+    weight = weight_of(kind)
+    return f"blend a={weight:g}" if kind.startswith("blend") and weight is not None else kind
 
 
 def label(metric: str) -> str:
@@ -84,10 +91,31 @@ class EvalReport:
     bootstrap_samples: int = 2000
     seed: int = 0
     hybrid: np.ndarray | None = None
+    blends: dict[str, np.ndarray] = field(default_factory=dict)
+    blend: float = 1.0
 
     def methods(self) -> list[str]:
-        """The methods scored: ``["late", "naive"]``, plus ``"hybrid"`` when it was run."""
-        return ["late", "naive"] + (["hybrid"] if self.hybrid is not None else [])
+        """The methods scored: ``["late", "naive"]``, plus ``"hybrid"`` when it was run, then the blends
+        (``blend50`` ...)."""
+        return ["late", "naive"] + (["hybrid"] if self.hybrid is not None else []) + list(self.blends)
+
+    def split(self, method: str) -> tuple[str, str]:
+        """``(kind, "")``: one table has no granularity."""
+        return method, ""
+
+    def setting(self, method: str) -> str:
+        """The settings that select ``method``: the blend weight (and hybrid search)."""
+        weight = self.blend if method == "hybrid" else weight_of(method)
+        return f"blend={weight:g}" + (", latechunk search --hybrid" if method == "hybrid" else "")
+
+    def default_method(self) -> str:
+        """The configuration the table serves: its stored vectors at the table's weight."""
+        kind = {1.0: "late", 0.0: "naive"}.get(self.blend, blend_kind(self.blend))
+        return kind if kind in self.methods() else "late"
+
+    def best(self, metric: str | None = None) -> str:
+        """:func:`best_line` of this report (default metric nDCG@k)."""
+        return best_line(self, metric or self.metrics[0])
 
     def mean(self, method: str) -> dict[str, float]:
         """Mean over queries of each metric, in percent (0-100), for one of :meth:`methods`."""
@@ -99,7 +127,7 @@ class EvalReport:
         return paired_delta(self._scores(first), self._scores(second), self.metrics, self.bootstrap_samples, self.seed)
 
     def _scores(self, method: str) -> np.ndarray:
-        arr = {"late": self.late, "naive": self.naive, "hybrid": self.hybrid}[method]
+        arr = {"late": self.late, "naive": self.naive, "hybrid": self.hybrid, **self.blends}[method]
         if arr is None:
             raise ValueError("this evaluation has no hybrid scores (the table had no full-text index)")
         return arr
@@ -108,7 +136,7 @@ class EvalReport:
         """Every number of the table as a flat dict (percent / points): ``late_ndcg_at_10``,
         ``naive_...``, ``delta_...``, ``delta_..._ci_low`` / ``_ci_high``; with hybrid scores also
         ``hybrid_...`` and ``hybrid_delta_...`` (hybrid minus late) with their intervals."""
-        out: dict[str, float] = {}
+        out: dict[str, float] = {metadata_key("default", m): v for m, v in self.mean(self.default_method()).items()}
         for method in self.methods():
             out.update({metadata_key(method, m): v for m, v in self.mean(method).items()})
         pairs = [("delta", "late", "naive")] + ([("hybrid_delta", "hybrid", "late")] if self.hybrid is not None else [])
@@ -124,11 +152,12 @@ class EvalReport:
         rows = [self._row("late"), self._row("naive"), self._delta_row("late", "naive")]
         if self.hybrid is not None:
             rows += [self._row("hybrid"), self._delta_row("hybrid", "late")]
+        rows += [self._row(m) for m in self.blends]
         return "\n".join([*table_head(self.metrics), *rows])
 
     def method_label(self, method: str) -> str:
-        """The name of a method in tables and plots (here the method itself)."""
-        return method
+        """The name of a method in tables and plots (the method itself; ``blend50``: ``blend a=0.5``)."""
+        return kind_label(method)
 
     def _row(self, method: str) -> str:
         return mean_row(method, self.mean(method), self.metrics)
@@ -160,6 +189,10 @@ class GranularityEvalReport:
         chunks: granularity -> candidate chunks searched; ``chunks_without_text``: rows left out.
         skipped: queries left out because none of their documents is among every granularity's rows.
         strategies: granularity -> the ``strategy`` of its rows.
+        blend: the weight the table's vectors were written with (:mod:`latechunk_dagster.evaluation.blends`).
+
+    Blend methods (issue 48): ``blend<NN>_<g>`` (the late vector's weight in percent) and
+    ``small_to_big_blend<NN>_<g>``; :meth:`best` names the best of every method and its setting.
     """
 
     k: int
@@ -173,20 +206,42 @@ class GranularityEvalReport:
     strategies: dict[str, str] = field(default_factory=dict)
     bootstrap_samples: int = 2000
     seed: int = 0
+    blend: float = 1.0
 
     def methods(self) -> list[str]:
-        """The methods scored, in table order: per granularity late, naive, hybrid; then small-to-big."""
+        """The methods scored, in table order: per granularity late, blends, naive, hybrid; then small-to-big."""
         return [m for m in self.scores if not m.startswith("small_to_big_")] + [
             m for m in self.scores if m.startswith("small_to_big_")
         ]
 
+    def split(self, method: str) -> tuple[str, str]:
+        """``(kind, granularity)`` of a method (``small_to_big_blend50_sent``: ``small_to_big_blend50``, ``sent``)."""
+        for g in sorted(self.granularities, key=len, reverse=True):
+            if method.endswith(f"_{g}"):
+                return method[: -len(g) - 1], g
+        raise ValueError(f"no granularity of {self.granularities} ends method {method!r}")
+
     def method_label(self, method: str) -> str:
-        """``late_small`` -> ``late small``; ``small_to_big_small`` -> ``small-to-big small -> medium``."""
-        if method.startswith("small_to_big_"):
-            g = method[len("small_to_big_") :]
-            return f"small-to-big {g} -> {self._next(g)}"
-        kind, g = method.split("_", 1)
-        return f"{kind} {g}"
+        """``late_small`` -> ``late small``; ``small_to_big_small`` -> ``small-to-big small -> medium``;
+        ``blend50_small`` -> ``blend a=0.5 small``; ``small_to_big_blend50_small`` -> ``small-to-big blend a=0.5
+        small -> medium``."""
+        kind, g = self.split(method)
+        if kind.startswith("small_to_big"):
+            inner = kind[len("small_to_big_") :]
+            return f"small-to-big {kind_label(inner) + ' ' if inner else ''}{g} -> {self._next(g)}"
+        return f"{kind_label(kind)} {g}"
+
+    def setting(self, method: str) -> str:
+        """The settings that select ``method``: the blend weight (``LateChunker(blend=...)``, the engine
+        resource's and Airflow's ``blend`` setting) and how the table is searched."""
+        kind, g = self.split(method)
+        inner = kind[len("small_to_big_") :] if kind.startswith("small_to_big") else kind
+        weight = self.blend if inner == "hybrid" else weight_of(inner or "late")
+        text = f"blend={weight:g}"
+        if kind.startswith("small_to_big"):
+            return text + f", match on {g}, read the {self._next(g)} parents (small-to-big, latechunk search's default)"
+        mode = " --hybrid" if inner == "hybrid" else ""
+        return text + f", search {g} alone (latechunk search --granularity {g}{mode})"
 
     def mean(self, method: str) -> dict[str, float]:
         """Mean over queries of each metric, in percent (0-100), for one of :meth:`methods`."""
@@ -213,8 +268,20 @@ class GranularityEvalReport:
     def contenders(self) -> list[str]:
         """The ways the late vectors retrieve, which :meth:`winner` ranks: ``late_<g>`` of every
         granularity and every ``small_to_big_<g>`` (naive and hybrid are each granularity's
-        baselines, compared within its rows of the table)."""
-        return [m for m in self.methods() if m.startswith(("late_", "small_to_big_"))]
+        baselines, compared within its rows of the table; the blends compete in :meth:`best`)."""
+        return [m for m in self.methods() if self.split(m)[0] in ("late", "small_to_big")]
+
+    def default_method(self) -> str:
+        """The configuration the table serves: small-to-big on its finest granularity's stored vectors
+        (``latechunk search``'s default), at the table's weight (a table of chunks alone: naive)."""
+        finest = self.granularities[0]
+        kind = "" if self.blend == 1.0 else blend_kind(self.blend)
+        method = f"small_to_big_{kind}_{finest}" if kind else f"small_to_big_{finest}"
+        return method if method in self.scores else f"naive_{finest}"
+
+    def best(self, metric: str | None = None) -> str:
+        """:func:`best_line` of this report (default metric nDCG@k)."""
+        return best_line(self, metric or self.metrics[0])
 
     def winner(self, metric: str | None = None) -> tuple[str, str]:
         """``(best, runner-up)`` of :meth:`contenders` by mean ``metric`` (default the first,
@@ -249,7 +316,9 @@ class GranularityEvalReport:
         ``retrieval_eval`` asset reads."""
         finest = self.granularities[0]
         single = {f"{kind}_{finest}": kind for kind in ("late", "naive", "hybrid", "delta", "hybrid_delta")}
-        out: dict[str, float] = {}
+        out: dict[str, float] = {
+            metadata_key("default", m): v for m, v in self.mean(self.default_method()).items()
+        }  # the configuration the table serves (the check's subject)
         for method in self.methods():
             for m, v in self.mean(method).items():
                 out[metadata_key(method, m)] = v
@@ -266,7 +335,7 @@ class GranularityEvalReport:
     def markdown(self) -> str:
         """The table (Markdown): per granularity, finest first, rows ``late g``, ``naive g``,
         ``late g - naive g`` (and ``hybrid g``, ``hybrid g - late g``); then per granularity but the
-        last ``small-to-big g -> next`` and its difference from ``late next``."""
+        last ``small-to-big g -> next`` and its difference from ``late next``; then the blends' rows."""
         rows = []
         for prefix, first, second in self.comparisons():
             for method in (first, second):
@@ -274,6 +343,9 @@ class GranularityEvalReport:
                     rows.append((method, mean_row(self.method_label(method), self.mean(method), self.metrics)))
             name = f"{self.method_label(first)} - {self.method_label(second)}"
             rows.append((prefix, delta_row(name, self.delta(first, second), self.metrics)))
+        shown = {r[0] for r in rows}
+        rest = [m for m in self.methods() if m not in shown]
+        rows += [(m, mean_row(self.method_label(m), self.mean(m), self.metrics)) for m in rest]
         return "\n".join([*table_head(self.metrics), *(line for _, line in rows)])
 
     def caption(self) -> str:
@@ -294,6 +366,25 @@ class GranularityEvalReport:
         if method not in self.scores:
             raise ValueError(f"no method {method!r} in this evaluation (methods: {', '.join(self.methods())})")
         return self.scores[method]
+
+
+def best_line(report: EvalReport | GranularityEvalReport, metric: str) -> str:
+    """One line naming the best configuration of every method but naive (late, blends, hybrid,
+    small-to-big) on ``metric``, its difference and 95% interval against the best naive row and the best
+    late row, and the setting that selects it (``report.setting``); where its interval against naive does
+    not lie above 0, the line says plainly that nothing beats naive."""
+    ranked = sorted(report.methods(), key=lambda m: -report.mean(m)[metric])  # stable: ties keep table order
+    best = next(m for m in ranked if report.split(m)[0] != "naive")
+    naive = next(m for m in ranked if report.split(m)[0] == "naive")
+    late = [m for m in ranked if report.split(m)[0] == "late" and m != best]
+    parts = [f"best configuration on {label(metric)}: {report.method_label(best)} ({report.mean(best)[metric]:.1f})"]
+    for other in [naive, *late[:1]]:
+        mean, low, high = report.delta(best, other)[metric]
+        parts.append(f"{mean:+.1f} [{low:+.1f}, {high:+.1f}] over {report.method_label(other)}")
+    text = ", ".join(parts) + f"; select it with: {report.setting(best)}"
+    if report.delta(best, naive)[metric][1] <= 0.0:
+        text += f". No configuration beats {report.method_label(naive)} with an interval above 0 on these queries"
+    return text
 
 
 def _caption_notes(hybrid: bool, skipped: int, chunks_without_text: int) -> str:

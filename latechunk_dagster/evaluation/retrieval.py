@@ -1,6 +1,8 @@
 """Late vs naive retrieval over chunk rows: naive embeddings, exact cosine top-k, per-query metrics.
 
-* **late**: the ``vector`` column of the chunk rows, as written by the pipeline.
+* **late**: the ``vector`` column of the chunk rows, as written by the pipeline (of a blended table:
+  solved from it and the naive vector, :mod:`latechunk_dagster.evaluation.blends`).
+* **blend a=0.25/0.5/0.75** (``blend25`` ...): the late and naive vectors mixed (issue 48).
 * **naive**: each chunk's own ``text`` embedded alone by the same chunker (model, prefix, head):
   ``chunker.chunk([text], FixedTokens(chunk_size=WHOLE))`` is one span over all of the text's
   tokens, i.e. the mean of all its tokens then the head, which is the model's ordinary sequence
@@ -30,6 +32,7 @@ from latechunk_dagster.core.chunker import LateChunker
 from latechunk_dagster.core.chunking import FixedTokens
 from latechunk_dagster.core.errors import DocumentError
 from latechunk_dagster.core.tokenization import check_query
+from latechunk_dagster.evaluation.blends import ranked_vectors, table_blend
 from latechunk_dagster.evaluation.metrics import Hit, judge, metric_names, query_metrics
 from latechunk_dagster.evaluation.queries import LabeledQuery, QueryFileError
 from latechunk_dagster.evaluation.report import EvalReport
@@ -39,7 +42,7 @@ from latechunk_dagster.sink.search import lineage_difference
 #: Columns read from the chunk table.
 COLUMNS = [
     "chunk_id", "doc_id", "partition", "char_start", "char_end", "text", "vector",
-    "model_sha256", "model_name", "head", "strategy",
+    "model_sha256", "model_name", "head", "strategy", "strategy_params",
 ]  # fmt: skip
 
 
@@ -121,12 +124,15 @@ def evaluate_rows(
     names = metric_names(k)
     usable = usable_rows(chunker, rows)
     kept, skipped = kept_queries(queries, {"": usable})
-    late = np.asarray(usable.column("vector").to_pylist(), dtype=np.float32)  # shape: [n_chunks, dim]
+    stored = np.asarray(usable.column("vector").to_pylist(), dtype=np.float32)  # shape: [n_chunks, dim]
     naive = naive_vectors(chunker, usable.column("text").to_pylist(), usable.column("chunk_id").to_pylist())
+    weight = table_blend(usable)
+    if weight == 0.0:
+        raise ValueError("the chunk rows were written with blend=0 (chunks alone): no late vector to compare")
     qvecs = chunker.embed_queries([q.query for q in kept])  # shape: [n_queries, dim]
     hits = row_hits(usable)
     ranked: dict[str, list[list[Hit]]] = {}
-    for method, vectors in (("late", late), ("naive", naive)):
+    for method, vectors in ranked_vectors(stored, naive, weight).items():  # late, blends, naive
         order = top_k(qvecs, vectors, k)
         ranked[method] = [[hits[j] for j in order[i]] for i in range(len(kept))]
     if hybrid is not None:
@@ -136,9 +142,11 @@ def evaluate_rows(
         k=k,
         metrics=names,
         queries=[q.query for q in kept],
-        late=per_method["late"],
-        naive=per_method["naive"],
-        hybrid=per_method.get("hybrid"),
+        late=per_method.pop("late"),
+        naive=per_method.pop("naive"),
+        hybrid=per_method.pop("hybrid", None),
+        blends=per_method,
+        blend=weight,
         chunks=usable.num_rows,
         chunks_without_text=rows.num_rows - usable.num_rows,
         skipped=skipped,

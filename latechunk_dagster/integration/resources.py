@@ -73,6 +73,14 @@ class ChunkerResource(ConfigurableResource):
         description="Opt in to loading a model whose configuration or code ships with it (auto_map, e.g. "
         "NomicBert); recorded in lineage. Without it such a model is refused.",
     )
+    blend: float | None = Field(
+        default=None,
+        ge=0.0,
+        le=1.0,
+        description="Weight of the late vector in each chunk vector: unit(a * late + (1 - a) * chunk alone) "
+        "(latechunk_dagster.core.blending; issue 48). None: 1.0, late chunking. Part of vector_config: a change "
+        "re-encodes (opens a generation).",
+    )
 
     host_workers: int | None = Field(
         default=None,

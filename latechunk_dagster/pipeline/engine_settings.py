@@ -36,6 +36,8 @@ class ChunkerOptions:
         dimensions: Matryoshka cut after the mean.
         window_overlap: tokens shared by consecutive windows of a long document.
         allow_causal, allow_non_mean_pooling, trust_remote_code: the opt-ins (recorded in lineage).
+        blend: the late vector's weight in each chunk vector, in [0, 1]
+            (:mod:`latechunk_dagster.core.blending`; ``None``: ``LateChunker``'s default, 1.0, late chunking).
     """
 
     max_model_len: int | None = None
@@ -47,6 +49,7 @@ class ChunkerOptions:
     allow_causal: bool = False
     allow_non_mean_pooling: bool = False
     trust_remote_code: bool = False
+    blend: float | None = None
 
     @classmethod
     def field_names(cls) -> tuple[str, ...]:

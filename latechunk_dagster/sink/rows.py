@@ -38,15 +38,18 @@ def lineage(
     granularity: str = "",
 ) -> dict[str, Any]:
     """The lineage columns every chunk row of one run (of one granularity) carries, constant over
-    the run: ``strategy`` / ``strategy_params`` are the granularity's own, ``granularity`` its name
-    (``""``: a single strategy)."""
+    the run: ``strategy`` / ``strategy_params`` are the granularity's own (``strategy_params`` also holds
+    the ``blend`` weight of blended vectors, :mod:`latechunk_dagster.core.blending`, where it is not 1),
+    ``granularity`` its name (``""``: a single strategy)."""
+    blend = {} if settings.blend == 1.0 else {"blend": settings.blend}
     return {
         "model_name": settings.model_name,
         "model_sha256": settings.model_sha256,
         "head": settings.head,
         "opt_ins": ",".join(settings.opt_ins),
         "strategy": strategy.describe(),
-        "strategy_params": json.dumps({"name": strategy.name, **strategy.params()}, sort_keys=True),
+        # a blended table's weight (issue 48) with its chunking: what the evaluation reads back
+        "strategy_params": json.dumps({"name": strategy.name, **strategy.params(), **blend}, sort_keys=True),
         "vllm_version": settings.engine_record,  # names the engine where it is not vLLM
         "package_version": __version__,
         "run_id": run_id,
