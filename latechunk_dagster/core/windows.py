@@ -129,8 +129,27 @@ def plan_windows(tokens: Tokenization, max_len: int, overlap: int) -> WindowPlan
     nb = len(body)
     count = 1 + math.ceil(max(nb - width, 0) / stride)
     starts = [min(k * stride, nb - width) for k in range(count)]
-    windows = [np.concatenate((header, body[s : s + width], footer)).tolist() for s in starts]
+    windows = [shared_ints(np.concatenate((header, body[s : s + width], footer))) for s in starts]
     return WindowPlan(windows, _best_sources(starts, width, nb, len(header), len(footer), len(windows[-1])))
+
+
+#: Body tokens whose window is chosen at once by :func:`_best_sources` (its temporaries, ~100 bytes a
+#: token, are this many tokens long, not the document's length).
+SOURCE_BLOCK = 1 << 16
+
+
+_INTS: np.ndarray = np.arange(1 << 15, dtype=object)  # 0..n-1 as Python ints, shared by every window
+
+
+def shared_ints(ids: np.ndarray) -> list[int]:
+    """``ids.tolist()`` whose ints are shared objects, one per id value: 8 bytes a token in the list
+    instead of 36 (a pointer to a new 28-byte int each; token ids above 256 are not cached by Python),
+    which for a long document's windows was the largest per-token object (issue 47 kind 4)."""
+    global _INTS
+    top = int(ids.max()) + 1 if len(ids) else 0
+    if top > len(_INTS):
+        _INTS = np.arange(max(top, 2 * len(_INTS)), dtype=object)
+    return _INTS[ids].tolist()  # type: ignore[no-any-return]
 
 
 def _best_sources(starts: list[int], width: int, nb: int, n_header: int, n_footer: int, last_len: int) -> np.ndarray:
@@ -139,14 +158,30 @@ def _best_sources(starts: list[int], width: int, nb: int, n_header: int, n_foote
     Body token ``j`` takes the window with the most context on both sides, ``min(j - start,
     start + width - 1 - j)``, a document edge counting as infinite context; ties go to the
     earlier window. The windows holding ``j`` are contiguous from the first one that ends after
-    ``j``, so each token compares at most ``ceil(width / stride)`` candidates, all tokens at once.
+    ``j``, so each token compares at most ``ceil(width / stride)`` candidates, the tokens of a block
+    of :data:`SOURCE_BLOCK` at once.
     """
     ws = np.asarray(starts, dtype=np.int64)
     count = len(ws)
-    j = np.arange(nb, dtype=np.int64)
+    source = np.empty((n_header + nb + n_footer, 2), dtype=np.int64)
+    source[:n_header, 0] = 0
+    source[:n_header, 1] = np.arange(n_header)
+    for lo in range(0, nb, SOURCE_BLOCK):
+        j = np.arange(lo, min(nb, lo + SOURCE_BLOCK), dtype=np.int64)
+        best = _best_windows(ws, j, width, nb)
+        source[n_header + j, 0] = best
+        source[n_header + j, 1] = n_header + j - ws[best]
+    source[n_header + nb :, 0] = count - 1
+    source[n_header + nb :, 1] = last_len - n_footer + np.arange(n_footer)
+    return source
+
+
+def _best_windows(ws: np.ndarray, j: np.ndarray, width: int, nb: int) -> np.ndarray:
+    """The window (index into the starts ``ws``) each body token ``j`` takes (:func:`_best_sources`)."""
+    count = len(ws)
     first = np.searchsorted(ws + width, j, side="right")  # first window that ends after j
     best = first.copy()
-    best_ctx = np.full(nb, -1.0)
+    best_ctx = np.full(len(j), -1.0)
     for d in range(count):
         m = first + d
         ok = m < count
@@ -163,11 +198,4 @@ def _best_sources(starts: list[int], width: int, nb: int, n_header: int, n_foote
         better = ok & (ctx > best_ctx)
         best = np.where(better, m, best)
         best_ctx = np.where(better, ctx, best_ctx)
-    source = np.empty((n_header + nb + n_footer, 2), dtype=np.int64)
-    source[:n_header, 0] = 0
-    source[:n_header, 1] = np.arange(n_header)
-    source[n_header : n_header + nb, 0] = best
-    source[n_header : n_header + nb, 1] = n_header + j - ws[best]
-    source[n_header + nb :, 0] = count - 1
-    source[n_header + nb :, 1] = last_len - n_footer + np.arange(n_footer)
-    return source
+    return best
