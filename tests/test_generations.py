@@ -362,6 +362,14 @@ def test_a_read_of_a_generation_dropped_meanwhile_names_it(tmp_path: Path) -> No
         "generation 1 of 'kb' (table 'kb') was dropped past the retention while it was read: "
         "generation 3 ('kb__g3') is current; search again"
     )
+    handle = db.open_table("kb__g2")
+    name, _, _ = gens.writing_tables(db, "kb", "rej", "D")
+    db.create_table(name, _chunk_rows(["a"], "D"))
+    gens.promote(db, "kb", 4)  # demotes 3: 2, demoted before it, leaves
+    assert gens.clean(db, "kb", retention=timedelta(0)) == [2]
+    with pytest.raises(ValueError, match=r"^generation 2 of 'kb' \(table 'kb__g2'\) was dropped"):
+        with reading_generation(db, "kb__g2", "kb__g2"):  # a reader given the generation's own name
+            handle.to_arrow()
     with pytest.raises(RuntimeError, match="boom"), reading_generation(db, "kb", "kb__g3"):
         raise RuntimeError("boom: not found")  # a table not dropped: the error as it was
 

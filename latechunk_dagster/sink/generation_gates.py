@@ -29,6 +29,9 @@ from latechunk_dagster.sink.writes import stored_partitions
 #: indexes (full-text, BTREE, BITMAP); the vector index is wanted from ``ANN_MIN_ROWS`` rows.
 INDEXED_COLUMNS = ("text", "doc_id", "partition")
 
+#: A generation's own table name (``generation_table``): its definition, then ``__g<N>`` (and a granularity).
+_GENERATION_NAME = re.compile(r"^(.+?)__g\d+(?:_.*)?$")
+
 #: Lance's errors for files or a table that are gone (a table dropped under an open handle).
 _GONE = re.compile(r"not found|no such file|was not found|does not exist", re.IGNORECASE)
 
@@ -92,8 +95,13 @@ def build_missing_indexes(db: Any, gen: Generation, log: Any = None) -> dict[str
 def dropped_message(db: Any, definition: str, name: str) -> str | None:
     """What to say when a read of table ``name`` of ``definition`` found it gone: ``None`` unless
     ``name`` is a table of a generation the log marks dropped; else names the generation, its table
-    and the current one."""
+    and the current one. A reader given a generation's own table name (``latechunk search`` resolves
+    the generation before it calls :func:`~latechunk_dagster.sink.search.search`) is traced back to
+    its definition by the name (``f"{definition}__g{N}"``)."""
     state = read_state(db, definition)
+    if state is None and (found := _GENERATION_NAME.match(name)) is not None:
+        definition = found.group(1)
+        state = read_state(db, definition)
     if state is None:
         return None
     for g in state.generations.values():
