@@ -394,3 +394,70 @@ def test_after_a_rollback_the_old_strategy_writes_the_adopted_generation_it_matc
     assert gens.writing_tables(db, "kb", "rej", key_x, run_configs={"": "cfg-X"}) == ("kb", "rej", 1)
     assert gens.writing_tables(db, "kb", "rej", key_y, run_configs={"": "cfg-Y"}) == ("kb__g2", "rej__g2", 2)
     assert sorted(gens.read_state(db, "kb").generations) == [1, 2]  # type: ignore[union-attr]  # no third one
+
+
+def test_a_rollback_and_a_promotion_racing_in_threads_report_what_the_log_says(tmp_path: Path) -> None:
+    """Issue 47 kind 13, natural race: 8 trials of a rollback (from 2 to 1) and a promotion of 3 at
+    once. Whichever lands first, the rollback either fails with "another promotion landed" and the
+    log holds no rollback row, or it reports the generation the log makes current right after its
+    row (replayed from the rows), and the promotion is in the log either way."""
+    import threading
+
+    for trial in range(8):
+        db = _kb(tmp_path / f"t{trial}", ["a"], {"B": ["a"], "C": ["a"]})
+        gens.promote(db, "kb", 2)
+        gens.promote(db, "kb", 3)
+        gens.rollback(db, "kb")  # every table indexed now: the race is the two commits alone
+        barrier, out = threading.Barrier(2), {}
+
+        def roll(barrier: threading.Barrier = barrier, out: dict = out, trial: int = trial) -> None:
+            db = sink.connect(str(tmp_path / f"t{trial}"))
+            barrier.wait()
+            try:
+                out["rollback"] = gens.rollback(db, "kb").number
+            except ValueError as exc:
+                out["rollback"] = str(exc)
+
+        def promote(barrier: threading.Barrier = barrier, trial: int = trial) -> None:
+            db = sink.connect(str(tmp_path / f"t{trial}"))
+            barrier.wait()
+            gens.promote(db, "kb", 3)
+
+        threads = [threading.Thread(target=roll), threading.Thread(target=promote)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        rows = db.open_table(gens.log_table_name("kb")).to_arrow().sort_by("seq").to_pylist()
+        assert [r["event"] for r in rows].count("promote") == 4, trial  # 1 (adopted), 2, 3, and 3 again
+        rollbacks = [i for i, r in enumerate(rows) if r["event"] == "rollback"]
+        if isinstance(out["rollback"], str):
+            assert "another promotion landed on 'kb'" in out["rollback"], trial
+            assert len(rollbacks) == 1, trial  # the one before the race only
+        else:
+            after = generation_log.state_of(rows[: rollbacks[-1] + 1])
+            assert after.current is not None and after.current.number == out["rollback"], (trial, out)
+
+
+def test_a_log_written_before_compare_and_swap_is_read_in_commit_order_and_continued(tmp_path: Path) -> None:
+    """A log of the earlier rule, where two writers both opened generation 2 under one ``seq`` (B
+    committed first, C's clock earlier): B owns 2 by commit order, not by clock; C's next run opens
+    3 at the next free place, and the log gains lance's primary-key mark."""
+    db = sink.connect(str(tmp_path))
+    old_schema = pa.schema([f.remove_metadata() for f in generation_log.LOG_SCHEMA])
+    log = db.create_table(gens.log_table_name("kb"), schema=old_schema)
+    late, early = datetime(2026, 1, 2, tzinfo=UTC), datetime(2026, 1, 1, tzinfo=UTC)
+    rows = [
+        generation_log.log_row("open", 1, 0, key="A", table="kb", rejected="rej") | {"at": early},
+        generation_log.log_row("promote", 1, 1) | {"at": early},
+        generation_log.log_row("open", 2, 2, key="B", table="kb__g2", rejected="rej__g2") | {"at": late},
+        generation_log.log_row("open", 2, 2, key="C", table="kb__g2", rejected="rej__g2") | {"at": early},
+    ]
+    for row in rows:  # one commit each, in this order
+        log.add(pa.Table.from_pylist([row], old_schema))
+    state = gens.read_state(db, "kb")
+    assert state is not None and state.of_key("B").number == 2 and state.of_key("C") is None  # type: ignore[union-attr]
+    assert state.next_seq == 3
+    assert gens.writing_tables(db, "kb", "rej", "C") == ("kb__g3", "rej__g3", 3)
+    marked = db.open_table(gens.log_table_name("kb")).schema.field("seq").metadata
+    assert marked == {b"lance-schema:unenforced-primary-key": b"true"}
