@@ -126,7 +126,10 @@ def built_table_names(db: LanceDBSettings, table_name: str, granularities: Itera
 
 
 def list_shards(
-    store_path: str, log: logging.Logger | Any | None = None, storage_options: Mapping[str, str] | None = None
+    store_path: str,
+    log: logging.Logger | Any | None = None,
+    storage_options: Mapping[str, str] | None = None,
+    store_settings: Mapping[str, Any] | None = None,
 ) -> Listing:
     """The store's :class:`~latechunk_dagster.sources.listing.Listing` (its ``shards``, sorted: one
     mapped late-chunk task per shard).
@@ -136,7 +139,9 @@ def list_shards(
     (default: this module's logger), as Dagster's partition sync does.
 
     ``store_path``: a local path or an ``s3://``, ``gs://``, ``az://`` URI, read with
-    ``storage_options`` (LanceDB's form; none: the cloud's standard chain).
+    ``storage_options`` (LanceDB's form; none: the cloud's standard chain). ``store_settings``: how
+    its documents are read (``ocr``, ``converters``: :func:`~latechunk_dagster.airflow.hooks.store.store_settings`;
+    the same in every task of a store, since its own converters' suffixes are its documents too).
 
     Raises:
         FileNotFoundError: nothing at ``store_path``. ValueError: no documents of a known kind there.
@@ -144,7 +149,7 @@ def list_shards(
             while it is rewritten, a bucket that cannot be reached or listed whole); the message
             names the file or bucket.
     """
-    listing = DocumentStore.from_path(store_path, storage_options=storage_options).listing()
+    listing = DocumentStore.from_path(store_path, storage_options=storage_options, **(store_settings or {})).listing()
     for line in listing.warnings():
         (log or logging.getLogger(__name__)).warning(line)
     if listing.gaps and not listing.shards:
@@ -202,8 +207,10 @@ def chunk_shard(
     settings: ShardSettings | None = None,
     log: logging.Logger | Any | None = None,
     storage_options: Mapping[str, str] | None = None,
+    store_settings: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Late-chunk one shard of a store into ``table_name``: the shard job both orchestrators run
+    """Late-chunk one shard of a store into ``table_name`` (read with ``store_settings``:
+    :func:`list_shards`): the shard job both orchestrators run
     (:class:`~latechunk_dagster.pipeline.shard_job.ShardJob`).
 
     Streaming batches, incremental skip, one atomic commit (per granularity table with several
@@ -229,7 +236,7 @@ def chunk_shard(
         rejected_name=rejected_table_name,
         log=log,
     )  # a bad URI, or given_chunks without a chunks_column: refused before the shard is read
-    return run_store_shard(job, chunker, run_id, store_path, shard, storage_options)
+    return run_store_shard(job, chunker, run_id, store_path, shard, storage_options, store_settings)
 
 
 def run_store_shard(
@@ -239,10 +246,11 @@ def run_store_shard(
     store_path: str,
     shard: str,
     storage_options: Mapping[str, str] | None = None,
+    store_settings: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """``job`` (:class:`~latechunk_dagster.pipeline.shard_job.ShardJob`) on ``chunker`` over one shard
-    of the store at ``store_path`` (read with ``job.settings.chunks_column``), its rows' lineage
-    ``run_id``.
+    of the store at ``store_path`` (read with ``job.settings.chunks_column`` and ``store_settings``:
+    :func:`list_shards`), its rows' lineage ``run_id``.
 
     Returns:
         The shard's summary (:meth:`ShardJob.run <latechunk_dagster.pipeline.shard_job.ShardJob.run>`).
@@ -252,7 +260,7 @@ def run_store_shard(
     """
     job.open(chunker, run_id)
     store = DocumentStore.from_path(
-        store_path, chunks_column=job.settings.chunks_column, storage_options=storage_options
+        store_path, chunks_column=job.settings.chunks_column, storage_options=storage_options, **(store_settings or {})
     )
     # document files are converted in the host workers (when there are any), not while the store is read
     return job.run(shard, store.iter_shard(shard, defer_conversion=True), store.count_documents(shard))
@@ -270,6 +278,7 @@ def check_shards(
     parent: str | None = None,
     chunks_column: str | None = None,
     storage_options: Mapping[str, str] | None = None,
+    store_settings: Mapping[str, Any] | None = None,
 ) -> dict[str, validation.Outcome]:
     """The Dagster asset checks' assertions (:data:`validation.CHECKS`) over the shards of ``results``,
     in one table: ``table_name``, or the table of ``granularity`` of the table definition ``table_name``
@@ -286,6 +295,7 @@ def check_shards(
             :data:`~latechunk_dagster.sink.parents.PARENT_CHECK` (``parents_exist``); ``None``: none.
         chunks_column: the store column of the documents' own chunks, as the late-chunk task read it
             (a document's ``doc_sha256`` covers its chunks, so ``documents_accounted`` reads them too).
+        store_settings: how the store's documents are read, as the late-chunk task read them (:func:`list_shards`).
 
     Returns:
         ``{check name: (passed, details)}`` in :data:`validation.CHECKS` order, then ``parents_exist``
@@ -306,7 +316,9 @@ def check_shards(
         expected_rows=lambda p: int(own[p]["partition_rows"]) if p in own else None,
         reported_dim=lambda p: reported[p].get("embedding_dim") if p in reported else None,
         parent_table=granularity_table(table_name, parent) if parent is not None else None,
-        store=DocumentStore.from_path(store_path, chunks_column=chunks_column, storage_options=storage_options),
+        store=DocumentStore.from_path(
+            store_path, chunks_column=chunks_column, storage_options=storage_options, **(store_settings or {})
+        ),
     )[1]
 
 
@@ -321,6 +333,7 @@ def check_granularity_tables(
     shards: Iterable[str] = (),
     chunks_column: str | None = None,
     storage_options: Mapping[str, str] | None = None,
+    store_settings: Mapping[str, Any] | None = None,
 ) -> dict[str, dict[str, validation.Outcome]]:
     """:func:`check_shards` of every granularity table of a table definition, finest first, each
     granularity but the last with ``parents_exist`` against the next one's table.
@@ -349,6 +362,7 @@ def check_granularity_tables(
             parent=names[i + 1] if i + 1 < len(names) else None,
             chunks_column=chunks_column,
             storage_options=storage_options,
+            store_settings=store_settings,
         )
         for i, g in enumerate(names)
     }

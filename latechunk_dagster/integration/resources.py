@@ -347,6 +347,18 @@ class DocumentStoreResource(ConfigurableResource):
         "credential chain (AWS_* variables incl. AWS_ENDPOINT_URL, instance roles).",
     )
 
+    ocr: bool = Field(
+        default=False,
+        description="Read PDF pages without a text layer (scans) by OCR: Tesseract (apt-get install tesseract-ocr "
+        "tesseract-ocr-eng) and the 'ocr' extra; off: a scan is rejected as no_text_layer.",
+    )
+    converters: dict[str, str] = Field(
+        default={},
+        description="Converters of one's own by file suffix, as import paths ({'.epub': 'my_pkg.converters:Epub'}; "
+        "a class is made with no arguments); they win over the built-in ones and the "
+        "latechunk_dagster.converters entry point group's (docs/documents.md).",
+    )
+
     def get_store(self) -> DocumentStore:
         """The store at ``path`` (with its ``chunks_column``: :class:`~latechunk_dagster.sources.files.DocumentStore`).
 
@@ -354,7 +366,10 @@ class DocumentStoreResource(ConfigurableResource):
             FileNotFoundError: nothing at ``path``. ValueError: no documents of a known kind there;
             ``chunks_column`` on a text tree or naming a column the documents are read from; a
             ``storage_options`` key that is not known. IncompleteListingError: an object store that
-            cannot be reached or listed.
+            cannot be reached or listed. RuntimeError: ``ocr`` without Tesseract. ImportError,
+            TypeError: a ``converters`` path that does not load a converter.
         """
-        options = self.storage_options
-        return DocumentStore.from_path(self.path, chunks_column=self.chunks_column, storage_options=options)
+        return DocumentStore.from_path(
+            self.path, chunks_column=self.chunks_column, storage_options=self.storage_options,
+            converters=self.converters, ocr=self.ocr,
+        )  # fmt: skip

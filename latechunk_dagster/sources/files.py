@@ -139,7 +139,7 @@ class DocumentStore:
         limits: ConversionLimits | None = None,
         *,
         single_file: bool | None = None,
-        converters: Converters | Mapping[str, Converter] | None = None,
+        converters: Converters | Mapping[str, Converter | str] | None = None,
         ocr: bool = False,
     ) -> None:
         check_chunks_column(chunks_column)
@@ -175,7 +175,7 @@ class DocumentStore:
         storage_options: Mapping[str, str] | None = None,
         limits: ConversionLimits | None = None,
         *,
-        converters: Converters | Mapping[str, Converter] | None = None,
+        converters: Converters | Mapping[str, Converter | str] | None = None,
         ocr: bool = False,
     ) -> DocumentStore:
         """Open a store, detecting its kind from the file suffix or the files in the directory.

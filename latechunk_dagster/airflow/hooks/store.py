@@ -13,7 +13,14 @@ extra ``aws_session_token``    ``aws_session_token``
 extra ``region_name``          ``aws_region``
 extra ``endpoint_url``         ``aws_endpoint`` (an ``http://`` URL also sets ``allow_http``)
 extra ``storage_options``      any other option (a JSON object: GCS, Azure, ``allow_http``)
+extra ``ocr``                  not an option: the store reads scanned PDF pages by OCR
+                               (``DocumentStore(ocr=True)``; ``true`` / ``false``)
+extra ``converters``           not an option: converters of one's own by suffix, as import
+                               paths (a JSON object: ``{".epub": "my_pkg.converters:Epub"}``)
 =============================  =====================================================
+
+The last two are how the store's documents are read (:func:`store_settings`), for a local store
+too (a connection of any type with only these extras).
 
 No ``store_conn_id``: the store takes each cloud's standard chain (the worker's ``AWS_*``
 variables, its instance role). The options go to the store's filesystem client only: Airflow
@@ -35,7 +42,9 @@ from latechunk_dagster.airflow.hooks.lancedb import connection_extras
 from latechunk_dagster.sources.readers import loads_strict
 
 #: The extras a store connection reads (anything else is refused, so a typo is not ignored).
-STORE_EXTRAS = ("aws_session_token", "region_name", "endpoint_url", "storage_options")
+STORE_EXTRAS = ("aws_session_token", "region_name", "endpoint_url", "storage_options", "ocr", "converters")
+#: The extras that say how documents are read (:func:`store_settings`), not storage options.
+READING_EXTRAS = ("ocr", "converters")
 
 
 def storage_options_from_connection(conn: Any) -> dict[str, str]:
@@ -47,6 +56,8 @@ def storage_options_from_connection(conn: Any) -> dict[str, str]:
     """
     extra = connection_extras(conn, conn.conn_type or "aws", STORE_EXTRAS)
     options = extra.pop("storage_options", None) or {}
+    for name in READING_EXTRAS:
+        extra.pop(name, None)
     if isinstance(options, str):  # the UI's text field holds the JSON object as a string
         try:
             options = loads_strict(options) if options.strip() else {}
@@ -72,3 +83,40 @@ def store_storage_options(conn_id: str | None) -> dict[str, str]:
     """``storage_options`` of the connection ``conn_id`` (:func:`storage_options_from_connection`);
     ``{}`` for ``None`` (the cloud's standard chain)."""
     return {} if not conn_id else storage_options_from_connection(BaseHook.get_connection(conn_id))
+
+
+def reading_from_connection(conn: Any) -> dict[str, Any]:
+    """A connection's ``ocr`` and ``converters`` extras as :meth:`DocumentStore.from_path
+    <latechunk_dagster.sources.files.DocumentStore.from_path>`'s keyword arguments (``{}`` when unset).
+
+    Raises:
+        ValueError: an ``ocr`` that is not a boolean (``true`` / ``false``), or ``converters`` that is
+            not a JSON object of strings (naming the connection).
+    """
+    extra = connection_extras(conn, conn.conn_type or "aws", STORE_EXTRAS)
+    out: dict[str, Any] = {}
+    ocr = extra.get("ocr")
+    if ocr is not None:
+        if isinstance(ocr, str) and ocr.strip().lower() in ("true", "false"):
+            ocr = ocr.strip().lower() == "true"
+        if not isinstance(ocr, bool):
+            raise ValueError(f"connection {conn.conn_id!r}: ocr must be true or false, got {ocr!r}")
+        out["ocr"] = ocr
+    converters = extra.get("converters")
+    if converters is not None:
+        if isinstance(converters, str):
+            try:
+                converters = loads_strict(converters) if converters.strip() else {}
+            except ValueError:
+                raise ValueError(f"connection {conn.conn_id!r}: converters is not a JSON object") from None
+        if not isinstance(converters, dict) or not all(isinstance(v, str) for v in converters.values()):
+            why = 'a JSON object of suffix: import path ({".epub": "my_pkg.converters:Epub"})'
+            raise ValueError(f"connection {conn.conn_id!r}: converters must be {why}")
+        out["converters"] = {str(k): v for k, v in converters.items()}
+    return out
+
+
+def store_settings(conn_id: str | None) -> dict[str, Any]:
+    """How the store of the connection ``conn_id`` reads its documents (:func:`reading_from_connection`):
+    ``{}`` for ``None`` (the built-in converters, no OCR)."""
+    return {} if not conn_id else reading_from_connection(BaseHook.get_connection(conn_id))

@@ -25,7 +25,7 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from latechunk_dagster.airflow.engine import EngineSpec, open_chunker, shared_chunker, task_settings
 from latechunk_dagster.airflow.hooks.lancedb import LanceDBHook
-from latechunk_dagster.airflow.hooks.store import store_storage_options
+from latechunk_dagster.airflow.hooks.store import store_settings, store_storage_options
 from latechunk_dagster.airflow.operators.base import LanceDBOperator as LanceDBOperator  # re-exported
 from latechunk_dagster.airflow.operators.shards import ListShardsOperator as ListShardsOperator  # re-exported
 from latechunk_dagster.airflow.operators.shards import check_map_length as check_map_length  # re-exported
@@ -113,7 +113,9 @@ class LateChunkShardOperator(LanceDBOperator):
         lancedb_conn_id: a ``lancedb`` connection (:class:`~latechunk_dagster.airflow.hooks.lancedb.LanceDBHook`).
         store_conn_id: the connection of a store in an object store (``s3://``, ``gs://``, ``az://``):
             Amazon's ``aws`` form, :mod:`latechunk_dagster.airflow.hooks.store`; ``None``: the
-            cloud's standard chain (the worker's ``AWS_*`` variables, its instance role).
+            cloud's standard chain (the worker's ``AWS_*`` variables, its instance role). Its extras
+            ``ocr`` and ``converters`` say how the store's documents are read (OCR of scanned PDF
+            pages, converters of one's own), a local store's too.
         vllm_conn_id: a ``vllm_server`` connection to encode on that server; ``None`` (default):
             an in-process engine on ``model``, started for the task and shut down after it.
         settings: everything else, as one dict (:func:`~latechunk_dagster.airflow.engine.task_settings`
@@ -243,8 +245,8 @@ class LateChunkShardOperator(LanceDBOperator):
             self._engine = None if chunker is shared_chunker() else chunker  # what on_kill stops
             try:
                 run_id = lineage_run_id(context["run_id"], context["ti"].map_index)
-                options = store_storage_options(self.store_conn_id)
-                result = run_store_shard(job, chunker, run_id, self.store_path, self.shard, options)
+                options, reading = store_storage_options(self.store_conn_id), store_settings(self.store_conn_id)
+                result = run_store_shard(job, chunker, run_id, self.store_path, self.shard, options, reading)
             except SystemicFailureError as exc:
                 raise AirflowFailException(str(exc)) from exc
             finally:
@@ -341,6 +343,7 @@ class LateChunkChecksOperator(LanceDBOperator):
             shards=xcom_list(self.shards),
             chunks_column=self.chunks_column or None,
             storage_options=store_storage_options(self.store_conn_id),
+            store_settings=store_settings(self.store_conn_id),
         )
         failures = []
         for g, outcomes in per.items():

@@ -9,7 +9,7 @@ from airflow.sdk import Context
 from airflow.sdk.exceptions import AirflowFailException
 
 from latechunk_dagster.airflow.hooks.lancedb import LanceDBHook
-from latechunk_dagster.airflow.hooks.store import store_storage_options
+from latechunk_dagster.airflow.hooks.store import store_settings, store_storage_options
 from latechunk_dagster.airflow.operators.base import LanceDBOperator
 from latechunk_dagster.airflow.tasks import drop_removed_shards, list_shards, table_names
 from latechunk_dagster.pipeline.removals import TooManyRemovalsError
@@ -61,7 +61,8 @@ class ListShardsOperator(LanceDBOperator):
         self.max_delete = max_delete
 
     def execute(self, context: Context) -> list[str]:
-        listing = list_shards(self.store_path, self.log, store_storage_options(self.store_conn_id))
+        options, reading = store_storage_options(self.store_conn_id), store_settings(self.store_conn_id)
+        listing = list_shards(self.store_path, self.log, options, reading)
         shards = list(listing.shards)
         self.log.info("%d shards in %s: %s", len(shards), self.store_path, shards[:20])
         check_map_length(len(shards), self.store_path)

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from functools import cache
-from importlib.metadata import entry_points
+from importlib.metadata import EntryPoint, entry_points
 from pathlib import PurePosixPath
 from types import MappingProxyType
 from typing import Any, ClassVar
@@ -260,15 +260,17 @@ def _by_own_suffixes(converters: Iterable[Any]) -> Iterable[tuple[str, Any]]:
 
 
 def store_converters(
-    converters: Converters | Mapping[str, Converter] | Iterable[Any] | None = None, *, ocr: bool = False
+    converters: Converters | Mapping[str, Converter | str] | Iterable[Any] | None = None, *, ocr: bool = False
 ) -> Converters:
     """The converters a store reads with: :func:`default_converters`, with ``ocr`` the built-in PDF
     converter reading scanned pages (:class:`PdfConverter` ``(ocr=True)``), then ``converters`` (a
     :class:`Converters`, a ``{suffix: converter}`` map, or converters with ``suffixes``) winning for
-    the suffixes they read.
+    the suffixes they read. In a map, a converter may be given by its import path
+    (``"my_pkg.converters:Epub"``: :func:`load_converter`), as orchestrators' settings give it.
 
     Raises:
         TypeError: as :meth:`Converters.with_overrides`.
+        ValueError, ImportError: an import path that does not load (:func:`load_converter`).
         ValueError: ``ocr`` while ``.pdf`` is read by a converter other than the built-in one (an
             entry point's or ``converters``'): OCR is a setting of the built-in PDF converter.
         RuntimeError: ``ocr`` without Tesseract installed
@@ -277,8 +279,12 @@ def store_converters(
     out = default_converters()
     if ocr:
         out = out.with_overrides({".pdf": PdfConverter(ocr=True)})
-    if converters is not None:
-        out = out.with_overrides(converters.by_suffix if isinstance(converters, Converters) else converters)
+    if isinstance(converters, Converters):
+        out = out.with_overrides(converters.by_suffix)
+    elif isinstance(converters, Mapping):
+        out = out.with_overrides({s: load_converter(c) if isinstance(c, str) else c for s, c in converters.items()})
+    elif converters is not None:
+        out = out.with_overrides(converters)
     pdf = out.for_name("x.pdf")
     if ocr and not (isinstance(pdf, PdfConverter) and pdf.ocr):
         raise ValueError(
@@ -292,6 +298,25 @@ def store_converters(
     return out
 
 
+def load_converter(path: str) -> Any:
+    """The converter named by ``"module:attribute"`` (an entry point's form): the attribute, or an
+    instance of it when it is a class (made with no arguments).
+
+    Raises:
+        ValueError: not of the form ``module:attribute``. ImportError: the module does not import.
+        AttributeError: the module has no such attribute.
+    """
+    module, colon, attribute = path.partition(":")
+    if not colon or not module.strip() or not attribute.strip():
+        raise ValueError(f"converter {path!r}: expected an import path 'module:attribute' (my_pkg.converters:Epub)")
+    return _instance(EntryPoint(name="", value=path.strip(), group=ENTRY_POINT_GROUP).load())
+
+
+def _instance(loaded: Any) -> Any:
+    """A loaded converter: an instance of a class (made with no arguments), any other object as it is."""
+    return loaded() if isinstance(loaded, type) else loaded
+
+
 @cache
 def default_converters() -> Converters:
     """The built-in converters, then those of the ``latechunk_dagster.converters`` entry point
@@ -303,6 +328,5 @@ def default_converters() -> Converters:
     converters = Converters().with_overrides(BUILT_IN)
     plugins = []
     for point in entry_points(group=ENTRY_POINT_GROUP):
-        loaded = point.load()
-        plugins.append(loaded() if isinstance(loaded, type) else loaded)
+        plugins.append(_instance(point.load()))
     return converters.with_overrides(plugins) if plugins else converters
