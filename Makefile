@@ -10,12 +10,12 @@ QUIET_PIP := sed -u '/^WARNING: Location/d'
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: demo test check lint test-main test-airflow test-native dev clean
+.PHONY: demo test check lint test-main test-airflow test-native dev clean ocr-tools
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(VENV)/bin/python || $(PY) -m venv $(VENV)
 	$(VENV)/bin/pip install -q --upgrade pip 2>&1 | $(QUIET_PIP)
-	$(VENV)/bin/pip install -q -e ".[cpu,model,ui,dev,airflow,clients,documents]" 2>&1 | $(QUIET_PIP)
+	$(VENV)/bin/pip install -q -e ".[cpu,model,ui,dev,airflow,clients,documents,ocr]" 2>&1 | $(QUIET_PIP)
 	# dagster-k8s for tests/test_deploy.py: each release pins one dagster exactly, and the registry
 	# has no 0.29.28 (dagster 1.13.28's); 0.29.27 without its pin (its other dependencies are in dev)
 	$(VENV)/bin/pip install -q --no-deps dagster-k8s==0.29.27 2>&1 | $(QUIET_PIP)
@@ -41,12 +41,16 @@ lint: $(VENV)/.installed
 WORKERS ?= 2
 XDIST := -n $(WORKERS) --dist loadfile
 
-test-main: $(VENV)/.installed
+# Tesseract for tests/test_ocr.py: installed when missing (scripts/ensure-ocr.sh; `make demo` needs none).
+ocr-tools:
+	@bash scripts/ensure-ocr.sh
+
+test-main: $(VENV)/.installed ocr-tools
 	$(VENV)/bin/python -m pytest $(XDIST) -m "not native" tests --ignore-glob='tests/test_airflow*' --doctest-modules latechunk_dagster/core/chunking --durations=20
 
 # The fast tier: ruff, then the unit and contract tests on the module's shared engine (no servers,
 # daemon, scheduler or subprocess fleets: tests/conftest.py SLOW_MODULES), with the 20 slowest tests.
-check: lint
+check: lint ocr-tools
 	$(VENV)/bin/python -m pytest $(XDIST) -m "not native and not slow" tests --ignore-glob='tests/test_airflow*' --doctest-modules latechunk_dagster/core/chunking --durations=20
 
 # Airflow's tests in a pytest process of their own: importing Airflow configures process-wide
