@@ -394,6 +394,9 @@ def test_after_a_rollback_the_old_strategy_writes_the_adopted_generation_it_matc
     assert gens.writing_tables(db, "kb", "rej", key_x, run_configs={"": "cfg-X"}) == ("kb", "rej", 1)
     assert gens.writing_tables(db, "kb", "rej", key_y, run_configs={"": "cfg-Y"}) == ("kb__g2", "rej__g2", 2)
     assert sorted(gens.read_state(db, "kb").generations) == [1, 2]  # type: ignore[union-attr]  # no third one
+    # a third generation opened for X before this rule (the report's g3): the served generation 1 still wins
+    generation_log.append_event(db, "kb", "open", 3, key=key_x, table="kb__g3", rejected="rej__g3")
+    assert gens.writing_tables(db, "kb", "rej", key_x, run_configs={"": "cfg-X"}) == ("kb", "rej", 1)
 
 
 def test_a_rollback_and_a_promotion_racing_in_threads_report_what_the_log_says(tmp_path: Path) -> None:

@@ -151,8 +151,9 @@ def writing_tables(
 
     The generation already opened for ``key`` (current or being built, not dropped), or generation 1
     adopted under another key whose rows are the run's (:func:`adopted_match`, with ``run_configs``:
-    the run's ``{granularity: vector_config}``); else a new one, numbered after every generation
-    ever opened, whose ``open`` is one compare-and-swap of the log
+    the run's ``{granularity: vector_config}``), the served one first where both match (a third
+    generation opened for the key before adopted ones were matched is left); else a new one,
+    numbered after every generation ever opened, whose ``open`` is one compare-and-swap of the log
     (:func:`~latechunk_dagster.sink.generation_log.commit_planned`): a writer of another key that
     opened that number first makes this one decide again, so two keys never share a number. When no
     generation is current, the generation returned is promoted in the same call (a new definition:
@@ -163,7 +164,9 @@ def writing_tables(
     found: list[Generation] = []
 
     def plan_open(state: GenerationState) -> Plan:
-        found[:] = [g for g in [state.of_key(key) or adopted_match(db, state, key, run_configs)] if g is not None]
+        adopted = adopted_match(db, state, key, run_configs)
+        served = state.current if state.current is not None and state.current in (adopted, state.of_key(key)) else None
+        found[:] = [g for g in [served or state.of_key(key) or adopted] if g is not None]
         if found:
             return None
         n = max(state.generations, default=0) + 1
