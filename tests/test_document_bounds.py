@@ -5,18 +5,30 @@
   for the three tokenizer kinds the package meets (WordPiece: the shipped model's; SentencePiece
   Unigram with Metaspace and byte-level BPE: the replicas of ``tests/families.py``). The reference is
   the tokenizer's own single call, which the code under test does not use for these inputs.
+- A file's text over ``ConversionLimits.max_text_chars`` is ``too_large``, converted or read as it is.
+- A converter that hangs (:class:`HangingConverter`, registered for the made-up suffix ``.hang``
+  through the store's ``converters=``) is killed in its host worker's child after
+  ``convert_timeout_s``: that file alone is ``timed_out``; every other document is written as in a
+  partition without it (real engine, real LanceDB, real host workers).
 """
 
 from __future__ import annotations
 
 import random
+import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 import pytest
 from transformers import AutoTokenizer
 
+from latechunk_dagster import LateChunker, sink
+from latechunk_dagster.core.chunking import FixedTokens
 from latechunk_dagster.core.tokenizer_call import _one_call, encodings, joined_pieces, rust_backend
+from latechunk_dagster.sources.converters import ConversionLimits, Converted
+from latechunk_dagster.sources.files import DocumentStore
 from tests.families import MULTILINGUAL, byte_bpe_tokenizer, unigram_tokenizer, wordpiece_tokenizer
 
 #: Pieces of text the long documents are drawn from: several scripts, emoji, combining marks, a
@@ -91,3 +103,76 @@ def test_pieces_that_disagree_fall_back_to_one_call(tokenizers: dict[str, object
         [got] = encodings(tok, [text], piece_chars=1000)
         for g, w in zip(got, whole):
             assert np.array_equal(g, w)
+
+
+@dataclass(frozen=True)
+class HangingConverter:
+    """Reads ``.hang`` files as UTF-8 text; one whose text starts with ``hang`` never returns (a converter
+    stuck in a loop). Module-level, so the host workers unpickle it."""
+
+    name: ClassVar[str] = "hang"
+    version: ClassVar[str] = "1"
+    suffixes: ClassVar[tuple[str, ...]] = (".hang",)
+
+    def convert(self, name: str, data: bytes, limits: ConversionLimits) -> Converted:
+        if data.startswith(b"hang"):
+            while True:
+                time.sleep(1)
+        return Converted(data.decode(), "")
+
+
+def test_a_text_over_max_text_chars_is_too_large_naming_the_limit(tmp_path: Path) -> None:
+    (tmp_path / "s").mkdir()
+    (tmp_path / "s" / "long.txt").write_text("word " * 300)  # 1,500 characters
+    (tmp_path / "s" / "long.hang").write_text("text " * 300)
+    (tmp_path / "s" / "short.txt").write_text("word " * 100)
+    limits = ConversionLimits(max_text_chars=1000)
+    store = DocumentStore.from_path(tmp_path, limits=limits, converters=[HangingConverter()])
+    got = {d.doc_id: d for d in store.iter_shard("s")}
+    assert got["s/short.txt"].text == "word " * 100
+    for doc_id in ("s/long.txt", "s/long.hang"):
+        assert got[doc_id].reason == "too_large", got[doc_id]
+        assert got[doc_id].detail.endswith(
+            "its text is 1,500 characters, over the limit of 1,000 "
+            "(ConversionLimits.max_text_chars, or LATECHUNK_MAX_DOCUMENT_CHARS)"
+        )
+
+
+def test_a_hanging_converter_is_stopped_and_its_file_alone_timed_out(tmp_path: Path, chunker: LateChunker) -> None:
+    from latechunk_dagster.pipeline import hostpool, materialize_partition
+
+    shard = tmp_path / "store" / "s"
+    shard.mkdir(parents=True)
+    for k, text in enumerate(["Owls hunt at night.", "hang forever", "Tea is steamed.", "Rivers carry sand."]):
+        (shard / f"{k}.hang").write_text(text)
+    (shard / "4.txt").write_text("Glaciers carve valleys.")
+    store = DocumentStore.from_path(
+        tmp_path / "store", converters=[HangingConverter()], limits=ConversionLimits(convert_timeout_s=3)
+    )
+    tables = {}
+    for run_id, workers, keep in (("reference", 0, lambda d: d != "s/1.hang"), ("bounded", 1, lambda d: True)):
+        db = sink.connect(str(tmp_path / run_id))
+        tables[run_id] = chunks, rejected = (
+            sink.open_or_create(db, sink.CHUNK_TABLE, sink.chunk_schema(chunker.embedding_dim)),
+            sink.open_or_create(db, sink.REJECTED_TABLE, sink.REJECTED_SCHEMA),
+        )
+        items = (i for i in store.iter_shard("s", defer_conversion=True) if keep(i.doc_id))
+        t0 = time.monotonic()
+        report = materialize_partition(
+            chunker, items, "s", FixedTokens(16), chunk_table=chunks, rejected_table=rejected, run_id=run_id,
+            host_workers=workers,
+        )  # fmt: skip
+        seconds = time.monotonic() - t0
+    hostpool.shutdown_host_pools()
+    assert report.rejected == 1 and report.rejected_reasons == {"timed_out": 1}
+    assert 3 <= seconds < 60
+    [row] = tables["bounded"][1].to_arrow().to_pylist()
+    assert (row["doc_id"], row["reason"]) == ("s/1.hang", "timed_out")
+    where = str(shard / "1.hang")
+    assert row["detail"] == (
+        f"{where}: converting it took longer than the limit of 3 s and was stopped "
+        "(ConversionLimits.convert_timeout_s, or LATECHUNK_CONVERT_TIMEOUT_S)"
+    )
+    columns = ["chunk_id", "doc_id", "text", "char_start", "char_end", "converter"]
+    want, got = (tables[r][0].to_arrow().select(columns).sort_by("chunk_id") for r in ("reference", "bounded"))
+    assert got.num_rows == 4 and got.equals(want)

@@ -10,8 +10,10 @@ is :mod:`latechunk_dagster.pipeline.hostpool`.
 
 A file is converted in a child forked from the worker (:class:`_Converter`, forked again after it dies): a converter
 that crashes its process (a fault in a PDF library on a hostile file) rejects that file alone as
-``unreadable_file``, naming it and the exit code, and the worker, its batches and the partition go on
-(contract: one bad document does not sink its partition).
+``unreadable_file``, naming it and the exit code, and one that runs past the file's
+:attr:`~latechunk_dagster.sources.converters.ConversionLimits.convert_timeout_s` is killed and the file
+is ``timed_out``; the worker, its batches and the partition go on (contract: one bad document does not
+sink its partition).
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from latechunk_dagster.core.errors import DocumentError, LateChunkError
 from latechunk_dagster.core.results import ChunkedDocument
 from latechunk_dagster.pipeline.accounting import DocumentSummary
 from latechunk_dagster.pipeline.finish import finish_rows, given_chunks
+from latechunk_dagster.sources.converters.base import CONVERT_TIMEOUT_ENV
 from latechunk_dagster.sources.documents import Document, RejectedRow
 from latechunk_dagster.sources.text_files import UnconvertedFile
 
@@ -108,7 +111,9 @@ class _Converter:
 
         Returns:
             The document or its rejection; ``RejectedRow(reason="unreadable_file", file_read=True)``
-            naming the file and the exit code when the child died converting it.
+            naming the file and the exit code when the child died converting it; ``timed_out`` naming
+            the limit when it gave no answer within ``item.limits.convert_timeout_s`` (the child is
+            killed, and the next file forks a new one).
 
         Raises:
             What the conversion raised, as the child raised it (where it pickles).
@@ -116,8 +121,11 @@ class _Converter:
         if self.conn is None:
             self._start()
         assert self.conn is not None
+        limit = item.limits.convert_timeout_s
         try:
             self.conn.send((item, crash))
+            if limit is not None and not self.conn.poll(limit):  # no answer (nor death) within the limit
+                return self._timed_out(item, limit)
             kind, value = self.conn.recv()
         except (EOFError, OSError):  # the child died before its whole answer was sent
             code = self.close()
@@ -126,6 +134,20 @@ class _Converter:
         if kind == "error":
             raise value
         return value  # type: ignore[no-any-return]
+
+    def _timed_out(self, item: UnconvertedFile, limit: float) -> RejectedRow:
+        """Kill the child converting ``item`` past its time limit; the file's ``timed_out`` rejection."""
+        assert self.pid is not None
+        try:
+            os.kill(self.pid, signal.SIGKILL)
+        except ProcessLookupError:  # it ended meanwhile: reaped below all the same
+            pass
+        self.close()
+        detail = (
+            f"{item.where}: converting it took longer than the limit of {limit:g} s and was stopped "
+            f"(ConversionLimits.convert_timeout_s, or {CONVERT_TIMEOUT_ENV})"
+        )
+        return RejectedRow(item.doc_id, item.where, "timed_out", detail, file_read=True)
 
     def _start(self) -> None:
         ours, theirs = socket.socketpair()

@@ -156,4 +156,9 @@ def document_of_file(
     encoding = foreign_encoding(data)
     if encoding is not None:
         return RejectedRow(doc_id, where, "bad_encoding", encoding.file_detail(where))
-    return Document.from_text(doc_id, decode(data))
+    text = decode(data)
+    try:  # the one text limit of every file (issue 47 kind 4: a 256 MiB .txt is within max_file_bytes)
+        (ConversionLimits.from_env() if limits is None else limits).check_text(text)
+    except Rejection as exc:
+        return RejectedRow(doc_id, where, exc.reason, f"{where}: {exc.detail}", file_read=True)
+    return Document.from_text(doc_id, text)

@@ -19,10 +19,16 @@ if TYPE_CHECKING:
 #: Environment override of :attr:`ConversionLimits.max_file_bytes` (an integer number of bytes).
 MAX_FILE_BYTES_ENV = "LATECHUNK_MAX_DOCUMENT_BYTES"
 
+#: Environment override of :attr:`ConversionLimits.max_text_chars` (an integer number of characters).
+MAX_TEXT_CHARS_ENV = "LATECHUNK_MAX_DOCUMENT_CHARS"
+
+#: Environment override of :attr:`ConversionLimits.convert_timeout_s` (seconds; ``0``: no limit).
+CONVERT_TIMEOUT_ENV = "LATECHUNK_CONVERT_TIMEOUT_S"
+
 #: Reasons a converter refuses a file (the ``reason`` of its rejected row); ``wrong_format``: the
 #: file's content is a format no converter reads (an image, an archive, a legacy Office file), named
 #: from its first bytes (:mod:`~latechunk_dagster.sources.converters.sniff`).
-REASONS = ("encrypted", "no_text_layer", "unreadable_file", "too_large", "wrong_format")
+REASONS = ("encrypted", "no_text_layer", "unreadable_file", "too_large", "wrong_format", "timed_out")
 
 
 @dataclass(frozen=True)
@@ -81,20 +87,34 @@ class Rejection(Exception):  # noqa: N818 (a refusal the caller records, not a f
         super().__init__(f"{reason}: {detail}")
 
 
-def _env_bytes(default: int) -> int:
-    raw = os.environ.get(MAX_FILE_BYTES_ENV, "").strip()
+def _env_bytes(default: int, name: str = MAX_FILE_BYTES_ENV, unit: str = "bytes") -> int:
+    raw = os.environ.get(name, "").strip()
     if not raw:
         return default
     if not raw.isdigit() or int(raw) <= 0:
-        raise ValueError(f"{MAX_FILE_BYTES_ENV}={raw!r}: expected a positive integer number of bytes")
+        raise ValueError(f"{name}={raw!r}: expected a positive integer number of {unit}")
     return int(raw)
+
+
+def _env_seconds(default: float | None) -> float | None:
+    raw = os.environ.get(CONVERT_TIMEOUT_ENV, "").strip()
+    if not raw:
+        return default
+    try:
+        seconds = float(raw)
+    except ValueError:
+        seconds = -1.0
+    if not seconds >= 0 or seconds == float("inf"):
+        raise ValueError(f"{CONVERT_TIMEOUT_ENV}={raw!r}: expected a number of seconds >= 0 (0: no limit)")
+    return seconds or None
 
 
 @dataclass(frozen=True)
 class ConversionLimits:
     """What a document file may cost to read. Every file of a document tree is checked against
     ``max_file_bytes`` before it is read; DOCX and PPTX files (zip packages) against the unpacked
-    limits before a part is decompressed (a zip bomb is refused from its directory alone).
+    limits before a part is decompressed (a zip bomb is refused from its directory alone); every
+    file's text, converted or read as it is, against ``max_text_chars``.
 
     Attributes:
         max_file_bytes: the largest file read, in bytes (default 256 MiB, or
@@ -103,25 +123,52 @@ class ConversionLimits:
             (default 512 MiB); more is ``too_large``.
         max_ratio: the most a zip part over 1 MiB may expand (unpacked / packed size; default 200:
             Office XML deflates ~5-20x, a bomb of zeros ~1000x); more is ``too_large``.
+        max_text_chars: the longest text of one file, in characters (code points; default 16 Mi,
+            16,777,216, about 8,000 pages, or ``LATECHUNK_MAX_DOCUMENT_CHARS``); a longer one is
+            ``too_large``. It bounds a document's memory on the host: preparing one takes about 15-26
+            bytes of memory per character (``bench/partition_memory.py --long``; issue 47 kind 4), so
+            the default holds one document under ~420 MiB.
+        convert_timeout_s: the longest one file's conversion may run, in seconds (default 300: a PDF
+            converts at ~60-490 pages/s a core, ``bench/conversion.py``; or ``LATECHUNK_CONVERT_TIMEOUT_S``,
+            ``0`` for none; ``None``: no limit). A host worker's converter child that runs longer is
+            killed and the file is ``timed_out``, rejected alone. Conversion in the calling thread
+            (``host_workers=0``) cannot be stopped and runs unbounded.
     """
 
     max_file_bytes: int = 256 << 20
     max_unpacked_bytes: int = 512 << 20
     max_ratio: float = 200.0
+    max_text_chars: int = 16 << 20
+    convert_timeout_s: float | None = 300.0
 
     @classmethod
     def from_env(cls) -> ConversionLimits:
-        """The defaults, with ``LATECHUNK_MAX_DOCUMENT_BYTES`` when set.
+        """The defaults, with ``LATECHUNK_MAX_DOCUMENT_BYTES``, ``LATECHUNK_MAX_DOCUMENT_CHARS`` and
+        ``LATECHUNK_CONVERT_TIMEOUT_S`` when set.
 
         Raises:
-            ValueError: the variable is not a positive integer.
+            ValueError: a variable is not a positive integer (the timeout: a number of seconds >= 0).
         """
-        return cls(max_file_bytes=_env_bytes(cls.max_file_bytes))
+        return cls(
+            max_file_bytes=_env_bytes(cls.max_file_bytes),
+            max_text_chars=_env_bytes(cls.max_text_chars, MAX_TEXT_CHARS_ENV, "characters"),
+            convert_timeout_s=_env_seconds(cls.convert_timeout_s),
+        )
 
     def check_size(self, size: int) -> None:
         """Raises :class:`Rejection` (``too_large``) when a file of ``size`` bytes is over ``max_file_bytes``."""
         if size > self.max_file_bytes:
             raise Rejection("too_large", f"{size:,} bytes, over the limit of {self.max_file_bytes:,} (max_file_bytes)")
+
+    def check_text(self, text: str) -> None:
+        """Raises :class:`Rejection` (``too_large``) when a file's text is longer than ``max_text_chars``,
+        naming both and the setting."""
+        if len(text) > self.max_text_chars:
+            raise Rejection(
+                "too_large",
+                f"its text is {len(text):,} characters, over the limit of {self.max_text_chars:,} "
+                f"(ConversionLimits.max_text_chars, or {MAX_TEXT_CHARS_ENV})",
+            )
 
     def check_package(self, package: zipfile.ZipFile) -> None:
         """Refuses a zip package (DOCX, PPTX) whose parts declare more than the unpacked limits.

@@ -240,6 +240,7 @@ class Converters:
         if not isinstance(converted, Converted):
             got = type(converted).__name__
             raise TypeError(f"{name}: the {converter.name} converter returned {got}, not Converted")
+        limits.check_text(converted.text)
         return replace(converted, converter=f"{converter.name}/{converter.version}")
 
 
