@@ -67,13 +67,14 @@ def convert_pdf(data: bytes, *, ocr: bool = False, char_boxes: bool = True) -> C
             raise Rejection("encrypted", "the PDF is encrypted and needs a password to open") from None
         raise Rejection("unreadable_file", f"not a readable PDF ({exc})") from None
     try:
+        outline = read_outline(document)
+        fonts = not any(p is not None and 0 <= p < len(document) for _, _, p in outline)  # for headings
         pages: list[list[Line]] = []
         heights: list[float] = []
         for index, page in enumerate(document):
-            pages.append(page_lines(page, index, ocr=ocr, char_boxes=char_boxes))
+            pages.append(page_lines(page, index, ocr=ocr, char_boxes=char_boxes, fonts=fonts))
             heights.append(page.get_height())
             page.close()
-        outline = read_outline(document)
     except pdfium.PdfiumError as exc:
         raise Rejection("unreadable_file", f"a page of the PDF cannot be read ({exc})") from None
     finally:
@@ -84,12 +85,13 @@ def convert_pdf(data: bytes, *, ocr: bool = False, char_boxes: bool = True) -> C
     return Converted(text, converter_name("pdf", RULES, "pypdfium2"), starts, boxes=boxes)
 
 
-def page_lines(page: Any, index: int, *, ocr: bool = False, char_boxes: bool = True) -> list[Line]:
-    """One page's lines: its text layer's (with boxes and fonts), or, where it has none and ``ocr``
-    is on, the lines OCR reads (without boxes). The one place a page's lines come from."""
+def page_lines(page: Any, index: int, *, ocr: bool = False, char_boxes: bool = True, fonts: bool = True) -> list[Line]:
+    """One page's lines: its text layer's (with boxes, and fonts unless ``fonts`` is off: a PDF with an
+    outline takes its headings from it), or, where it has none and ``ocr`` is on, the lines OCR reads
+    (without boxes). The one place a page's lines come from."""
     textpage = page.get_textpage()
     try:
-        lines = text_layer_lines(textpage, index, char_boxes=char_boxes)
+        lines = text_layer_lines(textpage, index, char_boxes=char_boxes, fonts=fonts)
     finally:
         textpage.close()
     if not lines and ocr:

@@ -74,7 +74,7 @@ def furniture(pages: Sequence[Sequence[Line]], heights: Sequence[float]) -> list
             if any(abs(line.top - y) <= SAME_Y for y in heads_y):
                 found[k] = "running"
         for k, line in enumerate(lines):
-            if k not in found and _DOT_LEADER.search(line.text):
+            if k not in found and (". ." in line.text or "...." in line.text) and _DOT_LEADER.search(line.text):
                 found[k] = "dot_leader"
     return out
 

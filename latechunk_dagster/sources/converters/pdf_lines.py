@@ -8,6 +8,7 @@ lines from text that has no boxes (a page read by OCR stands in for its text lay
 from __future__ import annotations
 
 import ctypes
+import math
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -22,6 +23,8 @@ NO_BOX = (np.nan, np.nan, np.nan, np.nan)
 BOLD_WEIGHT = 600
 
 _LINE_BREAK = re.compile(r"\r\n|\n")
+_BOLD_NAME = re.compile(rb"bold|black|heavy", re.IGNORECASE)
+_NO_ROWS = np.zeros((0, 4), np.float32)
 
 
 @dataclass
@@ -46,12 +49,20 @@ class Line:
     bold: bool = False
 
     def __post_init__(self) -> None:
-        at = np.flatnonzero(~np.isnan(self.boxes[:, 0])) if len(self.boxes) else np.zeros(0, np.intp)
-        self.has_boxes: bool = bool(len(at))
         # from the first and last boxed characters only: the same with and without char_boxes
-        ends = self.boxes[[at[0], at[-1]]] if self.has_boxes else None
-        self.top: float = float(ends[:, 3].max()) if ends is not None else float("nan")
-        self.bottom: float = float(ends[:, 1].min()) if ends is not None else float("nan")
+        n = len(self.boxes)
+        first = 0 if n and not math.isnan(self.boxes[0, 0]) else None
+        last = n - 1 if n and not math.isnan(self.boxes[n - 1, 0]) else None
+        if n and (first is None or last is None):
+            at = np.flatnonzero(~np.isnan(self.boxes[:, 0]))
+            first, last = (int(at[0]), int(at[-1])) if len(at) else (None, None)
+        self.has_boxes: bool = first is not None
+        if first is None or last is None:
+            self.top, self.bottom = float("nan"), float("nan")
+        else:
+            a, b = self.boxes[first].tolist(), self.boxes[last].tolist()
+            self.top: float = max(a[3], b[3])
+            self.bottom: float = min(a[1], b[1])
 
 
 def no_boxes(n: int) -> np.ndarray:
@@ -69,7 +80,7 @@ def plain_lines(text: str, page: int) -> list[Line]:
     return out
 
 
-def text_layer_lines(textpage: Any, page: int, *, char_boxes: bool = True) -> list[Line]:
+def text_layer_lines(textpage: Any, page: int, *, char_boxes: bool = True, fonts: bool = True) -> list[Line]:
     """The non-blank lines of one page's text layer, in PDFium's order, with each character's box.
 
     Args:
@@ -78,19 +89,20 @@ def text_layer_lines(textpage: Any, page: int, *, char_boxes: bool = True) -> li
             conversion's time, bench/pdf_quality.py); ``False`` reads only each line's first and last
             character's and gives every character of the line the line's box (enough for the rules,
             not for a chunk's boxes within a line).
+        fonts: read each line's font size and weight (``False``: 0.0 and not bold).
 
     Returns:
         The lines; ``[]`` for a page without text. PDFium's own line breaks (``\\r\\n``) split lines; a
         lone ``\\r`` or NUL it gives (a glyph without a Unicode value) becomes a space.
     """
-    import pypdfium2.raw as pdfium_c
-
     n = textpage.count_chars()
     if n <= 0:
         return []
     text = _page_text(textpage, n)
-    boxes = _char_boxes(textpage, n) if char_boxes else None
+    reader = _Reader(textpage)
+    boxes = reader.char_boxes(n) if char_boxes else None
     out = []
+    spans: list[tuple[int, int]] = []  # each line's first and last character (line boxes: one array at the end)
     # PDFium's "\r\n" pairs are two chars of its list: split on the chars themselves, keeping indices
     start = 0
     for brk in [*(m.start() for m in _LINE_BREAK.finditer(text)), n]:
@@ -99,15 +111,27 @@ def text_layer_lines(textpage: Any, page: int, *, char_boxes: bool = True) -> li
         body = raw.strip()
         if body:
             first = start + lead
+            last = first + len(body) - 1
             chars = body.replace("\r", " ").replace("\0", " ")
-            size, bold = _font(pdfium_c, textpage, first)
-            if len(chars) > 1:  # a line is as large and as bold as its first and last characters both
-                last_size, last_bold = _font(pdfium_c, textpage, first + len(chars) - 1)
+            size, bold = reader.font(first) if fonts else (0.0, False)
+            if fonts and last > first:  # a line is as large and as bold as its first and last characters both
+                last_size, last_bold = reader.font(last)
                 size, bold = min(size, last_size), bold and last_bold
-            last = first + len(chars) - 1
-            rect = boxes[first : last + 1] if boxes is not None else _line_box(textpage, first, last, len(chars))
+            if boxes is None:
+                spans.append((first, last))
+                rect = _NO_ROWS
+            else:
+                rect = boxes[first : last + 1]
             out.append(Line(chars, rect, page, size, bold))
         start = brk + (2 if text.startswith("\r\n", brk) else 1)
+    if boxes is None and out:  # each character gets its line's box: one array for the page, a view a line
+        rects = np.array([reader.line_box(first, last) for first, last in spans], np.float32)
+        every = np.repeat(rects, [len(line.text) for line in out], axis=0)
+        at = 0
+        for line in out:
+            line.boxes = every[at : at + len(line.text)]
+            line.__post_init__()
+            at += len(line.text)
     return out
 
 
@@ -127,42 +151,53 @@ def _page_text(textpage: Any, n: int) -> str:
     return units.astype("<u2").tobytes().decode("utf-16-le")
 
 
-def _char_boxes(textpage: Any, n: int) -> np.ndarray:
-    """``float32 [n, 4]``: PDFium's box of each character (``FPDFText_GetCharBox``), NaN for one whose
-    box has no area (the spaces and line breaks PDFium generates)."""
-    import pypdfium2.raw as pdfium_c
+class _Reader:
+    """PDFium's calls on one text page, with the ctypes buffers they fill made once."""
 
-    left, right, bottom, top = ctypes.c_double(), ctypes.c_double(), ctypes.c_double(), ctypes.c_double()
-    get = pdfium_c.FPDFText_GetCharBox
-    raw = textpage.raw
-    refs = (ctypes.byref(left), ctypes.byref(right), ctypes.byref(bottom), ctypes.byref(top))
-    values: list[float] = []
-    extend = values.extend  # a flat list grown per character: 2.3x faster than numpy item assignment
-    for i in range(n):
-        get(raw, i, *refs)
-        extend((left.value, bottom.value, right.value, top.value))
-    out = np.array(values, np.float64).reshape(n, 4)
-    empty = (out[:, 2] <= out[:, 0]) & (out[:, 3] <= out[:, 1])
-    out[empty] = np.nan
-    return out.astype(np.float32)
+    def __init__(self, textpage: Any) -> None:
+        import pypdfium2.raw as pdfium_c
 
+        self.c = pdfium_c
+        self.raw = textpage.raw
+        self.edges = ctypes.c_double(), ctypes.c_double(), ctypes.c_double(), ctypes.c_double()
+        self.refs = tuple(ctypes.byref(v) for v in self.edges)  # left, right, bottom, top
+        self.name = ctypes.create_string_buffer(128)
+        self.flags = ctypes.c_int()
 
-def _line_box(textpage: Any, first: int, last: int, n: int) -> np.ndarray:
-    """``float32 [n, 4]``: the union of the boxes of characters ``first`` and ``last``, for each of ``n``."""
-    a, b = textpage.get_charbox(first), textpage.get_charbox(last)  # (left, bottom, right, top)
-    rect = (min(a[0], b[0]), min(a[1], b[1]), max(a[2], b[2]), max(a[3], b[3]))
-    return np.tile(np.array(rect, np.float32), (n, 1))
+    def box(self, index: int) -> tuple[float, float, float, float]:
+        """``(x0, y0, x1, y1)`` of one character (``FPDFText_GetCharBox``)."""
+        self.c.FPDFText_GetCharBox(self.raw, index, *self.refs)
+        left, right, bottom, top = self.edges
+        return left.value, bottom.value, right.value, top.value
 
+    def char_boxes(self, n: int) -> np.ndarray:
+        """``float32 [n, 4]``: PDFium's box of each character, NaN for one whose box has no area
+        (the spaces and line breaks PDFium generates)."""
+        get, raw, refs = self.c.FPDFText_GetCharBox, self.raw, self.refs
+        left, right, bottom, top = self.edges
+        values: list[float] = []
+        extend = values.extend  # a flat list grown per character: 2.3x faster than numpy item assignment
+        for i in range(n):
+            get(raw, i, *refs)
+            extend((left.value, bottom.value, right.value, top.value))
+        out = np.array(values, np.float64).reshape(n, 4)
+        empty = (out[:, 2] <= out[:, 0]) & (out[:, 3] <= out[:, 1])
+        out[empty] = np.nan
+        return out.astype(np.float32)
 
-def _font(pdfium_c: Any, textpage: Any, index: int) -> tuple[float, bool]:
-    """Font size (points) and boldness of the character at ``index`` (``FPDFText_GetFontSize``,
-    ``FPDFText_GetFontWeight``, and the font's name for fonts that declare no weight)."""
-    size = float(pdfium_c.FPDFText_GetFontSize(textpage.raw, index))
-    weight = int(pdfium_c.FPDFText_GetFontWeight(textpage.raw, index))
-    if weight >= BOLD_WEIGHT:
-        return size, True
-    name = ctypes.create_string_buffer(128)
-    flags = ctypes.c_int()
-    got = pdfium_c.FPDFText_GetFontInfo(textpage.raw, index, name, 128, ctypes.byref(flags))
-    font = name.value.decode("latin-1", "replace") if got else ""
-    return size, bool(re.search(r"bold|black|heavy", font, re.IGNORECASE))
+    def line_box(self, first: int, last: int) -> tuple[float, float, float, float]:
+        """The union of the boxes of characters ``first`` and ``last`` (a line's, from its ends)."""
+        a, b = self.box(first), self.box(last)
+        return min(a[0], b[0]), min(a[1], b[1]), max(a[2], b[2]), max(a[3], b[3])
+
+    def font(self, index: int) -> tuple[float, bool]:
+        """Font size (points) and boldness of the character at ``index`` (``FPDFText_GetFontSize``,
+        ``FPDFText_GetFontWeight``, and the font's name for fonts that declare no weight)."""
+        size = float(self.c.FPDFText_GetFontSize(self.raw, index))
+        weight = int(self.c.FPDFText_GetFontWeight(self.raw, index))
+        if weight >= BOLD_WEIGHT:
+            return size, True
+        if weight > 0:
+            return size, False
+        got = self.c.FPDFText_GetFontInfo(self.raw, index, self.name, 128, ctypes.byref(self.flags))
+        return size, bool(got) and _BOLD_NAME.search(self.name.value) is not None

@@ -45,40 +45,41 @@ class Item:
 
 
 class _Builder:
-    """The text and its per-character page, line id and box, grown piece by piece."""
+    """The text and its per-character page, line id and box, grown piece by piece (Python lists of
+    pieces; the arrays are made once, at the end)."""
 
     def __init__(self) -> None:
         self.texts: list[str] = []
-        self.rects: list[np.ndarray] = []
-        self.pages: list[np.ndarray] = []
-        self.lines: list[np.ndarray] = []
+        self.rects: list[np.ndarray | None] = []  # None: a piece of the converter's own, without boxes
+        self.pages: list[int] = []
         self.size = 0
-        self.next_line = 0
 
     def add(self, text: str, rect: np.ndarray | None = None, page: int = -1) -> None:
-        if not text:
-            return
-        rect = no_boxes(len(text)) if rect is None else rect
-        boxed = ~np.isnan(rect[:, 0])
-        self.texts.append(text)
-        self.rects.append(rect)
-        self.pages.append(np.where(boxed, page + 1, 0).astype(np.int16))
-        self.lines.append(np.where(boxed, self.next_line, -1).astype(np.int32))
-        self.next_line += 1
-        self.size += len(text)
+        if text:
+            self.texts.append(text)
+            self.rects.append(rect)
+            self.pages.append(page + 1)
+            self.size += len(text)
 
     def drop_last(self) -> None:
         """Removes the last character written (a line-end hyphen of a joined word)."""
-        self.texts[-1], self.rects[-1] = self.texts[-1][:-1], self.rects[-1][:-1]
-        self.pages[-1], self.lines[-1] = self.pages[-1][:-1], self.lines[-1][:-1]
+        rect = self.rects[-1]
+        self.texts[-1], self.rects[-1] = self.texts[-1][:-1], None if rect is None else rect[:-1]
         self.size -= 1
 
     def result(self) -> tuple[str, CharBoxes]:
         text = "".join(self.texts)
-        if not self.texts:
-            return text, CharBoxes(np.zeros(0, np.int16), np.zeros(0, np.int32), np.zeros((0, 4), np.float32))
-        rect = np.concatenate(self.rects)
-        return text, CharBoxes(np.concatenate(self.pages), _visual_lines(np.concatenate(self.lines), rect), rect)
+        lengths = np.array([len(t) for t in self.texts], np.int64)
+        rect = np.full((len(text), 4), np.nan, np.float32)
+        at = 0
+        for piece, boxes in zip(self.texts, self.rects, strict=True):
+            if boxes is not None:
+                rect[at : at + len(piece)] = boxes
+            at += len(piece)
+        boxed = ~np.isnan(rect[:, 0])
+        page = np.where(boxed, np.repeat(np.array(self.pages, np.int16), lengths), 0).astype(np.int16)
+        piece = np.where(boxed, np.repeat(np.arange(len(self.texts), dtype=np.int32), lengths), -1).astype(np.int32)
+        return text, CharBoxes(page, _visual_lines(piece, rect), rect)
 
 
 def _visual_lines(ids: np.ndarray, rect: np.ndarray) -> np.ndarray:
