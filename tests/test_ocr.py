@@ -86,3 +86,45 @@ def test_with_ocr_a_scanned_pdf_is_read_and_its_chunks_found(chunker: LateChunke
         top = search(query, chunker=chunker, uri=str(db), k=1)[0]
         assert top.doc_id == "docs/scan.pdf" and top.text is not None and word in top.text, (query, top)
         assert next(r["page_start"] for r in rows if r["chunk_id"] == top.chunk_id) == page
+
+
+def test_a_dagster_run_reads_with_the_store_resource_s_ocr_and_converters(chunker: LateChunker, tmp_path: Path) -> None:
+    """The resource's settings: ``ocr`` and a converter of one's own by import path, in a real Dagster
+    run (its asset checks read the store with the same settings: every document accounted for)."""
+    import dagster as dg
+
+    from latechunk_dagster import late_chunk_assets
+    from latechunk_dagster.integration.resources import DocumentStoreResource, LanceDBResource
+    from latechunk_dagster.integration.sensors import sync_partitions
+    from tests.conftest import session_engine_resource
+    from tests.test_own_converter import NOTE, NOTE_TEXT, NoteConverter
+
+    store = _store(tmp_path / "store")
+    (tmp_path / "store" / "docs" / "owls.note").write_bytes(NOTE)
+    resource = DocumentStoreResource(
+        path=str(tmp_path / "store"), ocr=True, converters={".note": f"{NoteConverter.__module__}:NoteConverter"}
+    )
+    table = late_chunk_assets(index=False, job_name="chunk", strategy=MarkdownSections(max_tokens=24), sensor=False)
+    defs = dg.Definitions(
+        assets=table.assets,
+        asset_checks=table.asset_checks,
+        jobs=table.jobs,
+        resources={
+            "engine": session_engine_resource(chunker),
+            "lancedb": LanceDBResource(uri=str(tmp_path / "db")),
+            "store": resource,
+        },
+    )
+    (tmp_path / "home").mkdir()
+    with dg.instance_for_test(temp_dir=str(tmp_path / "home")) as instance:
+        sync_partitions(instance, store, table.partitions_def)
+        result = defs.resolve_job_def("chunk").execute_in_process(instance=instance, partition_key="docs")
+    assert result.success
+    checks = {e.check_name: e.passed for e in result.get_asset_check_evaluations()}
+    assert checks and all(checks.values()), checks
+    rows = sink.connect(str(tmp_path / "db")).open_table("chunks").to_arrow().to_pylist()
+    lineage = {r["doc_id"]: r["converter"] for r in rows}
+    assert (lineage["docs/owls.note"], lineage["docs/tea.txt"]) == ("note/1 test", None)
+    assert lineage["docs/scan.pdf"].startswith("pdf/") and " ocr/1 tesseract " in lineage["docs/scan.pdf"]
+    note = sorted((r for r in rows if r["doc_id"] == "docs/owls.note"), key=lambda r: r["chunk_index"])
+    assert "".join(r["text"] for r in note) == NOTE_TEXT
