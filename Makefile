@@ -56,7 +56,7 @@ check: lint ocr-tools
 # Airflow's tests in a pytest process of their own: importing Airflow configures process-wide
 # state (AIRFLOW_HOME, its logging, its ORM) that the other tests should not run under.
 test-airflow: $(VENV)/.installed
-	$(VENV)/bin/python -m pytest $(XDIST) -m "not native" tests/test_airflow.py tests/test_airflow_granularities.py tests/test_airflow_generations.py tests/test_airflow_provider.py tests/test_airflow_scheduler.py tests/test_airflow_store_s3.py
+	$(VENV)/bin/python -m pytest $(XDIST) -m "not native" tests/test_airflow.py tests/test_airflow_granularities.py tests/test_airflow_generations.py tests/test_airflow_provider.py tests/test_airflow_scheduler.py tests/test_airflow_store_s3.py tests/test_airflow_store_reading.py
 
 # Skips (one "SKIPPED native-path tests: <reason>" line) where the vLLM 0.33 build cannot run:
 # no ../shared/wheels, or its install script exits 3 (the CPU lacks what the build needs).
