@@ -20,6 +20,7 @@ from latechunk_dagster.sources.converters.pdf_boxes import render_chunk
 from latechunk_dagster.sources.files import DocumentStore
 from tests.document_files import book_pdf_bytes
 
+ROOTS: dict[str, Path] = {}
 PAGES = [
     [("Pumps", 16, True), "Acme builds pumps in Rotterdam for the harbour.", "Each pump is tested before it"],
     ["ships to the customer.", "Valves are counted by hand."],
@@ -89,6 +90,7 @@ def test_a_page_drawn_with_a_chunks_boxes(tmp_path: Path) -> None:
 @pytest.fixture(scope="module")
 def written(chunker, tmp_path_factory: pytest.TempPathFactory) -> tuple[list[dict], dict]:
     root = tmp_path_factory.mktemp("boxes")
+    ROOTS["db"] = root / "db"
     (root / "store" / "docs").mkdir(parents=True)
     (root / "store" / "docs" / "pumps.pdf").write_bytes(book_pdf_bytes(PAGES))
     (root / "store" / "docs" / "notes.md").write_text("# Notes\n\nValves are counted by hand.\n")
@@ -123,6 +125,28 @@ def test_pdf_rows_carry_the_boxes_of_their_char_range(written: tuple[list[dict],
     lines = sum(len(r["boxes"]) for r in pdf)
     assert lines == 5  # the five lines of the two pages, each in one chunk's boxes once
     assert all(r["boxes"] is None for r in rows if r["doc_id"] == "docs/notes.md")
+
+
+def test_search_hits_and_the_clients_metadata_carry_a_pdf_chunks_boxes(
+    written: tuple[list[dict], dict], chunker
+) -> None:
+    """A search hit of a PDF chunk carries its row's boxes, and the LangChain / LlamaIndex retrievers'
+    metadata (``hit_metadata``, their one home) passes them on; a Markdown chunk's hit has none."""
+    from latechunk_dagster.clients.hit_metadata import hit_metadata
+    from latechunk_dagster.sink.search import search
+
+    rows, _ = written
+    by_id = {r["chunk_id"]: r for r in rows}
+    hits = search("pumps tested before shipping", chunker=chunker, uri=str(ROOTS["db"]), k=len(rows), exact=True)
+    assert len(hits) == len(rows)
+    for hit in hits:
+        row = by_id[hit.chunk_id]
+        meta = hit_metadata(hit)
+        if row["boxes"] is None:
+            assert hit.boxes is None and "boxes" not in meta
+        else:
+            want = [[b["page"], b["x0"], b["y0"], b["x1"], b["y1"]] for b in row["boxes"]]
+            assert meta["boxes"] == want and [list(b) for b in hit.boxes] == want
 
 
 def test_an_older_table_gains_the_boxes_column_as_null(tmp_path: Path) -> None:

@@ -19,7 +19,8 @@ def hit_metadata(hit: Hit | ParentHit) -> dict[str, Any]:
         ``chunk_id``, ``doc_id``, ``partition``, ``chunk_index``, ``char_start``, ``char_end`` (``None``
         where the text has no position; the stock stores' ``metadata`` struct holds the same keys),
         ``cosine_distance`` (float, to the query: a parent's is its best matched chunk's) and, in hybrid
-        mode, ``relevance`` (the reranker's score). A :class:`ParentHit` adds ``token_start``,
+        mode, ``relevance`` (the reranker's score); a PDF chunk's ``boxes`` (``[[page from 1, x0, y0,
+        x1, y1], ...]`` in PDF points, one per line it is on). A :class:`ParentHit` adds ``token_start``,
         ``token_end``, ``granularity`` (the parent's), ``headings`` (list of str) and
         ``matched_chunk_ids`` (the fine chunks that matched, best first).
     """
@@ -35,6 +36,9 @@ def hit_metadata(hit: Hit | ParentHit) -> dict[str, Any]:
     }
     if hit.relevance is not None:
         out["relevance"] = hit.relevance
+    boxes = getattr(hit, "boxes", None)  # a PDF chunk's place on its pages (a parent has none)
+    if boxes is not None:
+        out["boxes"] = [list(box) for box in boxes]
     if isinstance(hit, ParentHit):
         out |= {
             "token_start": hit.token_range[0],

@@ -26,7 +26,9 @@ HIT_COLUMNS = ("doc_id", "partition", "chunk_index", "char_start", "char_end", "
 class Hit:
     """One search result: where the chunk lies, its text, its cosine ``distance`` to the query
     (0 = same direction, 1 = orthogonal) and, in hybrid mode, the reranker's ``relevance``
-    (higher is better; for RRF the sum of ``1 / (60 + rank)`` over the two result lists)."""
+    (higher is better; for RRF the sum of ``1 / (60 + rank)`` over the two result lists), and for a
+    PDF chunk its ``boxes``: ``((page from 1, x0, y0, x1, y1), ...)`` in PDF points, one per line
+    (the rows' ``boxes`` column; ``None`` for other documents and tables written before it)."""
 
     doc_id: str
     partition: str
@@ -36,6 +38,7 @@ class Hit:
     distance: float
     chunk_id: str = ""
     relevance: float | None = None
+    boxes: tuple[tuple[int, float, float, float, float], ...] | None = None
 
 
 def ranked_hits(
@@ -64,7 +67,8 @@ def ranked_hits(
         score, and the cosine distance of each hit's stored vector computed here in float64), and
         ``{column: values}`` of ``extra``, row for row with the hits.
     """
-    columns = [*HIT_COLUMNS, *extra]
+    boxed = "boxes" in table.schema.names  # a table written before the column has none
+    columns = [*HIT_COLUMNS, *(["boxes"] if boxed else []), *extra]
     q: Any
     if mode == "hybrid":
         q = hybrid_query(table, vector, query, n, exact=exact, reranker=reranker)
@@ -94,10 +98,24 @@ def ranked_hits(
             float(d),
             r["chunk_id"],
             None if s is None else float(s),
+            _boxes(b),
         )
-        for r, d, s in zip(rows.select(list(HIT_COLUMNS)).to_pylist(), distances, relevance)
+        for r, d, s, b in zip(
+            rows.select(list(HIT_COLUMNS)).to_pylist(),
+            distances,
+            relevance,
+            rows.column("boxes").to_pylist() if boxed else [None] * rows.num_rows,
+            strict=True,
+        )
     ]
     return hits, {name: rows.column(name).to_pylist() for name in extra}
+
+
+def _boxes(value: list[dict] | None) -> tuple[tuple[int, float, float, float, float], ...] | None:
+    """A row's ``boxes`` as tuples ``(page, x0, y0, x1, y1)``."""
+    if value is None:
+        return None
+    return tuple((b["page"], b["x0"], b["y0"], b["x1"], b["y1"]) for b in value)
 
 
 def cosine_distances(query: np.ndarray, vectors: Any) -> np.ndarray:
