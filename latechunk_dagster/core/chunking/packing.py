@@ -17,22 +17,21 @@ starts with headings carries the path of the text after them (``# Spec`` then ``
 
 from __future__ import annotations
 
-import re
 from bisect import bisect_right
 from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
 
 from latechunk_dagster.core.chunking.base import Span, segment_of_each_token, spans_from_segments
 from latechunk_dagster.core.chunking.segmenters import sentence_starts
 from latechunk_dagster.core.chunking.structure import Block, drop_number_ends, heading_paths, markdown_blocks
-from latechunk_dagster.core.chunking.words import split_at_words
+from latechunk_dagster.core.chunking.words import split_at_words, token_features
 from latechunk_dagster.core.tokenization import Tokenization, bom_length
 
 #: What an oversized unit of each kind is cut into (None: between words).
 _CHILD = {"code": "line", "table": "line", "list": "item", "paragraph": "sentence", "other": "sentence"}
 _CHILD["item"] = "sentence"
-
-#: A letter or a digit: a chunk without one is only punctuation.
-_WORDLIKE = re.compile(r"[^\W_]")
 
 
 @dataclass
@@ -150,8 +149,12 @@ class Packer:
             cuts = [p for p in u.parts if u.body < p < b] if child else []
         pieces = _cut(self.tokens, u.span, cuts) if cuts else []
         if len(pieces) <= 1:
-            keep = u.body if u.body > a else -1  # glued headings: never cut in or right after them
-            words = split_at_words(self.text, self.tokens, u.span, self.max_tokens, keep)
+            first = u.span.start
+            if u.body > a:  # glued headings: never cut in or right after them
+                starts = self.tokens.offset_arrays()[0][u.span.start : u.span.end]
+                after = np.flatnonzero(starts >= u.body)
+                first = u.span.start + int(after[0]) if len(after) else u.span.end
+            words = split_at_words(self.features[0], u.span, self.max_tokens, first)
             return [
                 Unit(w, "word", u.region, u.body, (), u.sections, w.word_cut or (k == len(words) - 1 and u.word_cut))
                 for k, w in enumerate(words)
@@ -195,13 +198,16 @@ class Packer:
             final.append(lead)
         return final
 
+    @cached_property
+    def features(self) -> tuple[list[int], list[int]]:
+        """The rank of a cut before each token (:func:`~latechunk_dagster.core.chunking.words.token_features`),
+        and how many tokens before each position start with a letter or digit (``[n + 1]``)."""
+        ranks, wordlike = token_features(self.text, self.tokens.offset_arrays()[0])
+        return ranks.tolist(), np.concatenate(([0], np.cumsum(wordlike))).tolist()
+
     def _has_word(self, u: Unit) -> bool:
-        starts, ends = self.tokens.offset_arrays()
-        s = starts[u.span.start : u.span.end]
-        s = s[s >= 0]
-        if not len(s):
-            return True  # special tokens only: attach_unsourced places them
-        return _WORDLIKE.search(self.text, int(s.min()), int(ends[u.span.start : u.span.end].max())) is not None
+        before = self.features[1]
+        return before[u.span.end] > before[u.span.start]
 
 
 def _fits(a: Unit, b: Unit, max_tokens: int) -> bool:

@@ -1,15 +1,16 @@
 """A document's Markdown block structure: what every boundary strategy keeps whole (issue 46).
 
 Converted documents are Markdown (headings ``#``..``######``, pipe tables, fenced code), so every
-boundary strategy reads the same structure: top-level blocks found by markdown-it-py (CommonMark plus
-GFM pipe tables), block rules only (the inline parse is skipped: about 2x faster; a heading's own text
-is parsed inline alone). A block is a heading, a paragraph, a list, a table, a code block (fenced or
-indented) or another block (block quote, HTML, thematic break); lists, tables and code blocks name
-the places they may be cut (items, body rows, lines).
+boundary strategy reads the same structure: top-level blocks, read line by line as CommonMark (plus GFM
+pipe tables) defines them. A block is a heading, a paragraph, a list, a table, a code block or another
+block (a thematic break); lists, tables and code blocks name the places they may be cut (items, body
+rows, lines). markdown-it-py's block parse gives the same blocks but costs about 6x the whole of the
+former sentence chunking (bench/chunk_quality.py), so only a heading's own text goes through it
+(inline markup dropped).
 
 Text with no Markdown block marker at a line start (no ``#``, fence, list marker, ``|`` or setext
-underline) is read as blank-line separated paragraphs without parsing it, so plain text pays nothing
-and its indented lines stay prose (CommonMark would read them as code).
+underline) is read as blank-line separated paragraphs without scanning it, and indented lines are
+never code here: plain text stays prose.
 """
 
 from __future__ import annotations
@@ -79,17 +80,10 @@ def _parser() -> Any:
     return MarkdownIt("commonmark")
 
 
-@lru_cache(maxsize=1)
-def _block_parser() -> Any:
-    from markdown_it import MarkdownIt
-
-    md = MarkdownIt("commonmark").enable("table")
-    md.core.ruler.disable("inline")  # blocks only; a heading's text is parsed alone (_plain)
-    return md
-
-
 def _plain(source: str) -> str:
     """Plain text of inline Markdown: text, code and image alt text; breaks become spaces."""
+    if not _INLINE_MARKUP.search(source):
+        return " ".join(source.split())
     parts: list[str] = []
     for inline in _parser().parseInline(source):
         for child in inline.children or ():
@@ -100,15 +94,8 @@ def _plain(source: str) -> str:
     return " ".join("".join(parts).split())
 
 
-_KINDS = {
-    "heading_open": "heading",
-    "paragraph_open": "paragraph",
-    "bullet_list_open": "list",
-    "ordered_list_open": "list",
-    "table_open": "table",
-    "fence": "code",
-    "code_block": "code",
-}
+#: Characters that may start inline markup (emphasis, code, links, images, HTML, escapes, entities).
+_INLINE_MARKUP = re.compile(r"[*_`\[\]!<>\\&]")
 
 
 def is_markdown(text: str) -> bool:
@@ -117,17 +104,18 @@ def is_markdown(text: str) -> bool:
 
 
 def markdown_blocks(text: str, parse: bool | None = None) -> list[Block]:
-    """The top-level blocks of ``text``, in order.
+    """The top-level blocks of ``text``, in order (CommonMark's block structure, read line by line).
 
     Args:
-        text: the document's text as passed; a leading byte order mark is not text (markdown-it would
-            read ``"\\ufeff# Title"`` as a paragraph), yet every offset still indexes ``text``.
-        parse: ``True`` parses as Markdown, ``False`` reads blank-line paragraphs only; ``None``
-            (default) parses when :func:`is_markdown`.
+        text: the document's text as passed; a leading byte order mark is not text (``"\\ufeff# Title"``
+            is a heading), yet every offset still indexes ``text``.
+        parse: ``True`` reads Markdown, ``False`` blank-line paragraphs only; ``None`` (default) reads
+            Markdown when :func:`is_markdown`.
 
     Returns:
-        Blocks in document order, non-overlapping; headings in block quotes or list items are not
-        headings (they are content). Text with no non-blank line gives ``[]``.
+        Blocks in document order, non-overlapping; ``#`` lines inside fenced code, headings indented
+        4 spaces or more (code, or inside list items) and quoted ones (``> #``) are not headings.
+        Text with no non-blank line gives ``[]``.
 
     Example:
         >>> [(b.kind, b.start, b.end) for b in markdown_blocks("# A\\n\\nB.\\n- x\\n- y\\n")]
@@ -137,42 +125,139 @@ def markdown_blocks(text: str, parse: bool | None = None) -> list[Block]:
     skip = bom_length(text)
     if not (is_markdown(text) if parse is None else parse):
         return _paragraph_blocks(text, lines, skip)
-
-    def at(line: int) -> int:
-        return lines[min(line, len(lines) - 1)]
-
-    tokens = _block_parser().parse(text[skip:])
-    out: list[Block] = []
-    for i, t in enumerate(tokens):
-        if t.level != 0 or t.map is None or t.nesting == -1:
-            continue
-        first, last = t.map
-        kind = _KINDS.get(t.type, "other")
-        if kind == "heading":
-            out.append(Block(kind, at(first), at(last), (), int(t.tag[1:]), _plain(tokens[i + 1].content)))
-            continue
-        if kind == "list":
-            parts = _child_starts(tokens, i, "list_item_open", 1)[1:]
-        elif kind == "table":
-            parts = _child_starts(tokens, i, "tr_open", 2)[1:]
-        elif kind == "code":
-            inner = range(first + 2, last - 1) if t.type == "fence" else range(first + 1, last)
-            parts = list(inner)
-        else:
-            parts = []
-        out.append(Block(kind, at(first), at(last), tuple(at(p) for p in parts)))
-    return out
+    return _Scanner(text, lines, skip).blocks()
 
 
-def _child_starts(tokens: list[Any], i: int, child: str, level: int) -> list[int]:
-    """First lines of the ``child`` tokens at ``level`` inside the block that opens at ``tokens[i]``."""
-    found: list[int] = []
-    for t in tokens[i + 1 :]:
-        if t.level == 0:
-            break
-        if t.type == child and t.level == level and t.map is not None:
-            found.append(t.map[0])
-    return found
+_ATX = re.compile(r" {0,3}(#{1,6})(?:[ \t]+(.*?))??(?:[ \t]+#+)?[ \t]*(?:\r\n?|\n)?")
+_SETEXT = re.compile(r" {0,3}(=+|-+)[ \t]*(?:\r\n?|\n)?")
+_FENCE = re.compile(r"[ \t]*(`{3,}|~{3,})")
+_ITEM = re.compile(r" {0,3}(?:[-*+]|\d{1,9}[.)])(?:[ \t]|\r|\n|$)")
+_ROW = re.compile(r" {0,3}\|")
+_DELIMITER = re.compile(r" {0,3}\|?[ \t]*:?-+:?[ \t]*(?:\|[ \t]*:?-+:?[ \t]*)*\|?[ \t]*(?:\r\n?|\n)?")
+_BREAK = re.compile(r" {0,3}(?:(?:\*[ \t]*){3,}|(?:-[ \t]*){3,}|(?:_[ \t]*){3,})(?:\r\n?|\n)?")
+
+
+#: First characters (after spaces) of a line that may start or end a block; "" and whitespace: a blank line.
+_MARKS = frozenset("#`~=-*+_|0123456789\t\r\n\f\v") | {""}
+
+
+class _Scanner:
+    """CommonMark's top-level blocks of one text, line by line: ATX and setext headings, fenced code,
+    lists (items at up to 3 spaces, continued by indented or lazy lines), GFM pipe tables (a ``|`` row
+    over a delimiter row), thematic breaks, paragraphs. Markdown-it-py reads the same blocks about
+    20x slower (bench/chunk_quality.py); indented code, block quotes and HTML are paragraphs here."""
+
+    def __init__(self, text: str, lines: list[int], skip: int) -> None:
+        self.text, self.lines, self.skip = text, lines, skip
+        self.out: list[Block] = []
+
+    def line(self, i: int) -> str:
+        return self.text[max(self.lines[i], self.skip) : self.lines[i + 1]]
+
+    def blocks(self) -> list[Block]:
+        i, n = 0, len(self.lines) - 1
+        para = -1  # first line of the open paragraph
+        while i < n:
+            s = self.line(i)
+            lead = s.lstrip(" ")[:1]
+            if lead not in _MARKS:  # a prose line (the common case): no rule to try
+                para = i if para < 0 else para
+                i += 1
+                continue
+            if not s.strip():
+                para = self._close(para, i)
+                i += 1
+                continue
+            fence = _FENCE.match(s)
+            if fence:
+                para = self._close(para, i)
+                i = self._fence(i, fence.group(1))
+            elif _ATX.fullmatch(s):
+                para = self._close(para, i)
+                m = _ATX.fullmatch(s)
+                assert m is not None
+                self._add("heading", i, i + 1, (), len(m.group(1)), _plain(m.group(2) or ""))
+                i += 1
+            elif para >= 0 and _SETEXT.fullmatch(s):
+                title = _plain(self.text[self.lines[para] : self.lines[i]].strip())
+                self._add("heading", para, i + 1, (), 1 if s.lstrip()[0] == "=" else 2, title)
+                para, i = -1, i + 1
+            elif _BREAK.fullmatch(s):
+                para = self._close(para, i)
+                self._add("other", i, i + 1)
+                i += 1
+            elif _ITEM.match(s):
+                para = self._close(para, i)
+                i = self._list(i)
+            elif _ROW.match(s) and i + 1 < n and _DELIMITER.fullmatch(self.line(i + 1)):
+                para = self._close(para, i)
+                i = self._table(i)
+            else:
+                para = i if para < 0 else para
+                i += 1
+        self._close(para, n)
+        return self.out
+
+    def _add(
+        self, kind: str, first: int, last: int, parts: tuple[int, ...] = (), level: int = 0, title: str = ""
+    ) -> None:
+        self.out.append(Block(kind, self.lines[first], self.lines[last], parts, level, title))
+
+    def _close(self, para: int, i: int) -> int:
+        if para >= 0:
+            self._add("paragraph", para, i)
+        return -1
+
+    def _fence(self, i: int, mark: str) -> int:
+        """A fenced code block from line ``i`` to its closing fence (or the end); returns the line after it."""
+        n, j = len(self.lines) - 1, i + 1
+        close = re.compile(rf"[ \t]*{re.escape(mark[0])}{{{len(mark)},}}[ \t]*(?:\r\n?|\n)?")
+        while j < n and not close.fullmatch(self.line(j)):
+            j += 1
+        end = min(j + 1, n)
+        self._add("code", i, end, tuple(self.lines[k] for k in range(i + 2, min(j, n))))
+        return end
+
+    def _list(self, i: int) -> int:
+        """A list from its first item at line ``i``: items at up to 3 spaces; indented, lazy and fenced lines
+        continue the item; a blank line ends it unless the next line is indented or an item."""
+        n, items, j, last = len(self.lines) - 1, [i], i + 1, i
+        while j < n:
+            s = self.line(j)
+            if not s.strip():
+                k = j + 1
+                while k < n and not self.line(k).strip():
+                    k += 1
+                if k >= n or not (self.line(k)[:1] in " \t" or _ITEM.match(self.line(k))):
+                    break
+                j = k
+                continue
+            fence = _FENCE.match(s)
+            if _ITEM.match(s) and not _BREAK.fullmatch(s):
+                items.append(j)
+            elif fence and s[:1] in " \t":
+                j = self._skip_fence(j, fence.group(1))
+            elif s[:1] not in " \t" and (_ATX.fullmatch(s) or fence or _BREAK.fullmatch(s)):
+                break
+            last = j
+            j += 1
+        self._add("list", i, last + 1, tuple(self.lines[k] for k in items[1:]))
+        return last + 1
+
+    def _skip_fence(self, i: int, mark: str) -> int:
+        n, j = len(self.lines) - 1, i + 1
+        close = re.compile(rf"[ \t]*{re.escape(mark[0])}{{{len(mark)},}}[ \t]*(?:\r\n?|\n)?")
+        while j < n and not close.fullmatch(self.line(j)):
+            j += 1
+        return min(j, n - 1)
+
+    def _table(self, i: int) -> int:
+        """A pipe table: its header and delimiter rows, then rows up to a blank or non-``|`` line."""
+        n, j = len(self.lines) - 1, i + 2
+        while j < n and _ROW.match(self.line(j)):
+            j += 1
+        self._add("table", i, j, tuple(self.lines[k] for k in range(i + 2, j)))
+        return j
 
 
 def _paragraph_blocks(text: str, lines: list[int], skip: int) -> list[Block]:

@@ -25,7 +25,6 @@ from functools import cache
 import numpy as np
 
 from latechunk_dagster.core.chunking.base import Span
-from latechunk_dagster.core.tokenization import Tokenization
 
 _SPACE, _PUNCT, _WORD, _NOSPACE, _EXTEND = 0, 1, 2, 3, 4
 
@@ -77,32 +76,41 @@ def cut_ranks(text: str, at: np.ndarray) -> np.ndarray:
     Offsets ``<= 0`` or ``>= len(text)`` (no character on one side) rank 3; negative ones (tokens
     without a source range) rank -1: never a cut of choice.
     """
-    inside = (at > 0) & (at < len(text))
-    ranks = np.full(len(at), 3, dtype=np.int8)
-    ranks[at < 0] = -1
+    return token_features(text, at)[0]
+
+
+def token_features(text: str, starts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For tokens starting at character ``starts`` (int ``[n]``, -1: no source): the rank of a cut before
+    each (int8 ``[n]``, see :func:`cut_ranks`) and whether each starts with a letter or a digit (bool ``[n]``)."""
+    inside = (starts > 0) & (starts < len(text))
+    ranks = np.full(len(starts), 3, dtype=np.int8)
+    ranks[starts < 0] = -1
+    wordlike = np.zeros(len(starts), dtype=bool)
+    sourced = np.flatnonzero((starts >= 0) & (starts < len(text)))
+    if not len(sourced):
+        return ranks, wordlike
+    cps = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32)
+    first = _classes(cps[starts[sourced]])
+    wordlike[sourced] = (first == _WORD) | (first == _NOSPACE)
     idx = np.flatnonzero(inside)
-    if not len(idx):
-        return ranks
-    pos = at[idx]
-    lo, hi = int(pos.min()) - 1, int(pos.max()) + 1
-    cps = np.frombuffer(text[lo:hi].encode("utf-32-le"), dtype=np.uint32)
-    before, after = _classes(cps[pos - 1 - lo]), _classes(cps[pos - lo])
+    pos = starts[idx]
+    before, after = _classes(cps[pos - 1]), _classes(cps[pos])
     r = np.ones(len(idx), dtype=np.int8)
     r[(before == _PUNCT) | (before == _NOSPACE) | (after == _NOSPACE)] = 2
     r[(before == _SPACE) | (after == _SPACE)] = 3
-    r[(after == _EXTEND) | (cps[pos - 1 - lo] == 0x200D)] = 0
+    r[(after == _EXTEND) | (cps[pos - 1] == 0x200D)] = 0
     ranks[idx] = r
-    return ranks
+    return ranks, wordlike
 
 
-def split_at_words(text: str, tokens: Tokenization, span: Span, max_tokens: int, keep: int = -1) -> list[Span]:
+def split_at_words(ranks: list[int], span: Span, max_tokens: int, first: int = 0) -> list[Span]:
     """Cut ``span`` (longer than ``max_tokens``) into pieces of at most ``max_tokens`` tokens between words.
 
     Args:
-        text: the document's text (the tokens' offsets index it).
+        ranks: the rank of a cut before each token of the document (:func:`token_features`).
         span: the tokens to cut; every piece keeps its ``headings``.
         max_tokens: the budget (>= 1).
-        keep: no cut at or before this character offset (the end of the heading lines a unit starts
+        first: no cut before token ``first`` (the first token after the heading lines a unit starts
             with: a heading is never cut, nor left alone at a chunk's end); the first piece then runs
             to the first place past it, over the budget where the headings fill it.
 
@@ -110,45 +118,41 @@ def split_at_words(text: str, tokens: Tokenization, span: Span, max_tokens: int,
         Spans tiling ``[span.start, span.end)``; a piece that ends inside a word (module docstring)
         has ``word_cut=True``.
     """
-    starts, _ = tokens.offset_arrays()
-    at = starts[span.start : span.end]
-    ranks = cut_ranks(text, at)
-    ranks[(at >= 0) & (at <= keep)] = -1
-    ranks[0] = -1  # no cut before the first token
     half = max(1, max_tokens // 2)
     out: list[Span] = []
-    pos = 0  # relative to span.start
-    n = len(at)
-    while n - pos > max_tokens:
-        window = ranks[pos + 1 : pos + max_tokens + 1]  # cuts before tokens pos+1 .. pos+max_tokens
-        k, cut_in_word = _best_cut(window, half)
-        if k < 0:  # nothing allowed within the budget: the first allowed place after it
-            k, cut_in_word = _first_cut(ranks[pos + max_tokens + 1 :])
-            if k < 0:
+    pos, end = span.start, span.end
+    while end - pos > max_tokens:
+        cut, in_word = _best_cut(ranks, max(pos + 1, first + 1), pos + max_tokens, pos + half)
+        if cut < 0:  # nothing allowed within the budget: the first allowed place after it
+            cut, in_word = _first_cut(ranks, max(pos + max_tokens + 1, first + 1), end)
+            if cut < 0:
                 break
-            k += max_tokens
-        out.append(Span(span.start + pos, span.start + pos + k + 1, span.headings, cut_in_word))
-        pos += k + 1
-    out.append(Span(span.start + pos, span.end, span.headings))
+        out.append(Span(pos, cut, span.headings, in_word))
+        pos = cut
+    out.append(Span(pos, end, span.headings))
     return out
 
 
-def _best_cut(window: np.ndarray, half: int) -> tuple[int, bool]:
-    """Index in ``window`` of the cut to take (module docstring), and whether it is inside a word; -1 if none."""
-    spaces = np.flatnonzero(window[half - 1 :] == 3)
-    if len(spaces):
-        return int(spaces[-1]) + half - 1, False
-    for lowest, inside in ((2, False), (1, True), (0, True)):
-        found = np.flatnonzero(window >= lowest)
-        if len(found):
-            return int(found[-1]), inside
-    return -1, False
+def _best_cut(ranks: list[int], lo: int, hi: int, half: int) -> tuple[int, bool]:
+    """The cut in ``[lo, hi]`` to take (module docstring), and whether it is inside a word; -1 if none."""
+    best = [-1, -1, -1, -1]  # the last place of each rank
+    for c in range(hi, lo - 1, -1):
+        r = ranks[c]
+        if r == 3 and c >= half:
+            return c, False
+        if r >= 0 and best[r] < 0:
+            best[r] = c
+    if best[3] >= 0 or best[2] >= 0:
+        return max(best[3], best[2]), False
+    return (best[1], True) if best[1] >= 0 else (best[0], True)
 
 
-def _first_cut(ranks: np.ndarray) -> tuple[int, bool]:
-    """Index of the first cut of rank 2 or 3 in ``ranks`` (else of rank 0 or 1, inside a word); -1 if none."""
-    for lowest, inside in ((2, False), (0, True)):
-        found = np.flatnonzero(ranks >= lowest)
-        if len(found):
-            return int(found[0]), inside
-    return -1, False
+def _first_cut(ranks: list[int], lo: int, end: int) -> tuple[int, bool]:
+    """The first cut of rank 2 or 3 in ``[lo, end)`` (else of rank 0 or 1, inside a word); -1 if none."""
+    inside = -1
+    for c in range(lo, end):
+        if ranks[c] >= 2:
+            return c, False
+        if ranks[c] >= 0 and inside < 0:
+            inside = c
+    return inside, inside >= 0
