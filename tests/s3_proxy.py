@@ -10,7 +10,7 @@ Object reads (GET and HEAD of a key): ``delay`` seconds are added to each reques
 latency); ``on_get(key, n)`` runs before the n-th GET of a key is forwarded (a writer replacing the
 object between two ranged GETs); ``get_faults`` answers that many object requests with ``get_fault``:
 ``"error"`` (500), ``"throttle"`` (503 SlowDown) or ``"hang"`` (no answer for ``hang_s`` seconds, then
-the connection closed).
+the connection closed). ``max_in_flight``: the most requests it held at once.
 """
 
 from __future__ import annotations
@@ -49,12 +49,15 @@ class S3Proxy:
         self.get_fault = "throttle"
         self.hang_s = 5.0
         self.faults_answered = 0
+        self.in_flight = 0
+        self.max_in_flight = 0
 
     def reset(self) -> None:
         with self.lock:
             self.counts.clear()
             self.gets.clear()
             self.list_requests = 0
+            self.max_in_flight = 0
 
 
 def _handler(proxy: S3Proxy) -> type[BaseHTTPRequestHandler]:
@@ -65,10 +68,16 @@ def _handler(proxy: S3Proxy) -> type[BaseHTTPRequestHandler]:
             pass
 
         def _forward(self) -> None:
+            with proxy.lock:
+                proxy.in_flight += 1
+                proxy.max_in_flight = max(proxy.max_in_flight, proxy.in_flight)
             try:
                 self._exchange()
             except (BrokenPipeError, ConnectionResetError):  # the client hung up (e.g. after reading enough)
                 self.close_connection = True
+            finally:
+                with proxy.lock:
+                    proxy.in_flight -= 1
 
         def _exchange(self) -> None:
             parts = urlsplit(self.path)

@@ -247,3 +247,48 @@ def test_a_file_that_keeps_failing_is_rejected_by_name_in_bounded_time(
         assert row.reason in INCOMPLETE_READS and not row.file_read
         assert row.where == f"s3://{BUCKET}/down-{fault}/{row.doc_id}" and last_error in row.detail
     assert took < 3 * 15, took  # per file: the budget (1.5 s) plus one try (pyarrow's 3 attempts)
+
+
+def test_concurrent_reads_hand_on_the_rows_of_a_sequential_read(
+    s3, proxy: S3Proxy, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 49 item 1: a shard of 40 small files (a bad one and one over the size limit among them)
+    behind 20 ms a request, read one file at a time and with 16 in flight: the same documents and
+    rejections in the same order, many requests in flight at once, and faster. With the bytes in
+    flight bounded to two files' worth, at most two are fetched at once."""
+    import time
+
+    from latechunk_dagster.sources.converters import ConversionLimits
+
+    srv, _ = s3
+    files = {f"s/{i:02d}.txt": f"Document {i}, read concurrently. ".encode() * 3 for i in range(40)}
+    files["s/07.txt"] = "\ufeffUTF-16 text".encode("utf-16")  # bad_encoding
+    files["s/13.txt"] = b"x" * 5000  # over max_file_bytes: too_large
+    for name, body in files.items():
+        _put(srv.url, f"conc/{name}", body)
+    limits = ConversionLimits(max_file_bytes=4096)
+    proxy.delay = 0.02
+
+    def read(workers: int) -> tuple[list[tuple[str, str]], list[tuple[str, str]], float, int]:
+        store = DocumentStore.from_path(
+            f"s3://{BUCKET}/conc", storage_options=_options(proxy.url), limits=limits, read_concurrency=workers
+        )
+        store.shards()
+        proxy.reset()
+        start = time.monotonic()
+        items = list(store.iter_shard("s"))
+        took = time.monotonic() - start
+        docs = [(d.doc_id, d.text) for d in items if not hasattr(d, "reason")]
+        rejected = [(r.doc_id, r.reason) for r in items if hasattr(r, "reason")]
+        return docs, rejected, took, proxy.max_in_flight
+
+    one = read(1)
+    many = read(16)
+    assert many[:2] == one[:2]
+    assert [d for d, _ in one[0]] == [f"s/{i:02d}.txt" for i in range(40) if i not in (7, 13)]
+    assert one[1] == [("s/07.txt", "bad_encoding"), ("s/13.txt", "too_large")]
+    assert one[3] == 1 and many[3] >= 8
+    assert many[2] < one[2] / 3, (one[2], many[2])
+    monkeypatch.setenv("LATECHUNK_READ_BYTES_IN_FLIGHT", str(2 * len(files["s/00.txt"])))
+    bounded = read(16)
+    assert bounded[:2] == one[:2] and bounded[3] <= 2

@@ -28,6 +28,7 @@ from typing import NoReturn
 from latechunk_dagster.app import generations_cli
 from latechunk_dagster.app.query_process import ONE_LINE_ERRORS, QueryProcess
 from latechunk_dagster.core.chunker import ENGINES
+from latechunk_dagster.core.redact import redact_url
 
 #: ``--uri``'s help: where the default comes from (:func:`latechunk_dagster.app.settings.lancedb_uri`).
 URI_HELP = (
@@ -107,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         code = _run(args)
     except ONE_LINE_ERRORS as exc:
-        print(f"latechunk {args.command}: error: {exc}", file=sys.stderr)
+        print(f"latechunk {args.command}: error: {redact_url(str(exc))}", file=sys.stderr)  # no URI's secret
         code = 2
     if argv is None and args.command in ("search", "eval"):  # the process's own command line, read only
         _exit_without_teardown(code)

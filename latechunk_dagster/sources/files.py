@@ -83,6 +83,7 @@ from latechunk_dagster.sources.layout import ROOT_SHARD, TEXT_SUFFIXES, Layout, 
 from latechunk_dagster.sources.line_index import shard_lines
 from latechunk_dagster.sources.listed import file_stamp, listing_fingerprints, without_text
 from latechunk_dagster.sources.listing import INCOMPLETE_READS, IncompleteListingError, Listing, Walk
+from latechunk_dagster.sources.prefetch import read_concurrency as read_concurrency_of
 from latechunk_dagster.sources.readers import (
     Row,
     is_compressed,
@@ -90,7 +91,7 @@ from latechunk_dagster.sources.readers import (
     parquet_rows,
     shard_of_row,
 )
-from latechunk_dagster.sources.storage import ObjectPath, kind_of_location, stat_of
+from latechunk_dagster.sources.storage import ObjectPath, ObjectStat, kind_of_location, stat_of
 from latechunk_dagster.sources.store_rows import Item, document_columns, located_document, tree_items
 from latechunk_dagster.sources.text_files import UnconvertedFile
 
@@ -141,6 +142,7 @@ class DocumentStore:
         single_file: bool | None = None,
         converters: Converters | Mapping[str, Converter | str] | None = None,
         ocr: bool = False,
+        read_concurrency: int | None = None,
     ) -> None:
         check_chunks_column(chunks_column)
         if chunks_column is not None and kind == "text":
@@ -152,6 +154,9 @@ class DocumentStore:
         self.chunks_column = chunks_column
         self.limits = ConversionLimits.from_env() if limits is None else limits
         self.converters = store_converters(converters, ocr=ocr)
+        where = "object" if isinstance(path, ObjectPath) else "local"
+        self.read_concurrency = read_concurrency_of(where, read_concurrency)
+        self._sizes: Mapping[PurePath, ObjectStat] = {}
         self._single = single_file
         self._opened: Walk | None = None
 
@@ -177,6 +182,7 @@ class DocumentStore:
         *,
         converters: Converters | Mapping[str, Converter | str] | None = None,
         ocr: bool = False,
+        read_concurrency: int | None = None,
     ) -> DocumentStore:
         """Open a store, detecting its kind from the file suffix or the files in the directory.
 
@@ -196,6 +202,8 @@ class DocumentStore:
         default :meth:`~latechunk_dagster.sources.converters.ConversionLimits.from_env`).
         ``converters``, ``ocr``: a text tree's own converters by suffix (``{".epub": MyEpub()}``), and
         OCR of scanned PDF pages (see the class); a suffix they read makes a file a text-tree document.
+        ``read_concurrency``: a text tree's files fetched at once (default by where the store is:
+        :func:`~latechunk_dagster.sources.prefetch.read_concurrency`; 1: one at a time).
 
         Raises:
             FileNotFoundError: ``path`` does not exist (nothing under an object-store prefix).
@@ -209,7 +217,10 @@ class DocumentStore:
         """
         own = store_converters(converters, ocr=ocr)
         found = detect_store(path, storage_options, own.suffixes)
-        store = cls(found.path, found.kind, chunks_column, limits, single_file=found.single_file, converters=own)
+        store = cls(
+            found.path, found.kind, chunks_column, limits, single_file=found.single_file, converters=own,
+            read_concurrency=read_concurrency,
+        )  # fmt: skip
         store._opened = found.found  # an object store's first listing serves the first call that lists
         return store
 
@@ -433,7 +444,8 @@ class DocumentStore:
         """Directory stores: :func:`~latechunk_dagster.sources.store_rows.tree_items` of ``files``."""
         return tree_items(
             self.path, self.kind, files, gaps, limits=self.limits, chunks_column=self.chunks_column,
-            defer_conversion=defer_conversion, converters=self.converters,
+            defer_conversion=defer_conversion, converters=self.converters, workers=self.read_concurrency,
+            sizes=self._sizes,
         )  # fmt: skip
 
     @property
@@ -449,7 +461,9 @@ class DocumentStore:
         found, self._opened = self._opened, None
         if not isinstance(self.path, ObjectPath):
             found = None  # a local walk is cheap: every call sees the current files
-        return directory_layout(self.path, self.kind, found, self.converters.suffixes)
+        layout = directory_layout(self.path, self.kind, found, self.converters.suffixes)
+        self._sizes = layout.stats  # the listing's sizes bound the bytes a shard's reads hold
+        return layout
 
     def _single_file_rows(
         self, columns: tuple[str, ...] | None = None, rows: Iterable[Row | RejectedRow] | None = None

@@ -72,6 +72,17 @@ def read_text_file(
     become text in :func:`document_of_file`, or, with ``defer_conversion`` and a converted format,
     come back as an :class:`UnconvertedFile` for the caller to convert. ``converters``: which
     converter reads which suffix (default :func:`~latechunk_dagster.sources.converters.default_converters`)."""
+    limits = ConversionLimits.from_env() if limits is None else limits
+    data = fetch_text_file(file, doc_id, limits)
+    if isinstance(data, RejectedRow):
+        return data
+    return text_file_document(file, doc_id, data, limits, defer_conversion=defer_conversion, converters=converters)
+
+
+def fetch_text_file(file: PurePath, doc_id: str, limits: ConversionLimits) -> bytes | RejectedRow:
+    """The bytes of a text-tree file (the I/O half of :func:`read_text_file`, safe to run in threads:
+    :mod:`~latechunk_dagster.sources.prefetch` fetches a shard's files concurrently), or its
+    rejection (``bad_id``, ``unreadable_file``, ``too_large``)."""
     where = printable(str(file))
     if not is_valid_unicode(doc_id):
         detail = (
@@ -79,7 +90,6 @@ def read_text_file(
             "rename the file (e.g. convert the name to UTF-8)"
         )
         return RejectedRow(printable(doc_id), where, "bad_id", detail)
-    limits = ConversionLimits.from_env() if limits is None else limits
     try:
         if not isinstance(file, ObjectPath):  # a local file's size costs nothing: refused before it is read
             limits.check_size(Path(file).stat().st_size)
@@ -90,6 +100,22 @@ def read_text_file(
         return RejectedRow(doc_id, where, "unreadable_file", f"{where}: cannot be read: {exc}")
     except Rejection as exc:
         return RejectedRow(doc_id, where, exc.reason, f"{where}: {exc.detail}", file_read=True)
+    return data
+
+
+def text_file_document(
+    file: PurePath,
+    doc_id: str,
+    data: bytes,
+    limits: ConversionLimits,
+    *,
+    defer_conversion: bool = False,
+    converters: Converters | None = None,
+) -> Document | RejectedRow | UnconvertedFile:
+    """The document of a text-tree file's bytes (the second half of :func:`read_text_file`, in the
+    calling thread: converters are not all thread-safe): converted by :func:`document_of_file`, or
+    an :class:`UnconvertedFile` with ``defer_conversion``."""
+    where = printable(str(file))
     converters = default_converters() if converters is None else converters
     if defer_conversion and converters.reads(file.name, data):
         return UnconvertedFile(doc_id, file.name, data, where, limits, converters)

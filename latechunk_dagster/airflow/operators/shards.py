@@ -14,6 +14,7 @@ from latechunk_dagster.airflow.operators.base import LanceDBOperator
 from latechunk_dagster.airflow.tasks import drop_removed_shards, list_shards, table_names
 from latechunk_dagster.pipeline.removals import TooManyRemovalsError
 from latechunk_dagster.sink import REJECTED_TABLE
+from latechunk_dagster.sources.storage import public_uri
 
 
 class ListShardsOperator(LanceDBOperator):
@@ -64,8 +65,9 @@ class ListShardsOperator(LanceDBOperator):
         options, reading = store_storage_options(self.store_conn_id), store_settings(self.store_conn_id)
         listing = list_shards(self.store_path, self.log, options, reading)
         shards = list(listing.shards)
-        self.log.info("%d shards in %s: %s", len(shards), self.store_path, shards[:20])
-        check_map_length(len(shards), self.store_path)
+        shown = public_uri(self.store_path)  # a URI's credentials never reach the task log
+        self.log.info("%d shards in %s: %s", len(shards), shown, shards[:20])
+        check_map_length(len(shards), shown)
         if self.table_name:
             db = self.hook.get_settings()
             names = table_names(self.table_name, self.granularities or ())
