@@ -307,6 +307,7 @@ def test_promote_in_code_refuses_a_generation_missing_partitions_unless_forced(t
     with pytest.raises(ValueError, match=r"generation 2 of 'kb' lacks 1 partitions the current generation has \(b\)"):
         gens.promote(db, "kb")
     assert gens.current_table(db, "kb") == "kb"
+    assert db.open_table("kb__g2").list_indices() == []  # refused before any index was built for it
     assert gens.promote(db, "kb", force=True).number == 2
     assert gens.current_table(db, "kb") == "kb__g2"
 

@@ -236,7 +236,6 @@ def promote(
     first = state.newest if generation is None else state.generations.get(generation)
     if first is None or first.dropped:
         raise ValueError(f"table definition {table!r} has no generation {generation} to promote: {describe(state)}")
-    build_missing_indexes(db, first, log_line)
 
     def plan(state: GenerationState) -> Plan:
         target = state.generations[first.number]
@@ -252,6 +251,8 @@ def promote(
             )
         return "promote", target.number, {"run_id": run_id, "note": note}
 
+    plan(state)  # refused before any index is built for it
+    build_missing_indexes(db, first, log_line)
     commit_planned(db, table, plan, what=f"promote generation {first.number}")
     return first
 
