@@ -45,3 +45,20 @@ def test_the_store_connection_s_ocr_and_converters_extras_are_the_store_s_settin
     (tmp_path / "texts" / "a.txt").write_text("Rivers carry sand.")
     assert list_shards(str(tmp_path)).shards == ("texts",)
     assert list_shards(str(tmp_path), store_settings=settings).shards == ("notes", "texts")
+
+
+def test_the_store_connection_s_read_concurrency_extra_reaches_the_store(tmp_path: Path) -> None:
+    """Issue 49 item 1: ``read_concurrency`` in the store connection's extras is the store's setting
+    (files fetched at once), not a storage option; a value below 1 is refused naming the connection."""
+    from latechunk_dagster.airflow.hooks.store import reading_from_connection, storage_options_from_connection
+    from latechunk_dagster.sources.files import DocumentStore
+
+    conn = _conn({"read_concurrency": "8"})
+    settings = reading_from_connection(conn)
+    assert settings == {"read_concurrency": 8} and "read_concurrency" not in storage_options_from_connection(conn)
+    (tmp_path / "s").mkdir()
+    (tmp_path / "s" / "a.txt").write_text("Rivers carry sand.")
+    store = DocumentStore.from_path(tmp_path, **settings)
+    assert store.read_concurrency == 8 and [d.text for d in store.read_shard("s")] == ["Rivers carry sand."]
+    with pytest.raises(ValueError, match=r"connection 'docs': read_concurrency must be a whole number >= 1"):
+        reading_from_connection(_conn({"read_concurrency": "0"}))

@@ -292,3 +292,23 @@ def test_concurrent_reads_hand_on_the_rows_of_a_sequential_read(
     monkeypatch.setenv("LATECHUNK_READ_BYTES_IN_FLIGHT", str(2 * len(files["s/00.txt"])))
     bounded = read(16)
     assert bounded[:2] == one[:2] and bounded[3] <= 2
+
+
+def test_the_setting_reaches_the_store_from_dagster_and_the_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 49 item 1: DocumentStoreResource's ``read_concurrency``, ``LATECHUNK_READ_CONCURRENCY``
+    (what the CLI and any run without the setting take), and the defaults by store kind."""
+    from latechunk_dagster.integration.resources import DocumentStoreResource
+    from latechunk_dagster.sources.prefetch import READ_CONCURRENCY
+
+    (tmp_path / "s").mkdir()
+    (tmp_path / "s" / "a.txt").write_text("Owls hunt at night.")
+    assert DocumentStore.from_path(tmp_path).read_concurrency == READ_CONCURRENCY["local"] == 4
+    store = DocumentStoreResource(path=str(tmp_path), read_concurrency=2).get_store()
+    assert store.read_concurrency == 2 and [d.text for d in store.read_shard("s")] == ["Owls hunt at night."]
+    monkeypatch.setenv("LATECHUNK_READ_CONCURRENCY", "7")
+    assert DocumentStoreResource(path=str(tmp_path)).get_store().read_concurrency == 7
+    monkeypatch.setenv("LATECHUNK_READ_CONCURRENCY", "none")
+    with pytest.raises(ValueError, match="LATECHUNK_READ_CONCURRENCY='none': expected a whole number >= 1"):
+        DocumentStore.from_path(tmp_path)

@@ -346,7 +346,6 @@ class DocumentStoreResource(ConfigurableResource):
         "aws_endpoint, aws_region, allow_http...; use dg.EnvVar for secrets); empty: each cloud's standard "
         "credential chain (AWS_* variables incl. AWS_ENDPOINT_URL, instance roles).",
     )
-
     ocr: bool = Field(
         default=False,
         description="Read PDF pages without a text layer (scans) by OCR: Tesseract (apt-get install tesseract-ocr "
@@ -357,6 +356,11 @@ class DocumentStoreResource(ConfigurableResource):
         description="Converters of one's own by file suffix, as import paths ({'.epub': 'my_pkg.converters:Epub'}; "
         "a class is made with no arguments); they win over the built-in ones and the "
         "latechunk_dagster.converters entry point group's (docs/documents.md).",
+    )
+    read_concurrency: int | None = Field(
+        default=None,
+        description="A text tree's files fetched at once (requests in flight); empty: LATECHUNK_READ_CONCURRENCY, "
+        "else 32 for an object store and 4 for a local disk (docs/documents.md).",
     )
 
     def get_store(self) -> DocumentStore:
@@ -371,5 +375,5 @@ class DocumentStoreResource(ConfigurableResource):
         """
         return DocumentStore.from_path(
             self.path, chunks_column=self.chunks_column, storage_options=self.storage_options,
-            converters=self.converters, ocr=self.ocr,
+            converters=self.converters, ocr=self.ocr, read_concurrency=self.read_concurrency,
         )  # fmt: skip

@@ -42,9 +42,11 @@ from latechunk_dagster.airflow.hooks.lancedb import connection_extras
 from latechunk_dagster.sources.readers import loads_strict
 
 #: The extras a store connection reads (anything else is refused, so a typo is not ignored).
-STORE_EXTRAS = ("aws_session_token", "region_name", "endpoint_url", "storage_options", "ocr", "converters")
+STORE_EXTRAS = (
+    "aws_session_token", "region_name", "endpoint_url", "storage_options", "ocr", "converters", "read_concurrency",
+)  # fmt: skip
 #: The extras that say how documents are read (:func:`store_settings`), not storage options.
-READING_EXTRAS = ("ocr", "converters")
+READING_EXTRAS = ("ocr", "converters", "read_concurrency")
 
 
 def storage_options_from_connection(conn: Any) -> dict[str, str]:
@@ -86,12 +88,13 @@ def store_storage_options(conn_id: str | None) -> dict[str, str]:
 
 
 def reading_from_connection(conn: Any) -> dict[str, Any]:
-    """A connection's ``ocr`` and ``converters`` extras as :meth:`DocumentStore.from_path
+    """A connection's ``ocr``, ``converters`` and ``read_concurrency`` (a text tree's files fetched at
+    once: :mod:`latechunk_dagster.sources.prefetch`) extras as :meth:`DocumentStore.from_path
     <latechunk_dagster.sources.files.DocumentStore.from_path>`'s keyword arguments (``{}`` when unset).
 
     Raises:
         ValueError: an ``ocr`` that is not a boolean (``true`` / ``false``), or ``converters`` that is
-            not a JSON object of strings (naming the connection).
+            not a JSON object of strings, a ``read_concurrency`` below 1 (naming the connection).
     """
     extra = connection_extras(conn, conn.conn_type or "aws", STORE_EXTRAS)
     out: dict[str, Any] = {}
@@ -113,6 +116,11 @@ def reading_from_connection(conn: Any) -> dict[str, Any]:
             why = 'a JSON object of suffix: import path ({".epub": "my_pkg.converters:Epub"})'
             raise ValueError(f"connection {conn.conn_id!r}: converters must be {why}")
         out["converters"] = {str(k): v for k, v in converters.items()}
+    concurrency = extra.get("read_concurrency")
+    if concurrency is not None and str(concurrency).strip():
+        if not str(concurrency).strip().isdigit() or int(str(concurrency).strip()) < 1:
+            raise ValueError(f"connection {conn.conn_id!r}: read_concurrency must be a whole number >= 1")
+        out["read_concurrency"] = int(str(concurrency).strip())
     return out
 
 
