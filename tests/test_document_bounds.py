@@ -176,3 +176,31 @@ def test_a_hanging_converter_is_stopped_and_its_file_alone_timed_out(tmp_path: P
     columns = ["chunk_id", "doc_id", "text", "char_start", "char_end", "converter"]
     want, got = (tables[r][0].to_arrow().select(columns).sort_by("chunk_id") for r in ("reference", "bounded"))
     assert got.num_rows == 4 and got.equals(want)
+
+
+def test_the_time_bound_worker_pool_is_closed_at_interpreter_exit(tmp_path: Path) -> None:
+    """A bounded call from a thread other than the main one runs in ``core.timebound``'s worker pool;
+    the process then exits with no "Exception ignored in: Pool.__del__" (ResourceWarning made an error,
+    as CI's warning filters do)."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "bounded.py"
+    script.write_text(
+        "import threading\n"
+        "from latechunk_dagster.core.timebound import call_with_time_limit\n"
+        "if __name__ == '__main__':\n"
+        "    out = []\n"
+        "    t = threading.Thread(target=lambda: out.append(call_with_time_limit(abs, (-3,), 60.0)))\n"
+        "    t.start(); t.join()\n"
+        "    print(out)\n"
+    )
+    run = subprocess.run(
+        [sys.executable, "-X", "dev", "-W", "error::ResourceWarning", str(script)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=Path(__file__).resolve().parents[1],
+    )
+    assert run.returncode == 0 and run.stdout.strip() == "[3]", run.stderr[-2000:]
+    assert "Exception ignored" not in run.stderr and "ResourceWarning" not in run.stderr, run.stderr[-2000:]

@@ -19,11 +19,13 @@ mechanisms really stop it:
    threads is unsafe) and the pool is terminated when the bound passes, which kills the
    runaway; the next call starts a fresh pool. Arguments and results are pickled, so
    this path is slower; the pool is started (and its start-up not counted) before the
-   first bounded call.
+   first bounded call, and terminated at interpreter exit (:func:`shutdown_worker`, an ``atexit``
+   hook), so no "unclosed running multiprocessing pool" is left to ``Pool.__del__``.
 """
 
 from __future__ import annotations
 
+import atexit
 import multiprocessing
 import signal
 import threading
@@ -91,12 +93,16 @@ def _worker_start() -> None:
 
 _pool_lock = threading.Lock()
 _pool: Any = None
+_exit_hook = False
 
 
 def _get_pool() -> Any:
-    global _pool
+    global _pool, _exit_hook
     if _pool is None:
         _pool = multiprocessing.get_context("spawn").Pool(1, initializer=_worker_start)
+        if not _exit_hook:  # closed at interpreter exit, before the pool's __del__ would warn it still ran
+            atexit.register(shutdown_worker)
+            _exit_hook = True
         _pool.apply(_noop)  # start-up is not part of any call's bound
     return _pool
 

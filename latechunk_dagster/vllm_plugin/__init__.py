@@ -2,7 +2,9 @@
 
 A vLLM plugin (entry point ``vllm.general_plugins`` -> :func:`register`, loaded by every vLLM
 process: the in-process engine, a ``vllm serve`` engine core, its workers). It extends vLLM's
-token-embedding pooler (``TokenPooler``, the ``token_embed`` task) with one optional request field:
+token-embedding pooler (``TokenPooler``, the ``token_embed`` task; ``AllPooler`` in older trees:
+:func:`token_pooler` finds it in each known place, and fails naming the vLLM version where it finds
+none) with one optional request field:
 
 * a request whose ``PoolingParams.extra_kwargs`` holds :data:`SPANS_KEY` (a flat list
   ``[start_0, end_0, start_1, end_1, ...]`` of half-open row ranges of that prompt) gets, instead of
@@ -34,7 +36,10 @@ The server route that carries these requests over HTTP is :mod:`latechunk_dagste
 
 from __future__ import annotations
 
+import importlib
 import logging
+from collections.abc import Callable
+from types import ModuleType
 from typing import Any
 
 log = logging.getLogger(__name__)
@@ -44,15 +49,81 @@ SPANS_KEY = "latechunk_spans"
 
 _PATCHED = "_latechunk_span_sums"
 
+#: Where vLLM's trees have kept the ``token_embed`` task's pooler (``forward(hidden_states,
+#: pooling_metadata)`` returning one tensor of token rows per request), newest first: per module, the
+#: class names tried in order. ``AllPooler`` comes first where a module has both, because there
+#: ``TokenPooler`` is the abstract base whose ``forward`` the concrete pooler overrides (patching it
+#: would change nothing). Layouts: ``pooler/tokwise/poolers.py`` (``TokenPooler``, vLLM 0.32-0.33;
+#: ``AllPooler`` under an abstract ``TokenPooler`` before), ``pool/poolers/tokenwise.py``,
+#: ``pool/tokenwise/poolers.py`` and ``pool/token/poolers.py`` (the ``layers/pool`` layouts), and
+#: ``pooler.py`` (``AllPooler``, older trees).
+POOLER_PLACES: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("vllm.model_executor.layers.pooler.tokwise.poolers", ("AllPooler", "TokenPooler")),
+    ("vllm.model_executor.layers.pool.poolers.tokenwise", ("AllPooler",)),
+    ("vllm.model_executor.layers.pool.tokenwise.poolers", ("AllPooler",)),
+    ("vllm.model_executor.layers.pool.token.poolers", ("AllPooler",)),
+    ("vllm.model_executor.layers.pooler", ("AllPooler",)),
+)
 
-def register() -> None:
+
+class PoolerNotFoundError(RuntimeError):
+    """The installed vLLM has no token-embedding pooler in any place the span plugin knows
+    (:data:`POOLER_PLACES`): span sums cannot be served, and requests would get token states."""
+
+
+def token_pooler(
+    import_module: Callable[[str], ModuleType] = importlib.import_module, vllm_version: str | None = None
+) -> type:
+    """The class of vLLM's token-embedding pooler, the first concrete one found in :data:`POOLER_PLACES`.
+
+    Args:
+        import_module: how a module is imported (``importlib.import_module``; a test gives fake trees).
+        vllm_version: named in the error (default: the installed vLLM's version).
+
+    Raises:
+        PoolerNotFoundError: none of the places has one, naming the vLLM version and every place
+            tried. Never a silent fallback: a request asking for span sums would get token states.
+    """
+    tried = []
+    for module_name, names in POOLER_PLACES:
+        try:
+            module = import_module(module_name)
+        except ImportError:
+            tried.append(f"{module_name} (no such module)")
+            continue
+        for name in names:
+            cls = getattr(module, name, None)
+            forward = getattr(cls, "forward", None)
+            if isinstance(cls, type) and callable(forward) and not getattr(forward, "__isabstractmethod__", False):
+                return cls
+        tried.append(f"{module_name}.{'/'.join(names)} (not there, or abstract)")
+    if vllm_version is None:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            vllm_version = version("vllm")
+        except PackageNotFoundError:
+            vllm_version = "(not installed)"
+    raise PoolerNotFoundError(
+        f"latechunk's span plugin found no token-embedding pooler in vLLM {vllm_version}: tried "
+        f"{'; '.join(tried)}. Span sums cannot run on this vLLM; use engine_path='token_states', or a vLLM "
+        "whose pooler the plugin knows (latechunk_dagster.vllm_plugin.POOLER_PLACES)"
+    )
+
+
+def register(import_module: Callable[[str], ModuleType] = importlib.import_module) -> None:
     """Give vLLM's token-embedding pooler span sums (module docstring). Idempotent: vLLM loads
-    general plugins once per process, and the in-process engine calls this too."""
-    from vllm.model_executor.layers.pooler.tokwise.poolers import TokenPooler
+    general plugins once per process, and the in-process engine calls this too.
 
-    if getattr(TokenPooler, _PATCHED, False):
+    Raises:
+        PoolerNotFoundError: the installed vLLM keeps its pooler nowhere the plugin knows
+            (:func:`token_pooler`): the engine does not start, rather than answer span requests with
+            token states.
+    """
+    pooler = token_pooler(import_module)
+    if getattr(pooler, _PATCHED, False):
         return
-    plain_forward = TokenPooler.forward
+    plain_forward = pooler.forward
 
     def forward(self: Any, hidden_states: Any, pooling_metadata: Any) -> Any:
         out = plain_forward(self, hidden_states, pooling_metadata)
@@ -62,8 +133,8 @@ def register() -> None:
                 out[i] = _answer(out[i], extra[SPANS_KEY])
         return out
 
-    TokenPooler.forward = forward
-    setattr(TokenPooler, _PATCHED, True)
+    pooler.forward = forward  # type: ignore[method-assign]
+    setattr(pooler, _PATCHED, True)
 
 
 def _answer(rows: Any, spans: Any) -> Any:
