@@ -54,6 +54,12 @@ def test_a_latin_page_reads_as_written_without_a_declared_charset(head: str, enc
     assert convert("dessert.html", page).text == words
 
 
+def test_a_charset_declared_after_a_long_head_comment_is_the_one_read() -> None:
+    # texinfo writes a license comment into the head; a <meta> past the 1024-byte prescan still counts
+    page = "<html><head><!-- {} --><meta charset='koi8-r'></head><body><p>\u041f\u0440\u0438</p></body></html>"
+    assert convert("ru.html", page.format("license " * 400).encode("koi8-r")).text == "\u041f\u0440\u0438"
+
+
 def test_encodings_that_the_page_proves_or_declares_win_over_the_fallback() -> None:
     words = "\u00c9t\u00e9 \u00e0 Z\u00fcrich"
     bom16 = b"\xff\xfe" + f"<p>{words}</p>".encode("utf-16-le")
@@ -78,6 +84,12 @@ def test_a_pdf_under_another_suffix_is_read_as_a_pdf(name: str) -> None:
     assert out.converter.startswith("pdf/")
 
 
+def test_a_pdf_after_junk_bytes_and_an_html_page_named_pdf_are_read_by_their_content() -> None:
+    assert convert("crlf.md", b"\r\n" + PDF).text == "Pumps are tested before they ship."
+    out = convert("page.pdf", b"\n<!DOCTYPE html><html><body><h2>Tea</h2><p>Green tea.</p></body></html>")
+    assert (out.text, out.converter.split("/")[0]) == ("# Tea\n\nGreen tea.", "html")
+
+
 def test_a_docx_named_pdf_is_read_as_a_docx_and_a_pptx_named_docx_as_a_pptx() -> None:
     out = convert("owls.pdf", docx_bytes([("h1", "Owls"), ("p", "Owls hunt at night.")]))
     assert (out.text, out.converter.split("/")[0]) == ("# Owls\n\nOwls hunt at night.", "docx")
@@ -98,8 +110,11 @@ def _png() -> bytes:
     [
         ("photo.md", _png, "a PNG image"),
         ("notes.html", lambda: gzip.compress(b"<p>zipped page</p>"), "a gzip archive"),
-        ("report.docx", lambda: b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1" + bytes(504), "a legacy Office file"),
+        ("report.docx", lambda: _OLE2_HEADER, "a legacy Office file"),
         ("bundle.pptx", lambda: _zip({"a.txt": b"not a deck"}), "a zip archive"),
+        ("book.docx", lambda: _zip({"mimetype": b"application/epub+zip", "a.xhtml": b"<p/>"}), "an EPUB book"),
+        # an old .doc whose text holds the word: not a directory entry, so not taken for encryption
+        ("about.doc.docx", lambda: _OLE2_HEADER + b"x" + "EncryptedPackage".encode("utf-16-le"), "a legacy Office"),
         ("cut.docx", lambda: docx_bytes([("p", "cut short")])[:-200], "not a readable DOCX"),
     ],
 )
@@ -107,6 +122,9 @@ def test_a_format_no_converter_reads_is_wrong_format_naming_it(name: str, make, 
     rejected = _rejected(name, make())
     assert rejected.reason in ("wrong_format", "unreadable_file")
     assert says in rejected.detail
+
+
+_OLE2_HEADER = b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1" + bytes(504)
 
 
 def _zip(parts: dict[str, bytes]) -> bytes:
@@ -150,6 +168,10 @@ def test_body_text_with_block_markers_is_escaped_in_docx_pptx_and_html() -> None
     html = convert("howto.html", b"<h1>Install</h1><p># install the package</p><div>Title<br>---</div>")
     assert html.text == "# Install\n\n\\# install the package\n\nTitle\n\\---"
     assert _headings(html.text) == ["# Install"]
+    # text loose beside blocks is a paragraph of its own, escaped like one
+    loose = convert("loose.html", b"<body><h1>Install</h1># comment<p>Run it.</p>2. later <b>now</b></body>")
+    assert loose.text == "# Install\n\n\\# comment\n\nRun it.\n\n2\\. later **now**"
+    assert _headings(loose.text) == ["# Install"]
 
 
 @pytest.mark.parametrize(

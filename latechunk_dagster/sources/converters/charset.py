@@ -7,7 +7,8 @@ rules (WHATWG HTML 13.2.3 "Determining the character encoding", Encoding standar
 
 1. a byte order mark (UTF-8, UTF-16LE, UTF-16BE) wins;
 2. else a declared encoding: ``<meta charset=...>`` or ``<meta http-equiv="Content-Type"
-   content="...; charset=...">`` in the first 1024 bytes (the prescan), or an XML declaration's
+   content="...; charset=...">`` in the first 1024 bytes (the prescan) or later in the ``<head>``
+   (where a browser changes to it while parsing), or an XML declaration's
    ``encoding=`` (XHTML), its label mapped as the Encoding standard maps it (``latin1``,
    ``iso-8859-1`` and ``ascii`` are windows-1252; a UTF-16 label in a page without a BOM is UTF-8);
 3. else UTF-8 when the bytes are valid UTF-8 (the Encoding standard's default for new formats and
@@ -28,6 +29,11 @@ from dataclasses import dataclass
 #: The bytes the ``<meta>`` prescan reads (WHATWG HTML 13.2.3.2: the first 1024).
 PRESCAN_BYTES = 1024
 
+#: How far a ``<meta>`` charset is looked for past the prescan, up to the end of the ``<head>``
+#: (WHATWG HTML 13.2.6.4.4: a ``<meta>`` met while parsing the head changes the encoding).
+HEAD_BYTES = 64 << 10
+
+_HEAD_END = re.compile(rb"</head\s*>|<body[\s>]", re.IGNORECASE)
 _BOMS = ((codecs.BOM_UTF8, "utf-8"), (codecs.BOM_UTF16_LE, "utf-16-le"), (codecs.BOM_UTF16_BE, "utf-16-be"))
 _META = re.compile(rb"<meta\b[^>]*?\bcharset\s*=\s*[\"']?\s*([A-Za-z0-9_.:\-]+)", re.IGNORECASE)
 _XML_DECL = re.compile(rb"^<\?xml[^>]*?\bencoding\s*=\s*[\"']([A-Za-z0-9_.:\-]+)[\"']")
@@ -86,11 +92,15 @@ def decode_html(data: bytes) -> DecodedPage:
 
 
 def declared_encoding(data: bytes) -> str | None:
-    """The Python codec of the encoding an HTML page declares in its first :data:`PRESCAN_BYTES`
-    (``<meta charset>``, ``<meta http-equiv content="...charset=...">``, an XML declaration), mapped
+    """The Python codec of the encoding an HTML page declares in its first :data:`PRESCAN_BYTES`, or
+    later in its ``<head>`` (within :data:`HEAD_BYTES`) (``<meta charset>``, ``<meta http-equiv
+    content="...charset=...">``, an XML declaration), mapped
     as the Encoding standard maps labels; ``None`` when none is declared or the label is unknown."""
     head = data[:PRESCAN_BYTES]
     found = _XML_DECL.match(head.lstrip()) or _META.search(head)
+    if found is None:  # a <meta> later in the <head> (after a long comment): browsers change to it
+        end = _HEAD_END.search(data, 0, HEAD_BYTES)
+        found = _META.search(data, 0, end.start() if end else HEAD_BYTES)
     if found is None:
         return None
     label = found.group(1).decode("ascii", errors="replace").strip().lower()

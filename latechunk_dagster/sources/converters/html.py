@@ -30,7 +30,9 @@ The rule, in order:
    first row the header), lists, code blocks fenced
    with their language (``class="language-rust"``) and indentation kept; links keep their text,
    images are left out. Body text that Markdown would read as a block marker (``# install``,
-   ``1. step``) is escaped (:func:`~latechunk_dagster.sources.converters.base.escape_block`).
+   ``1. step``) is escaped (:func:`~latechunk_dagster.sources.converters.base.escape_block`): a
+   paragraph's, a ``<div>``'s without blocks, and text loose beside blocks (read as the paragraph
+   a browser makes of it).
 6. **Depth**: markdownify recurses once per element level and fails past ~330 levels
    (``RecursionError``); an element deeper than :data:`MAX_DEPTH` is read as plain text, one
    paragraph per line of its text (mail threads and generated pages nest that deep).
@@ -114,6 +116,7 @@ def convert_html(data: bytes) -> Converted:
         root = main_content(soup)
         _flatten_deep(soup, root)
         _title_as_top_heading(soup, root)
+        _wrap_loose_text(soup, root)
         text = _Markdown(
             heading_style="ATX",
             bullets="-",
@@ -229,6 +232,33 @@ def _flatten_deep(soup: Any, root: Any) -> None:
             paragraph.string = line
             replacement.append(paragraph)
         element.replace_with(replacement)
+
+
+_CONTAINERS = ("body", "main", "article", "section", "div", "header", "center", "figure")
+_BLOCK_TAGS = frozenset({*_BLOCK_CHILDREN, *_CONTAINERS, "hr", "figcaption", "details", "address"})
+
+
+def _wrap_loose_text(soup: Any, root: Any) -> None:
+    """Text beside blocks in a container (``<div>text<p>...</p></div>``, text loose in ``<body>``) is
+    a paragraph of its own, as a browser lays it out (an anonymous block box): wrapped in a ``<p>``
+    so that its first line is escaped like any paragraph's (``<body># comment<p>...``)."""
+    for container in [root, *root.find_all(list(_CONTAINERS))]:
+        children = list(container.children)
+        if not any(getattr(child, "name", None) in _BLOCK_TAGS for child in children):
+            continue
+        run: list[Any] = []
+        for child in [*children, None]:
+            if child is not None and getattr(child, "name", None) not in _BLOCK_TAGS:
+                run.append(child)
+                continue
+            if any(str(part).strip() for part in run if getattr(part, "name", None) is None) or any(
+                getattr(part, "name", None) and part.get_text().strip() for part in run
+            ):
+                paragraph = soup.new_tag("p")
+                run[0].insert_before(paragraph)
+                for part in run:
+                    paragraph.append(part.extract())
+            run = []
 
 
 def _language(element: Any) -> str | None:

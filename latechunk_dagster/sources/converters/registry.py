@@ -26,7 +26,7 @@ from latechunk_dagster.sources.converters.base import (
     Rejection,
     library_version,
 )
-from latechunk_dagster.sources.converters.sniff import Sniffed, sniff
+from latechunk_dagster.sources.converters.sniff import Sniffed, looks_like_html, sniff
 
 #: The entry point group of converters installed by other packages.
 ENTRY_POINT_GROUP = "latechunk_dagster.converters"
@@ -177,7 +177,8 @@ class Converters:
     def for_content(self, name: str, data: bytes) -> Converter | None:
         """The converter that reads this file: by its content where its first bytes say what it is
         (:func:`~.sniff.sniff`) and the converter of its suffix is a built-in one or none (a suffix
-        can lie: a PDF saved as ``.html``); a converter of the user's own for the suffix is trusted
+        can lie: a PDF saved as ``.html``; an HTML page saved as ``.pdf``, by
+        :func:`~.sniff.looks_like_html`); a converter of the user's own for the suffix is trusted
         with any content. ``None``: a text file.
 
         Raises:
@@ -186,7 +187,12 @@ class Converters:
         """
         by_name = self.for_name(name)
         found = sniff(data)
-        if found is None or (by_name is not None and not isinstance(by_name, BUILT_IN_TYPES)):
+        if by_name is not None and not isinstance(by_name, BUILT_IN_TYPES):
+            return by_name
+        if found is None:
+            binary = by_name is not None and by_name.name in ("pdf", "docx", "pptx")
+            if binary and looks_like_html(data) and ".html" in self.by_suffix:
+                return self.by_suffix[".html"]  # an HTML page saved under a binary format's suffix
             return by_name
         by_content = self.by_suffix.get("." + found.format)
         if by_content is not None:

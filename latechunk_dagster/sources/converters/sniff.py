@@ -81,12 +81,12 @@ def sniff(data: bytes) -> Sniffed | None:
     directory or an OLE2 file's directory stream names; never raises on any input."""
     head = data[:PDF_HEADER_WINDOW]
     at = head.find(b"%PDF-")
-    if at == 0 or (at > 0 and _is_binary(head[:at])):
+    if at == 0 or (at > 0 and _is_junk(head[:at])):
         return Sniffed("pdf", "a PDF document", "starts with %PDF-" if at == 0 else f"%PDF- at byte {at}")
     if data.startswith((b"PK\x03\x04", b"PK\x05\x06")):
         return _sniff_zip(data)
     if data.startswith(_OLE2):
-        if "EncryptedPackage".encode("utf-16-le") in data:
+        if _has_ole2_entry(data, "EncryptedPackage"):
             return Sniffed(
                 "encrypted_office",
                 "a password-protected Office file",
@@ -101,10 +101,47 @@ def sniff(data: bytes) -> Sniffed | None:
     return None
 
 
-def _is_binary(prefix: bytes) -> bool:
-    """Whether the bytes before a ``%PDF-`` hold a control byte (junk before a real PDF's header), as
-    opposed to text that merely quotes ``%PDF-1.4`` (a Markdown page about PDFs)."""
-    return any(b < 0x09 or 0x0E <= b < 0x20 for b in prefix)
+def _is_junk(prefix: bytes) -> bool:
+    """Whether the bytes before a ``%PDF-`` are junk before a real PDF's header (only whitespace and
+    a BOM, or a control byte), as opposed to text that merely quotes ``%PDF-1.4`` (a Markdown page
+    about PDFs)."""
+    return not prefix.replace(b"\xef\xbb\xbf", b"").strip() or any(b < 0x09 or 0x0E <= b < 0x20 for b in prefix)
+
+
+def _has_ole2_entry(data: bytes, name: str) -> bool:
+    """Whether an OLE2 compound file has a directory entry (stream or storage) called ``name``: a
+    directory entry is 128 bytes, aligned to 128 in the file (sectors are 512 or 4096 bytes after a
+    512-byte header), its UTF-16LE name first and the name's byte length, NUL included, at byte 64
+    ([MS-CFB] 2.6.1), so text that merely holds the word is not taken for one."""
+    encoded = name.encode("utf-16-le")
+    size = (len(name) + 1) * 2
+    at = data.find(encoded)
+    while at >= 0:
+        if at % 128 == 0 and int.from_bytes(data[at + 64 : at + 66], "little") == size:
+            return True
+        at = data.find(encoded, at + 1)
+    return False
+
+
+#: WHATWG MIME Sniffing 7.1: the tags an HTML document starts with (after whitespace), case-insensitive,
+#: each followed by a space or ``>``.
+_HTML_STARTS = (b"<!doctype html", b"<html", b"<head", b"<script", b"<iframe", b"<h1", b"<div", b"<font")
+_HTML_STARTS += (b"<table", b"<a", b"<style", b"<title", b"<b", b"<body", b"<br", b"<p", b"<!--")
+
+
+def looks_like_html(data: bytes) -> bool:
+    """Whether ``data`` starts (after whitespace and a UTF-8 BOM) as an HTML document does, by the
+    WHATWG MIME Sniffing standard's list (7.1: ``<!DOCTYPE HTML``, ``<html``, ``<head``, ``<body``,
+    ``<p``, ``<!--``, ...). Used only for a file whose suffix names a binary format (an HTML page
+    saved as ``.pdf``); a ``.txt`` or ``.md`` file is text whatever it starts with."""
+    head = data[:512].removeprefix(b"\xef\xbb\xbf").lstrip(b" \t\r\n\x0c").lower()
+    return any(
+        head.startswith(tag)
+        and head[len(tag) : len(tag) + 1] in (b" ", b">", b"\t", b"\n", b"\r", b"\x0c")
+        or head.startswith(tag)
+        and tag == b"<!--"
+        for tag in _HTML_STARTS
+    )
 
 
 def _sniff_zip(data: bytes) -> Sniffed:
@@ -118,5 +155,11 @@ def _sniff_zip(data: bytes) -> Sniffed:
             if part in names:
                 return Sniffed(fmt, what, f"a zip package with [Content_Types].xml and {part}")
     if "mimetype" in names:
-        return Sniffed("opendocument", "an OpenDocument file", "a zip package with a mimetype part")
+        try:
+            with zipfile.ZipFile(io.BytesIO(data)) as package:
+                mimetype = package.read("mimetype")[:100].decode("ascii", "replace").strip()
+        except (zipfile.BadZipFile, OSError, ValueError, EOFError, KeyError, RuntimeError):
+            mimetype = "?"
+        what = "an EPUB book" if "epub" in mimetype else "an OpenDocument file"
+        return Sniffed("opendocument", what, f"a zip package of mimetype {mimetype}")
     return Sniffed("zip", "a zip archive", "starts with PK 03 04")
