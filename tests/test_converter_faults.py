@@ -143,10 +143,12 @@ def test_a_store_reads_files_by_content_and_text_that_quotes_a_magic_number_stay
     (shard / "pumps.html").write_bytes(PDF)  # the input: a PDF named .html
     (shard / "photo.txt").write_bytes(_png())
     (shard / "about.md").write_bytes(b"# PDF files\n\nA PDF starts with %PDF-1.4 and ends with %%EOF.\n")
+    (shard / "gif.txt").write_bytes(b"GIF89a was the second GIF version.\n")  # text that starts like a magic
     docs, rejected = DocumentStore.from_path(tmp_path / "docs").read_shard_with_rejections("manuals")
     assert {d.doc_id: d.text for d in docs} == {
         "manuals/pumps.html": "Pumps are tested before they ship.",
         "manuals/about.md": "# PDF files\n\nA PDF starts with %PDF-1.4 and ends with %%EOF.\n",
+        "manuals/gif.txt": "GIF89a was the second GIF version.\n",
     }
     assert [(r.doc_id, r.reason) for r in rejected] == [("manuals/photo.txt", "wrong_format")]
     assert "photo.txt" in rejected[0].detail and "a PNG image" in rejected[0].detail

@@ -22,6 +22,7 @@ Anything else (text, HTML, XML) is ``None``: the suffix decides.
 from __future__ import annotations
 
 import io
+import re
 import zipfile
 from dataclasses import dataclass
 
@@ -35,13 +36,10 @@ _OLE2 = b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1"
 _MAGIC: tuple[tuple[bytes, str, str], ...] = (
     (b"\x1f\x8b", "gzip", "a gzip archive"),
     (b"\x28\xb5\x2f\xfd", "zstd", "a zstd archive"),
-    (b"BZh", "bzip2", "a bzip2 archive"),
     (b"\xfd7zXZ\x00", "xz", "an xz archive"),
     (b"7z\xbc\xaf\x27\x1c", "7z", "a 7z archive"),
     (b"\x89PNG\r\n\x1a\n", "png", "a PNG image"),
     (b"\xff\xd8\xff", "jpeg", "a JPEG image"),
-    (b"GIF87a", "gif", "a GIF image"),
-    (b"GIF89a", "gif", "a GIF image"),
     (b"II*\x00", "tiff", "a TIFF image"),
     (b"MM\x00*", "tiff", "a TIFF image"),
     (b"\x7fELF", "elf", "an ELF executable"),
@@ -98,6 +96,11 @@ def sniff(data: bytes) -> Sniffed | None:
     for magic, fmt, what in _MAGIC:
         if data.startswith(magic):
             return Sniffed(fmt, what, "starts with " + magic.hex(" ").upper())
+    # magic numbers a text could start with ("BZh", "GIF89a"): only with the binary bytes after them
+    if re.match(rb"BZh[1-9]1AY&SY", data):
+        return Sniffed("bzip2", "a bzip2 archive", "starts with BZh and a block header")
+    if data.startswith((b"GIF87a", b"GIF89a")) and _is_junk(data[6:13]):
+        return Sniffed("gif", "a GIF image", "starts with GIF8 and a binary screen descriptor")
     return None
 
 
