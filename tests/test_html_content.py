@@ -53,6 +53,11 @@ def test_an_article_keeps_its_header_title_and_the_page_title_heads_a_page_witho
     assert convert("tea.html", bare.encode()).text == "# Tea notes\n\nGreen tea is steamed."
 
 
+def test_an_empty_main_of_an_app_shell_is_passed_over() -> None:
+    page = b"<body><nav>NAVTEXT</nav><main></main><div><h2>App</h2><p>Loaded text.</p></div></body>"
+    assert convert("app.html", page).text == "# App\n\nLoaded text."
+
+
 def test_a_texinfo_bar_without_link_marks_is_found_by_its_labels() -> None:
     page = (
         "<html><body><div class='nav'><p>Next: <a href='b.html'>Bees</a>, Previous: <a href='a.html'>Ants</a>, "

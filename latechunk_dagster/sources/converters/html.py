@@ -12,8 +12,9 @@ The rule, in order:
 1. **Encoding** by the WHATWG rules (:func:`~latechunk_dagster.sources.converters.charset.decode_html`:
    a BOM, a declared charset, else UTF-8 if the bytes are UTF-8, else windows-1252), never a guess.
 2. **Main content**: the first ``<main>`` (or ``role="main"``: Sphinx's ``div.body``), else a page's
-   only ``<article>``, else ``<body>``. What is outside it is left out (mdBook's help dialog, theme
-   menu, search box and book-title bar are all outside its ``<main>``).
+   only ``<article>``, else ``<body>`` (one of them without any text, an app shell's, is passed
+   over). What is outside it is left out (mdBook's help dialog, theme menu, search box and
+   book-title bar are all outside its ``<main>``).
 3. **Furniture** left out inside it, with everything inside: the elements of :data:`LEFT_OUT`
    (``nav``, ``aside``, ``footer``, ``dialog``, ``form``, buttons, inputs, scripts, styles); elements
    whose ARIA ``role`` is one of :data:`FURNITURE_ROLES`; hidden ones (``hidden``,
@@ -35,7 +36,8 @@ The rule, in order:
    a browser makes of it).
 6. **Depth**: markdownify recurses once per element level and fails past ~330 levels
    (``RecursionError``); an element deeper than :data:`MAX_DEPTH` is read as plain text, one
-   paragraph per line of its text (mail threads and generated pages nest that deep).
+   paragraph per line of its text (mail threads and generated pages nest that deep), and block
+   quotes stop adding ``>`` marks past :data:`MAX_QUOTE_DEPTH` levels.
 """
 
 from __future__ import annotations
@@ -96,6 +98,10 @@ NAV_RELS = frozenset({"next", "prev", "previous", "up", "index", "home", "start"
 #: An element nested deeper than this (levels below the document) is read as plain text.
 MAX_DEPTH = 120
 
+#: Block quotes nested deeper than this (a long mail thread) are read as the text they hold, without
+#: more ``>`` marks.
+MAX_QUOTE_DEPTH = 8
+
 _BLOCKS = ("p", "div", "table", "ul", "ol", "dl", "section", "center", "blockquote")
 _NAV_LABELS = re.compile(r"\b(?:Next|Previous|Prev|Up)\s*:", re.IGNORECASE)
 _NAV_LABEL_START = re.compile(r"^\s*(?:Next|Previous|Prev|Up)\s*:", re.IGNORECASE)
@@ -135,8 +141,9 @@ def main_content(soup: Any) -> Any:
     furniture removed (steps 2 and 3 of the module docstring); changes ``soup`` in place."""
     title = soup.title.get_text(" ", strip=True) if soup.title else ""
     articles = soup.find_all("article")
-    root = soup.find("main") or soup.find(attrs={"role": "main"})
-    root = root or (articles[0] if len(articles) == 1 else None) or soup.body or soup
+    candidates = [soup.find("main"), soup.find(attrs={"role": "main"}), articles[0] if len(articles) == 1 else None]
+    # a <main> left empty for a script to fill (an app's shell) is no main content: the next choice
+    root = next((c for c in candidates if c is not None and c.get_text(strip=True)), None) or soup.body or soup
     for element in root.find_all(list(LEFT_OUT)):
         element.extract()
     for element in [e for e in root.find_all(True) if _is_furniture(e)]:
@@ -224,6 +231,9 @@ def _flatten_deep(soup: Any, root: Any) -> None:
             deep.append(element)
             continue
         stack.extend((child, depth + 1) for child in element.children if getattr(child, "name", None))
+    for quote in root.find_all("blockquote"):  # a mail thread's quotes past a few levels: more '>' say nothing
+        if len(quote.find_parents("blockquote", limit=MAX_QUOTE_DEPTH)) >= MAX_QUOTE_DEPTH:
+            quote.name = "div"
     for element in deep:
         lines = [line.strip() for line in element.get_text("\n").split("\n") if line.strip()]
         replacement = soup.new_tag("div")
