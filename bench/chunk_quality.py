@@ -11,7 +11,8 @@ script (not the chunker's own):
 - ``in_word``: boundaries between two chunks with a letter or digit on both sides (Han/kana/Thai
   excepted); ``long_word``: those that the new chunker marks as a cut inside a word over the budget;
 - ``small``: chunks under ``min(8, budget // 4)`` tokens; ``punct``: chunks with no letter or digit;
-- ``head_split``: boundaries inside a heading line; ``stranded``: chunks whose last line is a heading;
+- ``head_split``: boundaries inside a heading line; ``stranded``: chunks (not a document's last) that end
+  on a heading line (markdown-it's headings: a ``#`` comment in code is none);
 - ``code_split``: fenced code blocks that fit the budget with a boundary inside;
 - ``no_head``: rows with empty ``headings`` although a heading comes before the chunk's start;
 - ``ms``: chunking time (``strategy.spans`` over the store, tokens given), best of N, both versions
@@ -147,8 +148,8 @@ def measure(text: str, tokens: Tokenization, spans: list[Any], budget: int) -> d
     for c in chunks:
         out["small"] += int(c.token_range[1] - c.token_range[0] < smallest)
         out["punct"] += int(c.text is not None and not _WORD.search(c.text))
-        last = (c.text or "").rstrip().rsplit("\n", 1)[-1]
-        out["stranded"] += int(bool(re.match(r" {0,3}#{1,6}\s", last)) and c is not chunks[-1])
+        if c.char_range and c is not chunks[-1]:  # the chunk ends on a heading line
+            out["stranded"] += sum(1 for a, e in heads if a < c.char_range[1] <= e)
         if c.char_range and not c.headings and c.char_range[0] > first_head:
             out["no_head"] += 1
     out["head_split"] = sum(1 for a, e in heads for b in starts if a < b < e - 1)

@@ -46,9 +46,9 @@ def chunks_from_spans(text: str, tokens: Tokenization, spans: Sequence[Span]) ->
         if b > a:
             stop = max(b, next_start[s.end])
             b = _NOT_SPACE.match(text, b, stop).end()  # type: ignore[union-attr]  # \S* always matches
-            out.append(Chunk(i, (s.start, s.end), (a, b), text[a:b], s.headings))
+            out.append(Chunk(i, (s.start, s.end), (a, b), text[a:b], s.headings, s.word_cut))
         else:
-            out.append(Chunk(i, (s.start, s.end), None, None, s.headings))
+            out.append(Chunk(i, (s.start, s.end), None, None, s.headings, s.word_cut))
     return out
 
 

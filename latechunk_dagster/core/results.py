@@ -17,7 +17,10 @@ class Chunk:
         char_range: half-open ``(start, end)`` in code points into the document text,
             ``None`` for a chunk of special / prefix tokens only.
         text: ``document[char_start:char_end]``, ``None`` when ``char_range`` is ``None``.
-        headings: heading path (``MarkdownSections``), outermost first; empty otherwise.
+        headings: heading path of the chunk's start (the boundary strategies), outermost first; empty
+            before a document's first heading and for the other strategies.
+        word_cut: the chunk ends inside a word (one word longer than the budget, issue 46); not part
+            of equality.
     """
 
     index: int
@@ -25,6 +28,7 @@ class Chunk:
     char_range: tuple[int, int] | None
     text: str | None
     headings: tuple[str, ...] = field(default=())
+    word_cut: bool = field(default=False, compare=False)
 
 
 @dataclass(frozen=True)

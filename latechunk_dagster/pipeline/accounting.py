@@ -48,7 +48,8 @@ class PartitionReport:
             window_tokens: tokens in the encoder windows, i.e. what the encoder read (more than
             ``tokens_encoded`` when windows overlap); windows, windowed_documents: encoder inputs,
             documents longer than the model.
-        chunks_written: chunk rows made (and, by the stream, committed) this run; partition_rows:
+        chunks_written: chunk rows made (and, by the stream, committed) this run; word_cuts: those of
+            them that end inside a word (a word longer than the budget, issue 46); partition_rows:
             rows of the partition in the table afterwards (with several granularities: the sums over
             their tables).
         engine_seconds: time inside ``chunker.encode`` (the engine thread); prepare_seconds: time
@@ -77,6 +78,7 @@ class PartitionReport:
     windows: int = 0
     windowed_documents: int = 0
     chunks_written: int = 0
+    word_cuts: int = 0
     partition_rows: int = 0
     engine_seconds: float = 0.0
     prepare_seconds: float = 0.0
@@ -105,12 +107,20 @@ class DocumentSummary:
     worker process (:mod:`latechunk_dagster.pipeline.hostpool`) sends back beside the Arrow rows.
 
     Attributes:
-        n_tokens: ``len(token_ids)``; windows: encoder inputs; path: the engine path.
+        n_tokens: ``len(token_ids)``; windows: encoder inputs; path: the engine path; word_cuts: its
+            chunks that end inside a word (:func:`word_cuts`).
     """
 
     n_tokens: int
     windows: int
     path: str
+    word_cuts: int = 0
+
+
+def word_cuts(res: ChunkedDocument | DocumentSummary) -> int:
+    """Chunks of a chunked document (or of its summary) that end inside a word: cuts in a word longer
+    than the budget, the only ones a boundary strategy makes (issue 46, ``Chunk.word_cut``)."""
+    return res.word_cuts if isinstance(res, DocumentSummary) else sum(c.word_cut for c in res.chunks)
 
 
 def token_count(res: ChunkedDocument | DocumentSummary) -> int:
@@ -140,6 +150,7 @@ def account_results(
             failed.append((doc, res))
             continue
         report.tokens_encoded += token_count(res)
+        report.word_cuts += word_cuts(res)
         report.window_tokens += window_tokens(res, window_length)
         report.windows += res.windows
         report.windowed_documents += res.windows > 1

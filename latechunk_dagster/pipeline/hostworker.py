@@ -38,7 +38,7 @@ from latechunk_dagster.core.chunking import ChunkingStrategy
 from latechunk_dagster.core.engines.base import NativeChunks
 from latechunk_dagster.core.errors import DocumentError, LateChunkError
 from latechunk_dagster.core.results import ChunkedDocument
-from latechunk_dagster.pipeline.accounting import DocumentSummary
+from latechunk_dagster.pipeline.accounting import DocumentSummary, word_cuts
 from latechunk_dagster.pipeline.finish import finish_rows, given_chunks
 from latechunk_dagster.sources.converters.base import CONVERT_TIMEOUT_ENV
 from latechunk_dagster.sources.documents import Document, RejectedRow
@@ -259,7 +259,8 @@ def _finish(
         if shm is not None and not kept:
             shm.close()
     summaries: list[DocumentSummary | DocumentError] = [
-        DocumentSummary(len(r.token_ids), r.windows, r.path) if isinstance(r, ChunkedDocument) else r for r in results
+        DocumentSummary(len(r.token_ids), r.windows, r.path, word_cuts(r)) if isinstance(r, ChunkedDocument) else r
+        for r in results
     ]
     return record, summaries, time.perf_counter() - t0
 

@@ -91,7 +91,7 @@ def token_features(text: str, starts: np.ndarray) -> tuple[np.ndarray, np.ndarra
         return ranks, wordlike
     cps = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32)
     first = _classes(cps[starts[sourced]])
-    wordlike[sourced] = (first == _WORD) | (first == _NOSPACE)
+    wordlike[sourced] = ((first == _WORD) & (cps[starts[sourced]] != 0x5F)) | (first == _NOSPACE)  # not "_"
     idx = np.flatnonzero(inside)
     pos = starts[idx]
     before, after = _classes(cps[pos - 1]), _classes(cps[pos])
