@@ -114,7 +114,9 @@ def text_layer_lines(textpage: Any, page: int, *, char_boxes: bool = True, fonts
             last = first + len(body) - 1
             chars = body.replace("\r", " ").replace("\0", " ")
             size, bold = reader.font(first) if fonts else (0.0, False)
-            if fonts and last > first:  # a line is as large and as bold as its first and last characters both
+            # a line is as large and as bold as its first and last characters both; the last is read
+            # only where the first stands out from the line before (a heading candidate)
+            if fonts and last > first and (bold or not out or size != out[-1].size):
                 last_size, last_bold = reader.font(last)
                 size, bold = min(size, last_size), bold and last_bold
             if boxes is None:
