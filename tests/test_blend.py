@@ -128,3 +128,38 @@ def test_orchestrators_pass_the_setting_on() -> None:
     assert "blend" not in VLLMEngineResource(model="m").chunker_kwargs()  # LateChunker's default: late
     with pytest.raises(ValueError, match="blend"):
         VLLMEngineResource(model="m", blend=1.5)
+
+
+def test_a_partition_written_with_a_blend_holds_the_blended_vectors(blended: LateChunker, tmp_path: Path) -> None:
+    """The pipeline writes what ``chunk_granularities`` returns at the weight, records the weight, and a
+    change of weight re-encodes every document (vector_config)."""
+    import json
+
+    from latechunk_dagster import sink
+    from latechunk_dagster.pipeline.partition import materialize_partition
+    from latechunk_dagster.sink.schema import granularity_table
+    from latechunk_dagster.sources.files import Document
+
+    strategies = {"small": FixedTokens(12), "big": Sentences(max_tokens=32)}
+    docs = [Document.from_text(f"d{i}", t) for i, t in enumerate(TEXTS)]
+    db = sink.connect(str(tmp_path))
+    tables = {g: db.create_table(granularity_table("chunks", g), schema=sink.chunk_schema(384)) for g in strategies}
+    rejected = db.create_table(sink.REJECTED_TABLE, schema=sink.REJECTED_SCHEMA)
+
+    def write() -> None:
+        materialize_partition(
+            blended, docs, "p", strategies, chunk_table=tables, rejected_table=rejected, run_id="r", host_workers=0
+        )
+
+    write()
+    late_configs = set(tables["small"].to_arrow().column("vector_config").to_pylist())
+    blended.blend = 0.5
+    write()
+    rows = tables["small"].to_arrow().sort_by([("doc_id", "ascending"), ("chunk_index", "ascending")])
+    want = blended.chunk_granularities(TEXTS, strategies, doc_ids=["d0", "d1"])
+    np.testing.assert_array_equal(
+        np.asarray(rows.column("vector").to_pylist(), dtype=np.float32),
+        np.concatenate([w["small"].vectors for w in want]),
+    )
+    assert {json.loads(p)["blend"] for p in rows.column("strategy_params").to_pylist()} == {0.5}
+    assert not set(rows.column("vector_config").to_pylist()) & late_configs

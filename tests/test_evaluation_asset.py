@@ -178,6 +178,8 @@ def test_demo_evaluation_prints_the_generated_set_table(chunker: LateChunker, tm
     assert "generated context-dependent set (40 documents" in text
     assert "| late sentences32 |" in text and "| naive sentences32 |" in text and "120 queries" in text
     assert "| small-to-big sentences32 -> sentences128 |" in text and "\nbest late chunking on nDCG@10: " in text
+    assert "| small-to-big blend a=0.5 sentences32 -> sentences128 |" in text
+    assert "\nbest configuration on nDCG@10: " in text and "select it with: blend=" in text
     assert (tmp_path / "context.jsonl").read_text().count("\n") == 120
 
 

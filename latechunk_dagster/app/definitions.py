@@ -14,6 +14,7 @@ from latechunk_dagster import LateChunkTranslator, late_chunk_assets
 from latechunk_dagster.app import settings
 from latechunk_dagster.app.demo_queries import demo_granularities
 from latechunk_dagster.app.settings import shipped_model_path
+from latechunk_dagster.core.blending import DEFAULT_BLEND
 from latechunk_dagster.integration.resources import DocumentStoreResource, LanceDBResource, VLLMEngineResource
 from latechunk_dagster.integration.translator import LateChunkTableProps
 from latechunk_dagster.sources.files import DocumentStore
@@ -38,7 +39,8 @@ class DemoDocumentStoreResource(DocumentStoreResource):
 def default_resources() -> dict[str, dg.ConfigurableResource]:
     store_path, build_demo = settings.document_store()
     return {
-        "engine": VLLMEngineResource(model=shipped_model_path()),
+        # blended vectors searched small-to-big: the default that does not lose to chunks alone (issue 48)
+        "engine": VLLMEngineResource(model=shipped_model_path(), blend=DEFAULT_BLEND),
         "lancedb": LanceDBResource(uri=settings.lancedb_uri()),
         "store": DemoDocumentStoreResource(path=store_path, build_demo=build_demo),
     }

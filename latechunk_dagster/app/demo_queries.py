@@ -391,6 +391,7 @@ def run_demo_evaluation(chunker: Any, *, k: int = 10, write_to: Path | None = No
             report.markdown(),
             report.caption(),
             report.verdict(),
+            report.best(),
         ]
     )
 

@@ -48,6 +48,13 @@ WHOLE = 1 << 30
 #: The weight of the late vector when none is given: pure late chunking (today's vectors).
 LATE = 1.0
 
+#: The weight the embedded default (``make demo``, :mod:`latechunk_dagster.app.definitions`) writes with,
+#: searched small-to-big: measured by ``bench/blend_eval.py`` (bench/README.md, 2026-12-07) as the
+#: configuration that is not below naive chunks on the demo's lookup queries and keeps at least 85% of
+#: late chunking's gain on its context-dependent queries. A short-context model and lookup queries
+#: favour the blend; long-context models and context-dependent queries favour late (docs/querying.md).
+DEFAULT_BLEND = 0.5
+
 
 def check_blend(value: Any) -> float:
     """``value`` as a blend weight: a real number in ``[0, 1]`` (``1``: late chunking, ``0``: naive).

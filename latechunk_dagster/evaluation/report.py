@@ -353,7 +353,7 @@ class GranularityEvalReport:
         parts = ", ".join(f"{g} {self.strategies.get(g, '?')}: {self.chunks[g]}" for g in self.granularities)
         text = (
             f"{len(self.queries)} queries; chunks per granularity ({parts}); exact cosine top-{self.k}; "
-            f"small-to-big: matched on a granularity's late vectors, the first {self.k} distinct parents "
+            f"small-to-big: matched on a granularity's late (or blended) vectors, the first {self.k} distinct parents "
             f"judged; percent; CI: {self.bootstrap_samples} bootstrap resamples of the queries, seed {self.seed}"
         )
         hybrid = any(m.startswith("hybrid_") for m in self.scores)
