@@ -196,8 +196,8 @@ def _span(text: str, sentence: str) -> str:
     return found.group(0) if found else ""
 
 
-def real_quality(text: str, pages: int) -> dict[str, str]:
-    lines = text.split("\n")
+def real_quality(text: str) -> dict[str, str]:
+    lines = text.split("\n")[1:]  # the first line: the document's title on its title page
     heads = sum(1 for line in lines if re.match(r"^(Chapter \d+:|Appendix [A-Z]:|Shared MIME-info Database$)", line))
     numbers = sum(1 for line in lines if re.fullmatch(r"\s*(\d{1,3}|[ivx]{1,5})\s*", line))
     leaders = sum(1 for line in lines if re.search(r"(\. ?){4,}", line))
@@ -265,7 +265,7 @@ def main() -> None:
         print("\nreal PDFs: lines kept (rules 1 -> rules 2); page breaks inside a sentence that read on (rules 2)")
         for path in real:
             data = path.read_bytes()
-            old, new = real_quality(rules_1(data), 0), real_quality(convert_pdf(data).text, 0)
+            old, new = real_quality(rules_1(data)), real_quality(convert_pdf(data).text)
             kept = ", ".join(f"{k} {old[k]} -> {new[k]}" for k in old)
             print(f"- {path.name}: {kept}; read on {breaks_read_on(data)}")
     files = [b.data for b in books] + [p.read_bytes() for p in real]

@@ -92,6 +92,16 @@ def test_running_heads_are_found_by_repetition_with_digits_normalised() -> None:
     assert two_pages.text == "Short Book\nOne.\n\nShort Book\nTwo."  # 2 pages: not a repetition yet
 
 
+def test_the_running_heads_words_elsewhere_on_a_page_stay() -> None:
+    """The document's title on its title page is the running head's words, lower on the page than the
+    heads: it stays (as the top heading), the heads go; a numbered section heading at that height
+    on a later page is no head either (it carries no page number, only a section number)."""
+    intro, second, third = (f"The {n} page of the guide, in the body's size." for n in ("first", "second", "third"))
+    pages = [[(HEAD, 20, True), intro], [second], [("1.3. Third part", 20, True), third]]
+    out = convert("titled.pdf", book_pdf_bytes(pages, head=HEAD + "  {page}"))
+    assert out.text == f"# {HEAD}\n{intro}\n\n{second}\n\n# 1.3. Third part\n{third}"
+
+
 def test_an_outline_title_that_is_not_utf16_is_read_and_its_shard_written(tmp_path: Path) -> None:
     """Issue 47 kind 1: ``/Title <FEFFD800>`` (a BOM, a lone high surrogate) makes pypdfium2's
     ``get_title()`` raise UnicodeDecodeError; the title is read with U+FFFD, the file converts, and

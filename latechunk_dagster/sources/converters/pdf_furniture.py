@@ -3,7 +3,8 @@
 - **Running headers and footers**: a line at the top or bottom of its page (one of the page's first
   or last :data:`EDGE_LINES` lines, or inside the top / bottom :data:`MARGIN` of the page) whose text,
   with its digits normalised (``Chapter 4: Function reference 12`` and ``... 13`` are one), is at the
-  edge of :data:`REPEATS` or more pages. A chapter's head on a chapter of one or two pages repeats
+  edge of :data:`REPEATS` or more pages, at the height most of them sit at (the same words elsewhere,
+  such as the document's title on its title page, stay). A chapter's head on a chapter of one or two pages repeats
   less: a top or bottom line at the height (within :data:`SAME_Y` points) where repeated heads sit,
   and that carries a page number at one end, is a head too.
 - **Bare page numbers**: an edge line that is only a page number (``12``, ``- 12 -``, ``xii``,
@@ -30,7 +31,7 @@ SAME_Y = 1.5
 
 _PAGE_NUMBER = re.compile(r"^[\W_]*(?:page\s*)?(?:\d{1,5}|[ivxlcdm]{1,8})(?:\s*(?:of|/)\s*\d{1,5})?[\W_]*$", re.I)
 _DOT_LEADER = re.compile(r"(?:\.\s?){4,}\s*(?:\d{1,5}|[ivxlcdm]{1,8})?\s*$", re.I)
-_NUMBER_AT_END = re.compile(r"^\W*\d{1,5}\b|\b\d{1,5}\W*$")
+_NUMBER_AT_END = re.compile(r"^\W*\d{1,5}\b(?![.:]\d)|\b\d{1,5}\W*$")  # a page number, not "1.3." first
 
 
 def normalised(text: str) -> str:
@@ -47,22 +48,29 @@ def furniture(pages: Sequence[Sequence[Line]], heights: Sequence[float]) -> list
         heights: each page's height in points (its margins are :data:`MARGIN` of it).
     """
     edges = [_edge_lines(lines, height) for lines, height in zip(pages, heights, strict=True)]
-    seen: dict[str, set[int]] = defaultdict(set)
+    seen: dict[str, list[float]] = defaultdict(list)  # key -> the height of each page's line of it
+    pages_of: dict[str, set[int]] = defaultdict(set)
     for p, (lines, edge) in enumerate(zip(pages, edges, strict=True)):
         for k in edge:
             key = normalised(lines[k].text)
             if re.search(r"[^\W\d_#]", key):  # a line of letters (bare numbers are the next rule's)
-                seen[key].add(p)
-    repeated = {key for key, where in seen.items() if len(where) >= REPEATS}
+                pages_of[key].add(p)
+                if lines[k].has_boxes:
+                    seen[key].append(lines[k].top)
+    repeated = {key: _usual(seen[key]) for key, where in pages_of.items() if len(where) >= REPEATS}
     out: list[dict[int, str]] = []
     heads_y: list[float] = []
     for lines, edge in zip(pages, edges, strict=True):
         found: dict[int, str] = {}
         for k in edge:
-            if normalised(lines[k].text) in repeated:
+            key = normalised(lines[k].text)
+            if key in repeated:
+                usual = repeated[key]
+                if usual is not None and lines[k].has_boxes and abs(lines[k].top - usual) > SAME_Y:
+                    continue  # the same words elsewhere on the page: the title on the title page
                 found[k] = "running"
-                if lines[k].has_boxes:
-                    heads_y.append(lines[k].top)
+                if usual is not None:
+                    heads_y.append(usual)
             elif _PAGE_NUMBER.match(lines[k].text):
                 found[k] = "page_number"
         out.append(found)
@@ -77,6 +85,11 @@ def furniture(pages: Sequence[Sequence[Line]], heights: Sequence[float]) -> list
             if k not in found and (". ." in line.text or "...." in line.text) and _DOT_LEADER.search(line.text):
                 found[k] = "dot_leader"
     return out
+
+
+def _usual(tops: list[float]) -> float | None:
+    """The height most of a running head's lines sit at (their median), ``None`` without boxes."""
+    return float(sorted(tops)[len(tops) // 2]) if tops else None
 
 
 def _edge_lines(lines: Sequence[Line], height: float) -> list[int]:
