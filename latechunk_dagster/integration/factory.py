@@ -160,7 +160,8 @@ def late_chunk_assets(
         queries: a labeled query file (JSONL, :mod:`latechunk_dagster.evaluation.queries`): adds the
             ``retrieval_eval`` asset (late vs naive on this table; with ``strategies``, every
             granularity side by side with small-to-big) and its check ``late_not_below_naive``
-            (fails when late nDCG@k, of the finest granularity, is below naive by more than
+            (a warning when the table's default configuration, small-to-big at its blend weight where
+            there are granularities, is below naive nDCG@k of the finest granularity by more than
             ``eval_margin`` points).
         generations: put the table definition under generations (:mod:`latechunk_dagster.sink.generations`,
             contract section 8): a run whose vector configuration is new writes a generation of its
