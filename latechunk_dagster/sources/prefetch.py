@@ -27,8 +27,9 @@ R = TypeVar("R")
 
 #: Fetches in flight by default, by where the store is: a local disk gains little past a few (and
 #: a spinning one loses), an object store's throughput grows with requests in flight (rclone's
-#: ``--transfers``, s5cmd's workers); 32 reached 0.9 of the no-latency rate at 25 ms a request
-#: (bench/README.md, 2026-12-07).
+#: ``--transfers``, s5cmd's workers); with 32, a shard of 1,000 small objects read at 0.79 of its
+#: no-latency rate with 25 ms a request, and 5.6x a one-at-a-time read without latency
+#: (``bench/bucket_reads.py``, bench/README.md, 2026-12-07).
 READ_CONCURRENCY: dict[str, int] = {"local": 4, "object": 32}
 
 #: Bytes of fetched files held at most (by the listing's sizes; one file larger than this is

@@ -54,7 +54,7 @@ from latechunk_dagster.sources.documents import (
     strip_bom,
 )
 from latechunk_dagster.sources.listing import key_problem
-from latechunk_dagster.sources.storage import open_input, retried
+from latechunk_dagster.sources.storage import PinnedReader, open_input, retried
 
 #: What reading a JSONL stream raises where it breaks (pyarrow: a compressed stream cut off or corrupt,
 #: "Truncated compressed stream"; an object's connection lost): the rest of the file is not read.
@@ -196,6 +196,8 @@ def jsonl_rows(file: Path, lines: Iterable[tuple[int, int]] | None = None) -> It
             numbered = enumerate(handle, start=1) if lines is None else _seek_lines(handle, lines)
             for number, raw in numbered:
                 row = jsonl_row(raw, number, name)
+                if isinstance(row, RejectedRow) and isinstance(handle, PinnedReader):
+                    handle.check_unchanged()  # a bad line may be the seam of two versions: say so instead
                 if row is not None:
                     yield row
     except _STREAM_ERRORS as exc:  # a compressed stream cut off or corrupt, a lost connection: the rest is not read
