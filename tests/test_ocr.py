@@ -60,6 +60,28 @@ def test_ocr_is_a_setting_of_the_built_in_pdf_converter(tmp_path: Path) -> None:
         _store(tmp_path / "store", converters={".pdf": ShoutingPdf()}, ocr=True)
 
 
+def test_with_ocr_only_the_pages_without_a_text_layer_are_read_by_ocr() -> None:
+    """A PDF of a typed page and a scanned one: the typed page's text is its text layer's, the
+    scanned page's Tesseract's, each page starting where ``pages`` says."""
+    import io
+
+    from pypdf import PdfReader, PdfWriter
+
+    from latechunk_dagster.sources.converters.registry import store_converters
+    from tests.document_files import pdf_bytes
+
+    typed = ["Pumps are tested before they ship."]
+    writer = PdfWriter()
+    for data in (pdf_bytes([typed]), scanned_pdf_bytes([OWLS])):
+        writer.append(PdfReader(io.BytesIO(data)))
+    out = io.BytesIO()
+    writer.write(out)
+    converted = store_converters(ocr=True).convert("mixed.pdf", out.getvalue())
+    assert converted.pages is not None and len(converted.pages) == 2
+    first, second = converted.text[: converted.pages[1]], converted.text[converted.pages[1] :]
+    assert first.strip() == typed[0] and all(line in second for line in OWLS), converted.text
+
+
 def test_with_ocr_a_scanned_pdf_is_read_and_its_chunks_found(chunker: LateChunker, tmp_path: Path) -> None:
     store = _store(tmp_path / "store", ocr=True)
     scan = next(d for d in store.read_shard("docs") if d.doc_id == "docs/scan.pdf")
