@@ -43,6 +43,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from latechunk_dagster.core.chunk_ranges import chunks_from_spans  # noqa: E402
+from latechunk_dagster.core.chunking.base import Span  # noqa: E402
 from latechunk_dagster.core.tokenization import Tokenization, tokenize_document  # noqa: E402
 
 RUST = Path.home() / ".rustup/toolchains/stable-x86_64-unknown-linux-gnu/share/doc/rust/html"
@@ -130,6 +131,7 @@ def fences(text: str) -> list[tuple[int, int]]:
 
 def measure(text: str, tokens: Tokenization, spans: list[Any], budget: int) -> dict[str, int]:
     """The counts of one document's chunks (module docstring)."""
+    spans = [Span(s.start, s.end, s.headings, getattr(s, "word_cut", False)) for s in spans]  # old: no word_cut
     chunks = chunks_from_spans(text, tokens, spans)
     starts = [c.char_range[0] for c in chunks if c.char_range is not None]
     heads = heading_lines(text)

@@ -176,7 +176,12 @@ def chunk_of_each_token(tokens: Tokenization, boundaries: Sequence[int]) -> list
 
 def segment_of_each_token(tokens: Tokenization, boundaries: Sequence[int]) -> np.ndarray:
     """:func:`chunk_of_each_token` as an int64 ``[n_tokens]`` array (no Python object per token)."""
-    starts, _ = tokens.offset_arrays()
+    return segment_of_starts(tokens.offset_arrays()[0], boundaries)
+
+
+def segment_of_starts(starts: np.ndarray, boundaries: Sequence[int]) -> np.ndarray:
+    """:func:`segment_of_each_token` of tokens given by their start offsets (int ``[n]``, -1: no source);
+    a slice of a document's starts maps as that run of tokens alone (it must hold a sourced token)."""
     sourced = np.flatnonzero(starts >= 0)
     # segment of each sourced token: bisect_right(boundaries, start), all at once
     seg = np.searchsorted(np.asarray(boundaries, dtype=np.int64), starts[sourced], side="right")

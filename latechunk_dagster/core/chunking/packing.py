@@ -17,13 +17,13 @@ starts with headings carries the path of the text after them (``# Spec`` then ``
 
 from __future__ import annotations
 
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
 from functools import cached_property
 
 import numpy as np
 
-from latechunk_dagster.core.chunking.base import Span, segment_of_each_token, spans_from_segments
+from latechunk_dagster.core.chunking.base import Span, segment_of_each_token, segment_of_starts, spans_from_segments
 from latechunk_dagster.core.chunking.segmenters import sentence_starts
 from latechunk_dagster.core.chunking.structure import Block, drop_number_ends, heading_paths, markdown_blocks
 from latechunk_dagster.core.chunking.words import split_at_words, token_features
@@ -98,10 +98,7 @@ class Packer:
     def _top_units(self, blocks: list[Block], by: str) -> list[tuple[int, str, tuple[int, ...]]]:
         """``(char start, kind, parts)`` of each top-level unit, in order."""
         out: list[tuple[int, str, tuple[int, ...]]] = []
-        sents: list[int] = []
-        if by == "sentences" and blocks:
-            skip = bom_length(self.text)
-            sents = sentence_starts(self.text[skip:], self.language, base=skip, segmenter=self.segmenter)
+        sents = self.sentences if by == "sentences" and blocks else []
         for b in blocks:
             if by == "sentences" and b.kind in ("paragraph", "other"):
                 inside = sents[bisect_right(sents, b.start) : bisect_right(sents, b.end - 1)]
@@ -142,12 +139,11 @@ class Packer:
         child = _CHILD.get(u.kind)
         a, b = u.region
         if child == "sentence":
-            lo = max(u.body, bom_length(self.text))  # a leading BOM is not text (pySBD splits "\ufeffMr." off)
-            found = sentence_starts(self.text[lo:b], self.language, base=lo, segmenter=self.segmenter)
-            cuts = drop_number_ends(self.text, [s for s in found if s > lo], lo)
+            sents = self.sentences
+            cuts = drop_number_ends(self.text, sents[bisect_right(sents, u.body) : bisect_left(sents, b)], u.body)
         else:
             cuts = [p for p in u.parts if u.body < p < b] if child else []
-        pieces = _cut(self.tokens, u.span, cuts) if cuts else []
+        pieces = _cut(self.tokens.offset_arrays()[0], u.span, cuts) if cuts else []
         if len(pieces) <= 1:
             first = u.span.start
             if u.body > a:  # glued headings: never cut in or right after them
@@ -199,6 +195,13 @@ class Packer:
         return final
 
     @cached_property
+    def sentences(self) -> list[int]:
+        """Where the document's sentences start (the segmenter on the whole text, once; a leading BOM is
+        not text: pySBD would split ``"\ufeffMr."`` off)."""
+        skip = bom_length(self.text)
+        return sentence_starts(self.text[skip:], self.language, base=skip, segmenter=self.segmenter)
+
+    @cached_property
     def features(self) -> tuple[list[int], list[int]]:
         """The rank of a cut before each token (:func:`~latechunk_dagster.core.chunking.words.token_features`),
         and how many tokens before each position start with a letter or digit (``[n + 1]``)."""
@@ -243,8 +246,9 @@ def _glue_headings(units: list[Unit]) -> list[Unit]:
     return out
 
 
-def _cut(tokens: Tokenization, span: Span, cuts: list[int]) -> list[tuple[Span, int]]:
-    """Tokens of ``span`` cut at characters ``cuts`` (contract section 2); each piece with its segment index."""
-    seg = segment_of_each_token(tokens.slice(span.start, span.end), cuts)
+def _cut(starts: np.ndarray, span: Span, cuts: list[int]) -> list[tuple[Span, int]]:
+    """Tokens of ``span`` (the document's token ``starts``) cut at characters ``cuts`` (contract section 2);
+    each piece with its segment index."""
+    seg = segment_of_starts(starts[span.start : span.end], cuts)
     pieces = spans_from_segments(seg)
     return [(Span(span.start + p.start, span.start + p.end, span.headings), int(seg[p.start])) for p in pieces]

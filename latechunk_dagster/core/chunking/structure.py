@@ -152,7 +152,7 @@ class _Scanner:
         self.out: list[Block] = []
 
     def line(self, i: int) -> str:
-        return self.text[max(self.lines[i], self.skip) : self.lines[i + 1]]
+        return self.text[self.lines[i] if i else self.skip : self.lines[i + 1]]
 
     def blocks(self) -> list[Block]:
         i, n = 0, len(self.lines) - 1
