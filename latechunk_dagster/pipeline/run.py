@@ -24,7 +24,8 @@ from latechunk_dagster.core.results import ChunkedDocument
 from latechunk_dagster.pipeline.accounting import PartitionReport, account_results, token_count
 from latechunk_dagster.pipeline.progress import ProgressMeter
 from latechunk_dagster.sink.rows import rejection_row
-from latechunk_dagster.sources.documents import Document, RejectedRow
+from latechunk_dagster.sources.documents import Document, RejectedRow, converted_vector_config
+from latechunk_dagster.sources.stamps import UnchangedFile
 
 
 class LightList(list):
@@ -50,6 +51,11 @@ class RunState:
     needs: dict[str, tuple[str, ...]] = field(default_factory=dict)
     #: per granularity: encoded documents whose rows in that table stay (its table did not need them)
     kept: dict[str, set[str]] = field(default_factory=dict)
+    #: files neither fetched nor converted: their source stamp equals their rows' (a subset of ``skipped``)
+    unfetched: int = 0
+    #: documents skipped by ``doc_sha256`` whose file's source stamp is not their rows' (a touched file,
+    #: or one whose stamp was unsure): ``{doc_id: stamp}``, written on their rows at the commit
+    restamp: dict[str, str] = field(default_factory=dict)
 
 
 class TokenEstimate:
@@ -117,11 +123,37 @@ class PartitionRun:
         """doc_ids with rows in any granularity table before the call."""
         return set().union(*self.existing.values())
 
-    def admit(self, item: Document | RejectedRow) -> Document | None:
-        """Record one item read; the document to encode, or ``None`` (a reader's rejection, or a
-        document whose text and vector configuration equal its stored rows' in every granularity table)."""
+    def unchanged(self, doc_id: str, stamp: str, lineages: frozenset[str | None]) -> str | None:
+        """The stored ``doc_sha256`` of a file whose rows are current in every granularity table (the
+        same source stamp, a vector configuration of this run's with one of ``lineages``' converters),
+        else ``None``: the store fetches it (:class:`~latechunk_dagster.sources.stamps.ShardItems`).
+        Never one with ``force``."""
+        if self.force:
+            return None
+        shas = set()
+        for g, config in self.configs.items():
+            stored = self.existing[g]
+            if getattr(stored, "stamps", {}).get(doc_id) != stamp or doc_id not in stored:
+                return None
+            sha, vector_config = stored[doc_id]
+            if vector_config not in {converted_vector_config(config, lineage) for lineage in lineages}:
+                return None
+            shas.add(sha)
+        return shas.pop() if len(shas) == 1 else None
+
+    def admit(self, item: Document | RejectedRow | UnchangedFile) -> Document | None:
+        """Record one item read; the document to encode, or ``None`` (a reader's rejection, a file not
+        fetched (:meth:`unchanged`), or a document whose text and vector configuration equal its stored
+        rows' in every granularity table)."""
         st = self.state
         st.items_read += 1
+        if isinstance(item, UnchangedFile):
+            st.fingerprint_pairs.append(Document(item.doc_id, "", item.sha256))
+            st.present.add(item.doc_id)
+            st.skipped.add(item.doc_id)
+            st.unfetched += 1
+            self.meter.add(1, 0)
+            return None
         st.fingerprint_pairs.append(item)
         if isinstance(item, RejectedRow):
             st.reader_rejections.append(item)
@@ -134,6 +166,9 @@ class PartitionRun:
         )
         if not needs:
             st.skipped.add(item.doc_id)
+            stamp = item.source_stamp
+            if stamp and any(getattr(self.existing[g], "stamps", {}).get(item.doc_id) != stamp for g in self.configs):
+                st.restamp[item.doc_id] = stamp
             self.meter.add(1, 0)
             return None
         st.needs[item.doc_id] = needs

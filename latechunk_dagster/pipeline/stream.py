@@ -172,7 +172,11 @@ class Stream:
         self.error: BaseException | None = None
 
     def stream(self, documents: Iterable[Document | RejectedRow | UnconvertedFile]) -> None:
-        """Stream every document to the staging file; raises the first error of any thread."""
+        """Stream every document to the staging file; raises the first error of any thread. A store's
+        shard (:class:`~latechunk_dagster.sources.stamps.ShardItems`) first learns which files' rows are
+        current by their source stamps (:meth:`PartitionRun.unchanged`): those are neither fetched nor converted."""
+        if hasattr(documents, "skip_unchanged") and not self.run.force:
+            documents.skip_unchanged(self.run.unchanged)
         name = self.run.partition
         engine = threading.Thread(target=self._guarded, args=(self._encode,), name=f"latechunk-engine-{name}")
         writer = threading.Thread(target=self._guarded, args=(self._write,), name=f"latechunk-write-{name}")

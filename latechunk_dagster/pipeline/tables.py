@@ -12,7 +12,7 @@ tables new and the others old, and the next run re-encodes only what a table lac
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +23,7 @@ from latechunk_dagster.core.granularities import SINGLE, Granularities
 from latechunk_dagster.pipeline.config import is_single, normalised
 from latechunk_dagster.pipeline.killpoints import killing_after_first, kills_here
 from latechunk_dagster.pipeline.run import PartitionRun
-from latechunk_dagster.sink.schema import sql_string
+from latechunk_dagster.sink.schema import chunk_schema, sql_in, sql_string
 from latechunk_dagster.sink.writes import commit_documents
 
 
@@ -50,16 +50,26 @@ def tables_of_run(granularities: Granularities | ChunkingStrategy, chunk_table: 
     return {g: chunk_table[g] for g in granularities}
 
 
-def stored_documents(table: Any, partition: str) -> dict[str, tuple[str, str | None]]:
-    """{doc_id: (doc_sha256, vector_config)} of the partition's stored documents (their first chunk)."""
+class StoredDocuments(dict):
+    """``{doc_id: (doc_sha256, vector_config)}`` of a partition's stored documents, with ``stamps``:
+    ``{doc_id: source_stamp}`` of those whose rows carry one (:mod:`latechunk_dagster.sources.stamps`;
+    none in a table written before the column)."""
+
+    def __init__(self, pairs: Any = (), stamps: dict[str, str] | None = None) -> None:
+        super().__init__(pairs)
+        self.stamps: dict[str, str] = stamps or {}
+
+
+def stored_documents(table: Any, partition: str) -> StoredDocuments:
+    """The partition's stored documents (their first chunk): :class:`StoredDocuments`, in one query."""
     where = f"partition = {sql_string(partition)} AND chunk_index = 0"
-    rows = table.search().where(where).select(["doc_id", "doc_sha256", "vector_config"]).limit(None).to_arrow()
-    return dict(
-        zip(
-            rows.column("doc_id").to_pylist(),
-            zip(rows.column("doc_sha256").to_pylist(), rows.column("vector_config").to_pylist()),
-        )
-    )
+    stamped = "source_stamp" in table.schema.names
+    columns = ["doc_id", "doc_sha256", "vector_config", *(["source_stamp"] if stamped else [])]
+    rows = table.search().where(where).select(columns).limit(None).to_arrow()
+    ids = rows.column("doc_id").to_pylist()
+    pairs = zip(ids, zip(rows.column("doc_sha256").to_pylist(), rows.column("vector_config").to_pylist()))
+    stamps = {d: s for d, s in zip(ids, rows.column("source_stamp").to_pylist()) if s} if stamped else {}
+    return StoredDocuments(pairs, stamps)
 
 
 def commit_tables(
@@ -89,8 +99,51 @@ def commit_tables(
             return reader
 
         rows = staged_rows if report.granularities[g].chunks_written else None
+        stamps = {d: s for d, s in state.restamp.items() if getattr(run.existing[g], "stamps", {}).get(d) != s}
+        rows = with_restamped_rows(table, run.partition, stamps, run.chunker.embedding_dim, rows)
         write = commit_documents(table, run.partition, rows, replaced=replaced, kept=kept)
         report.granularities[g].write = write
         if g == next(iter(tables)):
             report.write = write
     return removed
+
+
+#: Documents whose rows are read back per query when their source stamps are written (:func:`with_restamped_rows`).
+RESTAMP_BATCH = 256
+
+
+def with_restamped_rows(
+    table: Any,
+    partition: str,
+    stamps: Mapping[str, str],
+    dim: int,
+    rows: Callable[[], pa.RecordBatchReader] | None,
+) -> Callable[[], pa.RecordBatchReader] | None:
+    """``rows`` followed by the stored rows of the documents of ``stamps`` with their new source stamp
+    (a touched but identical file, or one whose stamp was unsure: kept, not re-encoded, its stamp
+    recorded in the same one commit so the next run does not fetch it). Read back from ``table``
+    ``RESTAMP_BATCH`` documents a query, as a stream; ``rows`` itself when ``stamps`` is empty."""
+    if not stamps:
+        return rows
+    schema = chunk_schema(dim)
+    ids = sorted(stamps)
+
+    def restamped() -> Iterator[pa.RecordBatch]:
+        for k in range(0, len(ids), RESTAMP_BATCH):
+            where = f"partition = {sql_string(partition)} AND {sql_in('doc_id', ids[k : k + RESTAMP_BATCH])}"
+            got = table.search().where(where).select(schema.names).limit(None).to_arrow()
+            column = pa.array([stamps[d] for d in got.column("doc_id").to_pylist()], pa.string())
+            got = got.set_column(got.schema.get_field_index("source_stamp"), "source_stamp", column)
+            yield from got.select(schema.names).cast(schema).to_batches()
+
+    def source() -> pa.RecordBatchReader:
+        first = rows() if rows is not None else None
+        batches = iter(()) if first is None else iter(first)
+        return pa.RecordBatchReader.from_batches(schema, _chain(batches, restamped()))
+
+    return source
+
+
+def _chain(*parts: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    for part in parts:
+        yield from part

@@ -193,11 +193,11 @@ def migrate(table: Any, schema: pa.Schema) -> list[str]:
 
     A table written by an earlier version has a prefix of ``schema``'s columns (and maybe columns a user
     added, not counted). Nullable string and int32 columns (``vector_config``, ``granularity``,
-    ``parent_chunk_id``, ``converter``, ``page_start``, ``page_end``) are added as nulls, and a nullable
-    list column last (``boxes``) as nulls by its Arrow type in a second commit; the derived
+    ``parent_chunk_id``, ``converter``, ``page_start``, ``page_end``, ``source_stamp``) are added as nulls, and a
+    nullable list column (``boxes``) as nulls by its Arrow type in a commit of its own, in order; the derived
     ones (``id``, ``metadata``: :data:`~latechunk_dagster.sink.schema.DERIVED_COLUMNS`) are computed
-    from each row's other columns. All of them go in ONE LanceDB ``add_columns`` with SQL expressions
-    (``CAST(NULL AS STRING)`` for a null column), in the schema's order: one commit that writes new
+    from each row's other columns. Each run of them between list columns goes in ONE LanceDB ``add_columns``
+    with SQL expressions (``CAST(NULL AS STRING)`` for a null column), in the schema's order: a commit that writes new
     column files beside the existing ones (the vectors and other columns are not rewritten); a
     concurrent writer that migrates the same table first makes it a no-op. A table whose pipeline
     columns are not such a prefix (a user dropped one) is left alone: :func:`open_or_create` refuses it,
@@ -207,24 +207,28 @@ def migrate(table: Any, schema: pa.Schema) -> list[str]:
     if ours != schema.names[: len(ours)]:
         return []
     missing = schema.names[len(ours) :]
-    expressions: dict[str, str] = {}
-    nulls: list[pa.Field] = []  # a nullable column of a type SQL cannot cast NULL to (the list ``boxes``)
+    # consecutive runs of SQL columns, each list column (``boxes``: SQL cannot cast NULL to it) a commit
+    # of its own by its Arrow type, in the schema's order (``source_stamp`` after ``boxes``)
+    steps: list[dict[str, str] | list[pa.Field]] = []
     for name in missing:
         field = schema.field(name)
         if name in DERIVED_COLUMNS:
-            expressions[name] = DERIVED_COLUMNS[name]
+            expression = DERIVED_COLUMNS[name]
         elif field.nullable and field.type == pa.string():
-            expressions[name] = "CAST(NULL AS STRING)"
+            expression = "CAST(NULL AS STRING)"
         elif field.nullable and field.type == pa.int32():
-            expressions[name] = "CAST(NULL AS INT)"
-        elif field.nullable and pa.types.is_list(field.type) and name == missing[-1]:
-            nulls.append(field)
+            expression = "CAST(NULL AS INT)"
+        elif field.nullable and pa.types.is_list(field.type):
+            steps.append([field])
+            continue
         else:
             return []  # not an earlier layout of this schema: refused by the schema comparison
-    if expressions:
-        _add_columns(table, expressions, f"add columns {list(expressions)} to {table.name!r}")
-    if nulls:  # an all-null column by its Arrow type: a second commit, after the columns before it
-        _add_columns(table, nulls, f"add columns {[f.name for f in nulls]} to {table.name!r}")
+        if not steps or not isinstance(steps[-1], dict):
+            steps.append({})
+        steps[-1][name] = expression  # type: ignore[index]
+    for step in steps:
+        names = list(step) if isinstance(step, dict) else [f.name for f in step]
+        _add_columns(table, step, f"add columns {names} to {table.name!r}")
     return list(missing)
 
 

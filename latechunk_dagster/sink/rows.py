@@ -140,6 +140,7 @@ def chunk_batch(
         [None if b is None else [dict(zip(BOX_KEYS, box, strict=True)) for box in b] for b in boxes],
         schema.field("boxes").type,
     )
+    columns["source_stamp"] = pa.array([doc.source_stamp for doc, _, _ in chunks], pa.string())
     # the columns of the stock LangChain / LlamaIndex stores: copies of the ones above (sink.schema)
     columns["id"] = columns["chunk_id"]
     columns["metadata"] = pa.StructArray.from_arrays(

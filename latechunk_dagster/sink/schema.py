@@ -113,6 +113,10 @@ def chunk_schema(dim: int) -> pa.Schema:
             # one line), the union of its characters' boxes (sources.converters.pdf_boxes); NULL for
             # other documents; nullable and last, so an older table gains it as NULL (sink.creation.migrate)
             pa.field("boxes", pa.list_(BOX_TYPE)),
+            # what the store's listing said of the document's file when it was read (issue 49: size and
+            # times, sources.stamps), so a run neither fetches nor converts a file whose stamp is
+            # unchanged; NULL for table rows and unsure stamps; nullable and last (sink.creation.migrate)
+            pa.field("source_stamp", pa.string()),
         ]
     )
 

@@ -165,6 +165,9 @@ class Document:
             :class:`~latechunk_dagster.sources.converters.pdf_boxes.CharBoxes`, ~22 bytes a character,
             kept in memory only), from which the rows' ``boxes`` are made (:meth:`chunk_boxes`); ``None``
             for other documents. Not part of equality or ``sha256`` (the text is).
+        source_stamp: what the store's listing said of the document's file (size, times:
+            :mod:`~latechunk_dagster.sources.stamps`), recorded on its rows so that an unchanged file
+            is not fetched again; ``None`` for table rows and an unsure stamp. Not part of equality.
     """
 
     doc_id: str
@@ -174,6 +177,7 @@ class Document:
     converter: str | None = None
     pages: tuple[int, ...] | None = None
     boxes: CharBoxes | None = field(default=None, compare=False, repr=False)
+    source_stamp: str | None = field(default=None, compare=False, repr=False)
 
     @classmethod
     def from_text(cls, doc_id: str, text: str, chunks: ChunkList | None = None) -> Document:

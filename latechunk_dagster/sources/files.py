@@ -81,7 +81,7 @@ from latechunk_dagster.sources.documents import (
 )
 from latechunk_dagster.sources.layout import ROOT_SHARD, TEXT_SUFFIXES, Layout, directory_layout, shard_of
 from latechunk_dagster.sources.line_index import shard_lines
-from latechunk_dagster.sources.listed import file_stamp, listing_fingerprints, without_text
+from latechunk_dagster.sources.listed import file_stamp, listing_fingerprints, local_stats, without_text
 from latechunk_dagster.sources.listing import INCOMPLETE_READS, IncompleteListingError, Listing, Walk
 from latechunk_dagster.sources.prefetch import read_concurrency as read_concurrency_of
 from latechunk_dagster.sources.readers import (
@@ -91,6 +91,7 @@ from latechunk_dagster.sources.readers import (
     parquet_rows,
     shard_of_row,
 )
+from latechunk_dagster.sources.stamps import ShardItems, UnchangedCheck, UnchangedFile
 from latechunk_dagster.sources.storage import ObjectPath, ObjectStat, kind_of_location, stat_of
 from latechunk_dagster.sources.store_rows import Item, document_columns, located_document, tree_items
 from latechunk_dagster.sources.text_files import UnconvertedFile
@@ -270,9 +271,7 @@ class DocumentStore:
         ``shard`` value is a ``bad_shard`` row of the file stem's shard)."""
         return list(self.listing().skipped)
 
-    def iter_shard(
-        self, shard: str, *, defer_conversion: bool = False
-    ) -> Iterator[Document | RejectedRow | UnconvertedFile]:
+    def iter_shard(self, shard: str, *, defer_conversion: bool = False) -> ShardItems:
         """The shard's documents one at a time, in file / row order, with a :class:`RejectedRow` in
         place of each row that does not make a document (later duplicates of a doc_id included).
 
@@ -282,11 +281,17 @@ class DocumentStore:
                 for a consumer that converts elsewhere (:func:`~latechunk_dagster.pipeline.materialize_partition`
                 converts in its host worker processes). Default: converted here, in the calling thread.
 
+        Returns:
+            A :class:`~latechunk_dagster.sources.stamps.ShardItems`: a run may first ask it to skip the
+            text-tree files whose source stamps equal their rows' (``skip_unchanged``: neither fetched
+            nor converted, each an :class:`~latechunk_dagster.sources.stamps.UnchangedFile`).
+
         Raises:
             KeyError: no shard of that name (raised on the first ``next()`` for directory stores,
                 after the scan for a single-file store).
         """
-        yield from first_of_each_id(self._raw_shard(shard, defer_conversion), self._scope(shard))
+        scope = self._scope(shard)
+        return ShardItems(lambda check: first_of_each_id(self._raw_shard(shard, defer_conversion, check), scope))
 
     def read_shard_with_rejections(self, shard: str) -> tuple[list[Document], list[RejectedRow]]:
         """All of :meth:`iter_shard` at once: the documents sorted by doc_id, and the rejected rows."""
@@ -298,7 +303,7 @@ class DocumentStore:
 
     def iter_shards(
         self, shards: Sequence[str], *, defer_conversion: bool = False
-    ) -> Iterator[tuple[str, Iterator[Document | RejectedRow | UnconvertedFile]]]:
+    ) -> Iterator[tuple[str, Iterator[Document | RejectedRow | UnconvertedFile | UnchangedFile]]]:
         """``(shard, iter_shard(shard))`` for each of ``shards``, in order, without reading a
         single-file store once per shard (shards x rows in a run over many partitions): a single
         JSONL file is scanned once for where each shard's lines are (line numbers and byte offsets,
@@ -313,8 +318,15 @@ class DocumentStore:
             tree = self._layout()  # the tree is listed once, not once per shard
             for shard in shards:
                 if shard in tree.groups:
-                    items = self._files_items(tree.groups[shard], tree.gaps_of.get(shard, ()), defer_conversion)
-                    yield shard, first_of_each_id(items, self._scope(shard))
+                    files, gaps, scope = tree.groups[shard], tree.gaps_of.get(shard, ()), self._scope(shard)
+                    yield (
+                        shard,
+                        ShardItems(
+                            lambda check, f=files, g=gaps, s=scope: first_of_each_id(
+                                self._files_items(f, g, defer_conversion, check), s
+                            )
+                        ),
+                    )
                 else:
                     yield shard, self.iter_shard(shard, defer_conversion=defer_conversion)  # KeyError on next()
             return
@@ -362,9 +374,10 @@ class DocumentStore:
         changes iff a document of the shard is added, removed, renamed or edited, or a bad row
         appears, changes or is fixed. Streams (only) that shard's files (a whole single file).
 
-        In an object store nothing is read: the fingerprint is :meth:`listed_fingerprints`'."""
-        if isinstance(self.path, ObjectPath):
-            every = self.listed_fingerprints()
+        In an object store nothing is read: the fingerprint is :meth:`listed_fingerprints`'; nor in a
+        local text tree: its files' stamps (:meth:`fingerprints`)."""
+        if isinstance(self.path, ObjectPath) or (self.kind == "text" and not self._is_file()):
+            every = self.listed_fingerprints() if isinstance(self.path, ObjectPath) else self._stat_fingerprints(shard)
             if shard not in every:
                 raise UnknownShardError(f"unknown shard {shard!r} in document store {self.uri}")
             return every[shard]
@@ -374,13 +387,19 @@ class DocumentStore:
         """{shard: :meth:`shard_fingerprint`} for every shard of :meth:`shards`, in one pass: a
         single-file store is read once for all its shards (memory: a doc_id and a hash per row, no
         text), a directory store's files are listed once and each read once. Time is linear in rows.
-        In an object store: :meth:`listed_fingerprints` (one listing, no object read).
+        In an object store: :meth:`listed_fingerprints` (one listing, no object read). A local text
+        tree: the same from one ``stat`` of each file (size; the newer of mtime and ctime, so a copy
+        that keeps the mtime is a change): no file is read or converted, so a sensor tick never opens
+        a PDF (issue 47 kind 1, issue 49 item 2); a touched file is a new fingerprint, and its run skips
+        it by ``doc_sha256``.
 
         Raises:
             OSError: the store's files cannot be listed.
         """
         if isinstance(self.path, ObjectPath):
             return self.listed_fingerprints()
+        if not self._is_file() and self.kind == "text":
+            return self._stat_fingerprints()
         if not self._is_file():
             tree = self._layout()
             return {
@@ -420,9 +439,19 @@ class DocumentStore:
             raise IncompleteListingError(Listing((), gaps=tuple(tree.gaps)).incomplete_reason())
         return listing_fingerprints(self.path, tree)
 
+    def _stat_fingerprints(self, shard: str | None = None) -> dict[str, str]:
+        """A local text tree's :meth:`fingerprints` (of ``shard`` alone, when given) from its files' stats."""
+        tree = self._layout()
+        if shard is not None:
+            tree.groups = {shard: tree.groups[shard]} if shard in tree.groups else {}
+        tree.stats = local_stats(f for files in tree.groups.values() for f in files)
+        return listing_fingerprints(self.path, tree)
+
     # -- layout ----------------------------------------------------------------------------------
 
-    def _raw_shard(self, shard: str, defer_conversion: bool = False) -> Iterator[Item]:
+    def _raw_shard(
+        self, shard: str, defer_conversion: bool = False, unchanged: UnchangedCheck | None = None
+    ) -> Iterator[Item]:
         if self._is_file():
             matched = False
             for row_shard, item in self._single_file_rows():
@@ -436,16 +465,20 @@ class DocumentStore:
         files = layout.groups.get(shard)
         if files is None:
             raise UnknownShardError(f"unknown shard {shard!r} in document store {self.uri}")
-        yield from self._files_items(files, layout.gaps_of.get(shard, ()), defer_conversion)
+        yield from self._files_items(files, layout.gaps_of.get(shard, ()), defer_conversion, unchanged)
 
     def _files_items(
-        self, files: list[Path], gaps: Iterable[RejectedRow] = (), defer_conversion: bool = False
+        self,
+        files: list[Path],
+        gaps: Iterable[RejectedRow] = (),
+        defer_conversion: bool = False,
+        unchanged: UnchangedCheck | None = None,
     ) -> Iterator[Item]:
         """Directory stores: :func:`~latechunk_dagster.sources.store_rows.tree_items` of ``files``."""
         return tree_items(
             self.path, self.kind, files, gaps, limits=self.limits, chunks_column=self.chunks_column,
             defer_conversion=defer_conversion, converters=self.converters, workers=self.read_concurrency,
-            sizes=self._sizes,
+            sizes=self._sizes, unchanged=unchanged,
         )  # fmt: skip
 
     @property

@@ -3,11 +3,13 @@ and the small pieces a store's fingerprints are made of."""
 
 from __future__ import annotations
 
-from pathlib import PurePath
+import os
+from collections.abc import Iterable
+from pathlib import Path, PurePath
 
 from latechunk_dagster.sources.documents import Document, key_of
 from latechunk_dagster.sources.layout import Layout
-from latechunk_dagster.sources.storage import version_of
+from latechunk_dagster.sources.storage import ObjectStat, version_of
 
 
 def listing_fingerprints(root: PurePath, tree: Layout) -> dict[str, str]:
@@ -24,6 +26,21 @@ def listing_fingerprints(root: PurePath, tree: Layout) -> dict[str, str]:
         ]
         gaps = sorted([g.where, g.sha256] for g in tree.gaps_of.get(shard, ()))
         out[shard] = key_of("listing", shard, sorted(entries), gaps)
+    return out
+
+
+def local_stats(files: Iterable[Path]) -> dict[Path, ObjectStat]:
+    """What one ``stat`` says of each local file, in a listing's form: its size and the newer of its
+    mtime and ctime in ns (a file replaced by a copy that keeps its mtime, ``cp -p``, has a new ctime);
+    ``(None, None)`` for a file that cannot be stat'ed (a read names the error). No file is opened."""
+    out = {}
+    for file in files:
+        try:
+            st = os.stat(file)
+        except OSError:
+            out[file] = ObjectStat(None, None)
+            continue
+        out[file] = ObjectStat(st.st_size, max(st.st_mtime_ns, st.st_ctime_ns))
     return out
 
 

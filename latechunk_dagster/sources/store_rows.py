@@ -5,20 +5,28 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import replace
 from pathlib import Path, PurePath
 
-from latechunk_dagster.sources.converters import ConversionLimits, Converters
+from latechunk_dagster.sources.converters import ConversionLimits, Converters, default_converters
 from latechunk_dagster.sources.documents import Document, RejectedRow, printable
 from latechunk_dagster.sources.layout import kind_of
 from latechunk_dagster.sources.listing import is_regular, not_regular_row
 from latechunk_dagster.sources.prefetch import prefetched, read_bytes_in_flight
 from latechunk_dagster.sources.readers import Row, document_from_row, jsonl_rows, parquet_rows
+from latechunk_dagster.sources.stamps import (
+    UnchangedCheck,
+    UnchangedFile,
+    reads_start_ns,
+    source_stamp,
+    stamp_margin_ns,
+)
 from latechunk_dagster.sources.storage import ObjectPath, ObjectStat
 from latechunk_dagster.sources.text_files import UnconvertedFile, fetch_text_file, text_file_document
 
 #: A document (or a document file not yet converted) and where it was read (file, or file and
 #: row), or the row's rejection.
-Item = tuple[Document | UnconvertedFile, str] | RejectedRow
+Item = tuple[Document | UnconvertedFile | UnchangedFile, str] | RejectedRow
 
 
 def document_columns(chunks_column: str | None) -> tuple[str, ...]:
@@ -52,6 +60,7 @@ def tree_items(
     converters: Converters | None = None,
     workers: int = 1,
     sizes: Mapping[PurePath, ObjectStat] | None = None,
+    unchanged: UnchangedCheck | None = None,
 ) -> Iterator[Item]:
     """A directory store's ``(document, where)`` or a rejection per row of ``files``, in order,
     after ``gaps`` (the parts of the shard the listing could not see: the run keeps the old rows).
@@ -66,10 +75,14 @@ def tree_items(
     :func:`~latechunk_dagster.sources.prefetch.read_bytes_in_flight` bytes held (by ``sizes``, the
     listing's, else the file's own), handed on in order (:func:`~latechunk_dagster.sources.prefetch.prefetched`):
     the rows are those of a sequential read. Conversion runs here, in the calling thread.
+
+    Each text-tree document carries its file's source stamp (:func:`~latechunk_dagster.sources.stamps.source_stamp`);
+    ``unchanged`` (a run's check, :class:`~latechunk_dagster.sources.stamps.ShardItems`): a file it
+    finds current is an :class:`~latechunk_dagster.sources.stamps.UnchangedFile`, neither fetched nor converted.
     """
     yield from gaps
     if kind == "text":
-        yield from _text_items(root, files, limits, defer_conversion, converters, workers, sizes or {})
+        yield from _text_items(root, files, limits, defer_conversion, converters, workers, sizes or {}, unchanged)
         return
     for file in files:
         what = is_regular(file)
@@ -90,8 +103,12 @@ def _text_items(
     converters: Converters | None,
     workers: int,
     sizes: Mapping[PurePath, ObjectStat],
+    unchanged: UnchangedCheck | None = None,
 ) -> Iterator[Item]:
     """A text tree's files: fetched concurrently (I/O only), documents made in order (:func:`tree_items`)."""
+    start, margin = reads_start_ns(), stamp_margin_ns()  # before any read: a later write is a newer stamp
+    stamps = {file: source_stamp(file, sizes.get(file), start, margin) for file in files}
+    kept = _unchanged_files(root, stamps, converters or default_converters(), unchanged) if unchanged else {}
 
     def fetch(file: Path) -> bytes | RejectedRow:
         what = is_regular(file)
@@ -110,11 +127,52 @@ def _text_items(
         except OSError:
             return 0
 
-    fetched = prefetched(files, fetch, workers=workers, size=size, max_bytes=read_bytes_in_flight())
-    for file, data in fetched:
-        if isinstance(data, RejectedRow):
-            yield data
+    wanted = [file for file in files if file not in kept]
+    fetched = prefetched(wanted, fetch, workers=workers, size=size, max_bytes=read_bytes_in_flight())
+    try:
+        for file in files:
+            if file in kept:
+                yield kept[file], kept[file].where
+                continue
+            _, data = next(fetched)
+            if isinstance(data, RejectedRow):
+                yield data
+                continue
+            doc_id = file.relative_to(root).as_posix()
+            doc = text_file_document(
+                file, doc_id, data, limits, defer_conversion=defer_conversion, converters=converters
+            )
+            if isinstance(doc, RejectedRow):
+                yield doc
+                continue
+            stamp = stamps.get(file)
+            yield (replace(doc, source_stamp=stamp) if stamp else doc), printable(str(file))
+    finally:
+        fetched.close()  # a consumer that stops early: the fetches not started are cancelled
+
+
+def accepted_lineages(converters: Converters, name: str) -> frozenset[str | None]:
+    """The converter lineages whose rows of the file ``name`` stand: every converter of the store
+    (content sniffing may pick another than the suffix's: a PDF saved as ``.html``), and ``None``
+    (text read as it is) unless a converter reads the suffix (one added for ``.txt`` re-reads those files)."""
+    every: set[str | None] = {f"{c.name}/{c.version}" for c in converters.by_suffix.values()}
+    return frozenset(every if converters.for_name(name) is not None else every | {None})
+
+
+def _unchanged_files(
+    root: PurePath, stamps: Mapping[Path, str | None], converters: Converters, check: UnchangedCheck
+) -> dict[Path, UnchangedFile]:
+    """The files ``check`` finds current (their stamp and converter lineage those of their rows)."""
+    lineages: dict[str, frozenset[str | None]] = {}
+    out: dict[Path, UnchangedFile] = {}
+    for file, stamp in stamps.items():
+        if stamp is None:
             continue
+        suffix = file.suffix.lower()
+        if suffix not in lineages:
+            lineages[suffix] = accepted_lineages(converters, file.name)
         doc_id = file.relative_to(root).as_posix()
-        doc = text_file_document(file, doc_id, data, limits, defer_conversion=defer_conversion, converters=converters)
-        yield doc if isinstance(doc, RejectedRow) else (doc, printable(str(file)))
+        sha = check(doc_id, stamp, lineages[suffix])
+        if sha is not None:
+            out[file] = UnchangedFile(doc_id, sha, printable(str(file)))
+    return out

@@ -11,7 +11,7 @@ file (PDF, DOCX, PPTX, HTML) converted to Markdown (:mod:`latechunk_dagster.sour
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePath
 
 from latechunk_dagster.core.encoding import foreign_encoding
@@ -47,10 +47,13 @@ class UnconvertedFile:
     where: str
     limits: ConversionLimits
     converters: Converters = field(default_factory=default_converters)
+    #: the file's source stamp (:mod:`~latechunk_dagster.sources.stamps`), carried to its document
+    source_stamp: str | None = None
 
     def convert(self) -> Document | RejectedRow:
-        """The document, or its rejection: :func:`document_of_file` of the file's bytes."""
-        return document_of_file(self.doc_id, self.name, self.data, self.where, self.limits, self.converters)
+        """The document (with :attr:`source_stamp`), or its rejection: :func:`document_of_file` of the file's bytes."""
+        doc = document_of_file(self.doc_id, self.name, self.data, self.where, self.limits, self.converters)
+        return replace(doc, source_stamp=self.source_stamp) if isinstance(doc, Document) and self.source_stamp else doc
 
 
 def read_text_file(
