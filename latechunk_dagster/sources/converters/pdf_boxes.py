@@ -94,15 +94,27 @@ def render_chunk(
         if not 1 <= page <= len(document):
             raise ValueError(f"page {page} of a PDF of {len(document)} pages")
         pdf_page = document[page - 1]
-        height = pdf_page.get_height()
         image = pdf_page.render(scale=scale).to_pil().convert("RGB")
         draw = ImageDraw.Draw(image, "RGBA")
         for p, x0, y0, x1, y1 in boxes:
-            if p == page:
-                xy = (x0 * scale, (height - y1) * scale, x1 * scale, (height - y0) * scale)
+            if p == page:  # page points to the bitmap's pixels as PDFium renders (crop box, /Rotate)
+                (ax, ay), (bx, by) = (_to_device(pdf_page, image.size, x, y) for x, y in ((x0, y0), (x1, y1)))
+                xy = (min(ax, bx), min(ay, by), max(ax, bx), max(ay, by))
                 draw.rectangle(xy, outline=(220, 30, 30, 255), fill=(255, 220, 0, 70), width=2)
         image.save(path, format="PNG")
         pdf_page.close()
     finally:
         document.close()
     return str(path)
+
+
+def _to_device(page: object, size: tuple[int, int], x: float, y: float) -> tuple[int, int]:
+    """A point of the page (PDF points) in the pixels of its bitmap of ``size`` (``FPDF_PageToDevice``,
+    rotation 0 as ``render`` draws it)."""
+    import ctypes
+
+    import pypdfium2.raw as pdfium_c
+
+    dx, dy = ctypes.c_int(), ctypes.c_int()
+    pdfium_c.FPDF_PageToDevice(page.raw, 0, 0, size[0], size[1], 0, x, y, ctypes.byref(dx), ctypes.byref(dy))  # type: ignore[attr-defined]
+    return dx.value, dy.value
