@@ -6,6 +6,7 @@ docs (a real mdBook site), its pages are read too.
 
 from __future__ import annotations
 
+import warnings
 from collections import Counter
 from pathlib import Path
 
@@ -86,3 +87,29 @@ def test_the_rust_book_pages_read_as_their_chapters() -> None:
         lines.update({line for line in text.split("\n") if line.strip()})
     # no line of site furniture: nothing but code-fence marks is on every page
     assert {line for line, n in lines.items() if n == len(pages)} <= {"```", "```rust", "```console", "```text"}
+
+
+def test_a_page_without_main_loses_its_frame_tables_menus_and_in_page_contents() -> None:
+    page = (
+        "<html><body><div id='banner'>SITENAME</div><header>BANNERHEADER</header>"
+        "<table><tr><td><img src='logo.png'></td><td><h1>Pumps</h1></td></tr></table>"
+        "<ul><li><a href='/a'>MENU1</a></li><li><a href='/b'>MENU2</a></li><li><a href='/c'>MENU3</a></li>"
+        "<li><a href='/d'>MENU4</a></li><li><a href='/e'>MENU5</a></li></ul>"
+        "<section><header><h2>Service<a class='mark' href='#service'>#</a></h2></header>"
+        "<ul><li><a href='#a'>TOC1</a></li><li><a href='#b'>TOC2</a></li><li><a href='#c'>TOC3</a></li></ul>"
+        "<table><tr><td>Same day repairs.</td></tr></table>"
+        "<table><tr><th>model</th><th>euro</th></tr><tr><td>P-1</td><td>900</td></tr></table>"
+        "<ul><li>valves</li><li>seals</li></ul></section></body></html>"
+    )
+    assert convert("pumps.html", page.encode()).text == (
+        "# Pumps\n\n## Service\n\nSame day repairs.\n\n"
+        "| model | euro |\n| --- | --- |\n| P-1 | 900 |\n\n- valves\n- seals"
+    )
+
+
+def test_an_xhtml_page_reads_without_a_warning() -> None:
+    page = b"<?xml version='1.0' encoding='UTF-8'?><html xmlns='http://www.w3.org/1999/xhtml'>"
+    page += b"<body><h2>Owls</h2></body></html>"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert convert("owls.xhtml.html", page).text == "# Owls"

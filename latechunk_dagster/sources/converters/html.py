@@ -22,18 +22,22 @@ The rule, in order:
    (``toc``, ``navheader``, ``nav-panel``, ``headerlink`` pilcrows, ...); and **prev/next bars**: a
    block holding two or more links marked as site navigation (``rel`` next / prev / up / index /
    home, or an ``accesskey``: texinfo's and DocBook's bars, texinfo's chapter menus) and little
-   other text, or starting with ``Next:`` / ``Previous:`` / ``Up:`` labels. A ``<header>`` outside
-   the main content is left out; inside it (an article's title) it is kept.
+   other text, or starting with ``Next:`` / ``Previous:`` / ``Up:`` labels; a page's own table of
+   contents (a list of 3+ links, all to ``#`` places on the page, nothing else); a heading's anchor
+   mark (``#``, ``¶``, ``§``). A ``<header>`` beside the main content (a child of ``<body>``) is left
+   out; inside it (an article's or a section's title) it is kept. On a page without ``<main>`` or
+   ``<article>``, lists of 5+ items that are only links (a site menu) are left out too. **Layout
+   tables** (a table holding a table or a heading, or of one column: an old site's frame) are read
+   as the blocks they hold.
 4. **Headings**: the page's own title is its top heading: the levels are shifted so that the highest
    heading of the main content is ``#`` (an mdBook chapter written as ``## Data Types`` is ``#``);
    a page without any heading gets its ``<title>`` as ``#``.
 5. **Markdown**: ``h1``-``h6`` as ATX headings, tables as pipe tables (a table without ``<th>``: its
-   first row the header), lists, code blocks fenced
-   with their language (``class="language-rust"``) and indentation kept; links keep their text,
-   images are left out. Body text that Markdown would read as a block marker (``# install``,
-   ``1. step``) is escaped (:func:`~latechunk_dagster.sources.converters.base.escape_block`): a
-   paragraph's, a ``<div>``'s without blocks, and text loose beside blocks (read as the paragraph
-   a browser makes of it).
+   first row the header), lists, code blocks fenced with their language (``class="language-rust"``)
+   and indentation kept; links keep their text, images are left out. Body text that Markdown would
+   read as a block marker (``# install``, ``1. step``) is escaped
+   (:func:`~latechunk_dagster.sources.converters.base.escape_block`): a paragraph's, a ``<div>``'s
+   without blocks, and text loose beside blocks (read as the paragraph a browser makes of it).
 6. **Depth**: markdownify recurses once per element level and fails past ~330 levels
    (``RecursionError``); an element deeper than :data:`MAX_DEPTH` is read as plain text, one
    paragraph per line of its text (mail threads and generated pages nest that deep), and block
@@ -43,6 +47,7 @@ The rule, in order:
 from __future__ import annotations
 
 import re
+import warnings
 from typing import Any
 
 from latechunk_dagster.sources.converters.base import Converted, Rejection, converter_name, escape_block, tidy
@@ -89,7 +94,8 @@ FURNITURE_NAMES = frozenset(
     {"navheader", "navfooter", "toc", "nav-panel", "section-toc", "menu", "related", "sphinxsidebar"}
     | {"headerlink", "nav-wrapper", "nav-wide-wrapper", "menu-bar", "navbar", "sidebar", "breadcrumb"}
     | {"breadcrumbs", "skip-link", "searchbox", "search-box", "theme-popup", "mdbook-help-container"}
-    | {"copiable-anchor", "copiable-link", "boring"}
+    | {"copiable-anchor", "copiable-link", "boring", "footer", "navigation", "banner", "table_of_contents"}
+    | {"table-of-contents"}
 )
 
 #: ``rel`` values of links that move through a site, not through the text.
@@ -102,6 +108,7 @@ MAX_DEPTH = 120
 #: more ``>`` marks.
 MAX_QUOTE_DEPTH = 8
 
+_ANCHOR_MARKS = frozenset({"", "#", "\u00b6", "\u00a7", "\U0001f517", "\u2693"})
 _BLOCKS = ("p", "div", "table", "ul", "ol", "dl", "section", "center", "blockquote")
 _NAV_LABELS = re.compile(r"\b(?:Next|Previous|Prev|Up)\s*:", re.IGNORECASE)
 _NAV_LABEL_START = re.compile(r"^\s*(?:Next|Previous|Prev|Up)\s*:", re.IGNORECASE)
@@ -115,10 +122,12 @@ def convert_html(data: bytes) -> Converted:
     Raises:
         Rejection: ``unreadable_file`` when the parser fails on the bytes.
     """
-    from bs4 import BeautifulSoup
+    from bs4 import BeautifulSoup, XMLParsedAsHTMLWarning
 
     try:
-        soup = BeautifulSoup(decode_html(data).text, "lxml")
+        with warnings.catch_warnings():  # XHTML read as HTML (gtk-doc, DocBook): as a browser reads it
+            warnings.simplefilter("ignore", XMLParsedAsHTMLWarning)
+            soup = BeautifulSoup(decode_html(data).text, "lxml")
         root = main_content(soup)
         _flatten_deep(soup, root)
         _title_as_top_heading(soup, root)
@@ -150,9 +159,19 @@ def main_content(soup: Any) -> Any:
         element.extract()  # one inside another taken out already: taken out of that, harmless
     for element in _nav_bars(root):
         element.extract()
-    if root is soup.body or root is soup:
-        for element in root.find_all("header"):
+    if root is soup.body or root is soup:  # a page's banner; a section's own <header> (its title) stays
+        for element in root.find_all("header", recursive=False):
             element.extract()
+    for element in _in_page_tocs(root):
+        element.extract()
+    for heading in root.find_all(list(_HEADINGS)):  # a heading's own anchor mark (Node.js's "#", "§")
+        for link in heading.find_all("a", href=re.compile(r"^#")):
+            if link.get_text(strip=True) in _ANCHOR_MARKS:
+                link.extract()
+    if root is soup.body or root is soup:
+        for element in _link_menus(root):
+            element.extract()
+    _unwrap_layout_tables(root)
     root.attrs["data-page-title"] = title
     return root
 
@@ -168,6 +187,52 @@ def _is_furniture(element: Any) -> bool:
     names = attrs.get("class") or []
     names = [*names, attrs.get("id") or ""] if isinstance(names, list) else [str(names), attrs.get("id") or ""]
     return any(str(name).lower() in FURNITURE_NAMES for name in names)
+
+
+def _in_page_tocs(root: Any) -> list[Any]:
+    """Lists of ``root`` that are a page's own table of contents: 3 or more links, every one to a
+    place on the same page (``href="#..."``), and no other text."""
+    tocs = []
+    for listing in root.find_all(["ul", "ol"]):
+        if listing.find_parent(["ul", "ol"]) is not None:
+            continue
+        links = listing.find_all("a")
+        if len(links) < 3 or not all(str(link.get("href", "")).startswith("#") for link in links):
+            continue
+        if sum(len(s.strip()) for s in listing.find_all(string=True) if s.find_parent("a") is None) <= 10:
+            tocs.append(listing)
+    return tocs
+
+
+def _link_menus(root: Any) -> list[Any]:
+    """On a page without ``<main>`` or ``<article>``: lists of 5 or more items, 80% of them links and
+    nothing else (a site's menu; a list in the text holds words of its own)."""
+    menus = []
+    for listing in root.find_all(["ul", "ol"]):
+        items = listing.find_all("li", recursive=False)
+        if len(items) >= 5 and sum(_only_links(item) for item in items) >= 0.8 * len(items):
+            menus.append(listing)
+    return menus
+
+
+def _only_links(item: Any) -> bool:
+    links = item.find_all("a")
+    return bool(links) and not any(s.strip() for s in item.find_all(string=True) if s.find_parent("a") is None)
+
+
+def _unwrap_layout_tables(root: Any) -> None:
+    """A table used for layout (one holding another table or a heading, or of one column: an old
+    site's page frame and boxes) is read as the blocks it holds, not as a pipe table: its table, row
+    and cell elements become ``<div>`` s. A data table's cells hold text, lists and paragraphs, never
+    a heading or a table, side by side."""
+    for table in root.find_all("table"):
+        rows = table.find_all("tr")
+        one_column = all(len(row.find_all(["td", "th"], recursive=False)) <= 1 for row in rows)
+        if table.find(["table", *_HEADINGS]) is None and not one_column:
+            continue
+        parts = [p for p in table.find_all(["thead", "tbody", "tfoot", "tr", "td", "th", "caption"])]
+        for part in [p for p in parts if p.find_parent("table") is table] + [table]:
+            part.name = "div"
 
 
 def _nav_bars(root: Any) -> list[Any]:
