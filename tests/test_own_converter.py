@@ -164,3 +164,8 @@ def test_converters_of_the_entry_point_group_are_used_and_recorded(
 def test_a_value_that_is_not_a_converter_is_refused_naming_it(tmp_path: Path) -> None:
     with pytest.raises(TypeError, match=r"'.epub'.*is not a converter: it needs name, version and convert\(\)"):
         DocumentStore.from_path(_tree(tmp_path / "store"), converters={".epub": object()})
+
+
+def test_a_converter_for_a_table_suffix_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match=r"a converter for \['.jsonl'\]: those are table files"):
+        DocumentStore.from_path(_tree(tmp_path / "store"), converters={".JSONL": NoteConverter()})

@@ -277,7 +277,8 @@ def store_converters(
 
     Raises:
         TypeError: as :meth:`Converters.with_overrides`.
-        ValueError, ImportError: an import path that does not load (:func:`load_converter`).
+        ValueError, ImportError: an import path that does not load (:func:`load_converter`); a
+            converter for a table suffix (``.jsonl``, ``.parquet``).
         ValueError: ``ocr`` while ``.pdf`` is read by a converter other than the built-in one (an
             entry point's or ``converters``'): OCR is a setting of the built-in PDF converter.
         RuntimeError: ``ocr`` without Tesseract installed
@@ -292,6 +293,12 @@ def store_converters(
         out = out.with_overrides({s: load_converter(c) if isinstance(c, str) else c for s, c in converters.items()})
     elif converters is not None:
         out = out.with_overrides(converters)
+    from latechunk_dagster.sources.layout import TABLE_SUFFIXES  # layout imports this package
+
+    tables = sorted(set(out.suffixes) & set(TABLE_SUFFIXES))
+    if tables:
+        why = "those are table files (JSONL, Parquet), read as rows, not converted"
+        raise ValueError(f"a converter for {tables}: {why}")
     pdf = out.for_name("x.pdf")
     if ocr and not (isinstance(pdf, PdfConverter) and pdf.ocr):
         raise ValueError(
