@@ -166,7 +166,8 @@ class Packer:
         """Chunks under ``min_tokens`` join the previous (else the next) chunk of their section when the
         merge fits the budget; a chunk without a letter or digit then joins its neighbour whatever the
         section or size (the previous one; the next one at a document's start)."""
-        bare = [not self._has_word(c) for c in chunks]
+        words_before = self.features[1]
+        bare = [words_before[c.span.end] == words_before[c.span.start] for c in chunks]
         if not any(bare) and all(len(c.span) >= self.min_tokens for c in chunks):
             return chunks
         out: list[Unit] = []
@@ -207,10 +208,6 @@ class Packer:
         and how many tokens before each position start with a letter or digit (``[n + 1]``)."""
         ranks, wordlike = token_features(self.text, self.tokens.offset_arrays()[0])
         return ranks.tolist(), np.concatenate(([0], np.cumsum(wordlike))).tolist()
-
-    def _has_word(self, u: Unit) -> bool:
-        before = self.features[1]
-        return before[u.span.end] > before[u.span.start]
 
 
 def _fits(a: Unit, b: Unit, max_tokens: int) -> bool:
