@@ -149,9 +149,33 @@ def test_search_hits_and_the_clients_metadata_carry_a_pdf_chunks_boxes(
             assert meta["boxes"] == want and [list(b) for b in hit.boxes] == want
 
 
+def test_host_workers_write_the_same_boxes(written: tuple[list[dict], dict], chunker, tmp_path: Path) -> None:
+    """Files handed to a host worker unconverted (``defer_conversion``, as Dagster and Airflow read a
+    store) come back with their characters' boxes: the rows' boxes equal those made in this process."""
+    rows, _ = written
+    store = DocumentStore.from_path(ROOTS["db"].parent / "store")
+    db = sink.connect(str(tmp_path / "db"))
+    table = sink.open_or_create(db, sink.CHUNK_TABLE, sink.chunk_schema(chunker.embedding_dim))
+    rejected = sink.open_or_create(db, sink.REJECTED_TABLE, sink.REJECTED_SCHEMA)
+    items = list(store.iter_shard("docs", defer_conversion=True))
+    materialize_partition(
+        chunker,
+        items,
+        "docs",
+        MarkdownSections(max_tokens=16),
+        chunk_table=table,
+        rejected_table=rejected,
+        run_id="pooled",
+        host_workers=1,
+    )
+    pooled = {r["chunk_id"]: r["boxes"] for r in table.to_arrow().to_pylist()}
+    assert pooled == {r["chunk_id"]: r["boxes"] for r in rows}
+    assert any(b is not None for b in pooled.values())
+
+
 def test_an_older_table_gains_the_boxes_column_as_null(tmp_path: Path) -> None:
     schema = sink.chunk_schema(4)
-    older = pa.schema([f for f in schema if f.name != "boxes"])
+    older = pa.schema(list(schema)[: schema.get_field_index("boxes")])  # a table written before the column
     db = sink.connect(str(tmp_path / "db"))
     db.create_table("chunks", schema=older)
     table = sink.open_or_create(db, "chunks", schema)
