@@ -68,6 +68,22 @@ def test_chunk_boxes_are_the_union_of_pdfium_character_boxes_per_line() -> None:
     assert close(heading, [pdfium_union(data, 1, "Pumps")])
 
 
+def test_line_boxes_only_give_the_same_text_and_whole_lines() -> None:
+    """``PdfConverter(char_boxes=False)``: the same text and lineage; a chunk's box is its whole line."""
+    from latechunk_dagster.sources.converters import Converters
+    from latechunk_dagster.sources.converters.registry import PdfConverter
+
+    data = book_pdf_bytes(PAGES)
+    full = convert("pumps.pdf", data)
+    lines = Converters().with_overrides({".pdf": PdfConverter(char_boxes=False)}).convert("pumps.pdf", data)
+    assert (lines.text, lines.pages, lines.converter) == (full.text, full.pages, full.converter)
+    one = full.text.index("pumps in Rotterdam")
+    whole = pdfium_union(data, 1, "Acme builds pumps in Rotterdam for the harbour.")
+    [(page, x0, y0, x1, y1)] = lines.boxes.chunk_boxes((one, one + 5))  # "pumps": its line's box
+    assert page == 1 and np.allclose((x0, x1), (whole[1], whole[3]), atol=0.01)
+    assert whole[2] <= y0 < y1 <= whole[4]  # from the line's first and last characters: no descender
+
+
 def test_a_page_drawn_with_a_chunks_boxes(tmp_path: Path) -> None:
     """The PNG is the page at 2 pixels a point, the chunk's box filled yellow, the rest of the page white."""
     from PIL import Image
