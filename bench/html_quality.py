@@ -10,7 +10,8 @@ Pages:
   (any level), the title as the first ``#`` line, the table as a pipe table, the code block's
   indentation kept.
 * **real** (sites found on this machine, read as they are): the Rust book (mdBook), libffi's manual
-  (texinfo 6.8), valgrind's manual (DocBook XSL), Node.js's API docs. Measured: lines on 90%+ of a
+  (texinfo 6.8), valgrind's manual (DocBook XSL), npm's command docs, libtasn1's (gtk-doc), libxslt's
+  old table-framed pages, Node.js's API docs. Measured: lines on 90%+ of a
   site's pages (furniture found by repetition; lines with 3+ letters), headings kept (Markdown
   heading lines / the ``h1``-``h6`` of the page's content, by an XPath per generator), code lines
   indented in a ``<pre>`` that are kept with their indentation.
@@ -32,6 +33,7 @@ import os
 import re
 import sys
 import time
+import warnings
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -59,6 +61,17 @@ REAL_SITES = {
         Path("/usr/share/doc/valgrind/html"),
         "*.html",
         "//*[self::h1 or self::h2 or self::h3 or self::h4]",
+    ),
+    "npm docs": (
+        Path("/usr/lib/node_modules/npm/docs/output/commands"),
+        "*.html",
+        "//*[@id='_content']//*[self::h2 or self::h3 or self::h4] | //header//h1",
+    ),
+    "gtk-doc (libtasn1)": (Path("/usr/share/gtk-doc/html/libtasn1"), "*.html", "//*[self::h1 or self::h2 or self::h3]"),
+    "table layout (libxslt)": (
+        Path("/usr/share/doc/libxslt1-dev/html"),
+        "*.html",
+        "//*[self::h1 or self::h2 or self::h3]",
     ),
     "node.js api": (
         Path("/usr/share/doc/nodejs/api"),
@@ -155,9 +168,11 @@ def _markdown(html: str) -> str:
 def _before(data: bytes) -> str:
     """html/1, the rule this replaced: ``<body>`` minus scripts, styles, nav, header, footer, aside, form."""
     import markdownify
-    from bs4 import BeautifulSoup
+    from bs4 import BeautifulSoup, XMLParsedAsHTMLWarning
 
-    soup = BeautifulSoup(data, "lxml")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", XMLParsedAsHTMLWarning)
+        soup = BeautifulSoup(data, "lxml")
     left_out = ["script", "style", "noscript", "template", "nav", "header", "footer", "aside", "form", "iframe", "svg"]
     for element in soup(left_out):
         element.decompose()
