@@ -225,3 +225,43 @@ def test_a_password_protected_office_file_is_encrypted(name: str, make) -> None:
     assert rejected.reason == "encrypted"
     assert "password" in rejected.detail and "EncryptedPackage" in rejected.detail
     assert "zip" not in rejected.detail.lower()
+
+
+# kind 11, the other places nesting hides text: DOCX tables in tables, PPTX shapes in groups
+
+
+def _nested_docx(levels: int) -> bytes:
+    from docx import Document
+
+    doc = Document()
+    doc.add_paragraph("top words")
+    cell = doc.add_table(rows=1, cols=1).cell(0, 0)
+    for level in range(levels):
+        cell.paragraphs[0].text = f"level {level}"
+        cell = cell.add_table(rows=1, cols=1).cell(0, 0)
+    cell.paragraphs[0].text = "deepest words"
+    buffer = io.BytesIO()
+    doc.save(buffer)
+    return buffer.getvalue()
+
+
+def test_a_docx_table_in_a_table_keeps_its_words_and_one_too_deep_says_so() -> None:
+    assert convert("nested.docx", _nested_docx(2)).text == ("top words\n\n| level 0 level 1 deepest words |\n| --- |")
+    rejected = _rejected("deep.docx", _nested_docx(150))  # 150 tables deep: past lxml's 256 XML levels
+    assert rejected.reason == "unreadable_file" and "Excessive depth" in rejected.detail
+
+
+def test_pptx_shapes_in_groups_are_read_and_escaped() -> None:
+    from pptx import Presentation
+    from pptx.util import Inches
+
+    deck = Presentation()
+    slide = deck.slides.add_slide(deck.slide_layouts[5])
+    slide.shapes.title.text = "Pumps"
+    group = slide.shapes.add_group_shape()
+    group.shapes.add_textbox(Inches(1), Inches(1), Inches(2), Inches(1)).text_frame.text = "grouped words"
+    inner = group.shapes.add_group_shape()
+    inner.shapes.add_textbox(Inches(1), Inches(2), Inches(2), Inches(1)).text_frame.text = "# nested group"
+    buffer = io.BytesIO()
+    deck.save(buffer)
+    assert convert("group.pptx", buffer.getvalue()).text == "## Pumps\n\ngrouped words\n\n\\# nested group"

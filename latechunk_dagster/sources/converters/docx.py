@@ -7,7 +7,8 @@ slower, with the same headings and text.
 Text: each non-empty paragraph is a block; a paragraph of style ``Heading N`` (``Title``: level 1)
 becomes a level-N Markdown heading; any other paragraph is body text, escaped where Markdown would
 read a block marker (``# install`` is ``\\# install``: :func:`~.base.escape_block`); a table becomes
-a pipe table (its first row the header); blocks are separated by a blank line. Headers, footers,
+a pipe table (its first row the header; a table nested in a cell is read into that cell's text);
+blocks are separated by a blank line. Headers, footers,
 comments and notes are left out.
 
 The package is checked against :meth:`ConversionLimits.check_package` (a zip bomb is ``too_large``)
@@ -79,7 +80,7 @@ def convert_docx(data: bytes, limits: ConversionLimits) -> Converted:
         blocks = []
         for block in document.iter_inner_content():
             if isinstance(block, Table):
-                blocks.append(table_markdown([[cell.text for cell in row.cells] for row in block.rows]))
+                blocks.append(table_markdown([[_cell_text(cell) for cell in row.cells] for row in block.rows]))
                 continue
             text = block.text.strip()
             if not text:
@@ -93,3 +94,18 @@ def convert_docx(data: bytes, limits: ConversionLimits) -> Converted:
     except Exception as exc:  # any parser failure on a hostile file is the file's fault
         raise Rejection("unreadable_file", f"not a readable DOCX ({type(exc).__name__}: {exc})") from None
     return Converted(tidy("\n\n".join(blocks)), converter_name("docx", RULES, "python-docx"))
+
+
+def _cell_text(cell: object) -> str:
+    """A table cell's text, a table nested in it included (python-docx's ``cell.text`` holds only the
+    cell's own paragraphs: a nested table's words were lost). Nesting is bounded by lxml's XML depth
+    limit (256 levels: a deeper file is ``unreadable_file`` naming it)."""
+    from docx.table import Table
+
+    parts = []
+    for block in cell.iter_inner_content():  # type: ignore[attr-defined]
+        if isinstance(block, Table):
+            parts.extend(_cell_text(inner) for row in block.rows for inner in row.cells)
+        else:
+            parts.append(block.text)
+    return " ".join(part for part in parts if part.strip())
