@@ -361,3 +361,22 @@ def test_a_partition_read_while_its_object_is_replaced_keeps_its_rows(s3, proxy:
     report = run("v2")
     assert (report.documents_deleted, report.documents_new, report.rejected) == (5, 5, 0)
     assert stored() == {f"d{i:02d}" for i in range(5, 65)}
+
+
+def test_a_local_shard_file_rewritten_while_read_is_an_incomplete_read(tmp_path: Path) -> None:
+    """Issue 47 kind 2 on a local disk: a JSONL file rewritten in place (another size, another mtime)
+    after its first row was handed on ends in an ``unreadable_file`` row naming the replacement."""
+    import os
+
+    from latechunk_dagster.sources.readers import jsonl_rows
+
+    shard = tmp_path / "a.jsonl"
+    shard.write_bytes(_jsonl(range(0, 50)))
+    rows = jsonl_rows(shard)
+    first = next(rows)
+    assert first.values["id"] == "d00000"
+    shard.write_bytes(_jsonl(range(10, 70)))
+    os.utime(shard, ns=(1, 2))  # whatever the clock's resolution, the version differs
+    rest = list(rows)
+    assert rest[-1].reason in INCOMPLETE_READS and "replaced while it was read" in rest[-1].detail
+    assert str(shard) in rest[-1].where

@@ -54,7 +54,8 @@ from latechunk_dagster.sources.documents import (
     strip_bom,
 )
 from latechunk_dagster.sources.listing import key_problem
-from latechunk_dagster.sources.storage import PinnedReader, open_input, retried
+from latechunk_dagster.sources.retries import retried
+from latechunk_dagster.sources.storage import PinnedReader, open_input
 
 #: What reading a JSONL stream raises where it breaks (pyarrow: a compressed stream cut off or corrupt,
 #: "Truncated compressed stream"; an object's connection lost): the rest of the file is not read.

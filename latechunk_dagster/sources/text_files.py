@@ -17,7 +17,8 @@ from pathlib import Path, PurePath
 from latechunk_dagster.core.encoding import foreign_encoding
 from latechunk_dagster.sources.converters import ConversionLimits, Converters, Rejection, default_converters
 from latechunk_dagster.sources.documents import Document, RejectedRow, is_valid_unicode, printable, strip_bom
-from latechunk_dagster.sources.storage import ChangedWhileReadError, ObjectPath, open_input, retried
+from latechunk_dagster.sources.retries import retried
+from latechunk_dagster.sources.storage import ChangedWhileReadError, ObjectPath, open_input
 
 
 def decode(data: bytes) -> str:
@@ -131,7 +132,7 @@ READ_ATTEMPTS = 3
 
 def _read_one_version(file: PurePath, most: int) -> bytes:
     """At most ``most`` bytes of one version of ``file``: transient errors are tried again
-    (:func:`~latechunk_dagster.sources.storage.retried`); a file replaced while it was read
+    (:func:`~latechunk_dagster.sources.retries.retried`); a file replaced while it was read
     (:class:`~latechunk_dagster.sources.storage.ChangedWhileReadError`) is read again, up to
     :data:`READ_ATTEMPTS` times (a document is one file: reading it again is cheap and exact).
 
