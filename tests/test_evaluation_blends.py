@@ -81,3 +81,16 @@ def test_best_names_the_configuration_and_its_setting(blended: LateChunker) -> N
     single = evaluate_rows(blended, rows["sent"], QUERIES, k=3, bootstrap_samples=200)
     assert single.methods() == ["late", "naive", "blend25", "blend50", "blend75"]
     assert single.best().startswith("best configuration on nDCG@3: ")
+
+
+def test_naive_vectors_skip_the_blend_pass(blended: LateChunker) -> None:
+    """A whole text's late vector is its naive one: a blending chunker embeds texts alone in one pass,
+    to the same bits as a late one."""
+    from latechunk_dagster.evaluation import naive_vectors
+
+    texts = ["The seal is replaced every spring.", "Loaves are sold at the Saturday market."]
+    late = naive_vectors(blended, texts)
+    blended.blend = 0.5
+    prepared = blended.prepare(texts, GRANULARITIES["sent"])
+    assert prepared.blend is not None  # the chunker blends documents...
+    np.testing.assert_array_equal(naive_vectors(blended, texts), late)  # ...but not texts embedded alone

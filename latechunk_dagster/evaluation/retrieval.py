@@ -21,6 +21,7 @@ are left out of both candidate sets and counted.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -72,7 +73,10 @@ def naive_vectors(chunker: LateChunker, texts: Sequence[str], ids: Sequence[str]
     """
     if not texts:
         return np.zeros((0, chunker.embedding_dim), dtype=np.float32)
-    results = chunker.chunk(list(texts), FixedTokens(chunk_size=WHOLE), doc_ids=ids, errors="return")
+    # prepared by the host part at blend=1: a whole text's late vector is its naive one, so a blending
+    # chunker's second pass over the same text would only double the cost (core/blending.py)
+    prepared = replace(chunker.host, blend=1.0).prepare(list(texts), FixedTokens(chunk_size=WHOLE), doc_ids=ids)
+    results = chunker.pool_results(chunker.encode(prepared), errors="return")
     bad = [r for r in results if isinstance(r, DocumentError)]
     if bad:
         detail = "; ".join(str(r) for r in bad[:3])
