@@ -204,6 +204,11 @@ def test_html_nested_past_the_recursion_limit_keeps_its_text(levels: int, tag: s
     assert "Re: the pump" in out.text and "It ships on Monday." in out.text
 
 
+def test_a_main_wrapped_past_the_recursion_limit_keeps_its_headings() -> None:
+    page = "<html><body>" + "<div>" * 400 + "<main><h2>Pumps</h2><p>Deep but main.</p></main>" + "</div>" * 400
+    assert convert("wrapped.html", page.encode()).text == "# Pumps\n\nDeep but main."
+
+
 def test_a_long_mail_thread_keeps_a_few_quote_marks_not_one_per_level() -> None:
     out = convert("thread.html", deep_html(1000, "Re: the pump\nIt ships on Monday.", "blockquote"))
     assert out.text == "# Deep\n\n> > > > > > > > Re: the pump\n> > > > > > > >\n> > > > > > > > It ships on Monday."

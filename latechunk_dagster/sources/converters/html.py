@@ -101,7 +101,7 @@ FURNITURE_NAMES = frozenset(
 #: ``rel`` values of links that move through a site, not through the text.
 NAV_RELS = frozenset({"next", "prev", "previous", "up", "index", "home", "start", "contents", "first", "last", "top"})
 
-#: An element nested deeper than this (levels below the document) is read as plain text.
+#: An element nested deeper than this (levels below the main content) is read as plain text.
 MAX_DEPTH = 120
 
 #: Block quotes nested deeper than this (a long mail thread) are read as the text they hold, without
@@ -286,9 +286,9 @@ def _title_as_top_heading(soup: Any, root: Any) -> None:
 
 
 def _flatten_deep(soup: Any, root: Any) -> None:
-    """Every element deeper than :data:`MAX_DEPTH` below the document becomes plain-text paragraphs
+    """Every element deeper than :data:`MAX_DEPTH` below ``root`` becomes plain-text paragraphs
     (one per line of its text), so that markdownify's recursion stays bounded. Iterative."""
-    stack = [(root, len(list(root.parents)))]
+    stack = [(root, 0)]  # markdownify recurses from the main content down: depth counts from there
     deep = []
     while stack:
         element, depth = stack.pop()
