@@ -81,7 +81,7 @@ from latechunk_dagster.sources.documents import (
 )
 from latechunk_dagster.sources.layout import ROOT_SHARD, TEXT_SUFFIXES, Layout, directory_layout, shard_of
 from latechunk_dagster.sources.line_index import shard_lines
-from latechunk_dagster.sources.listed import file_stamp, listing_fingerprints, local_stats, without_text
+from latechunk_dagster.sources.listed import file_stamp, listing_fingerprints, stamped_items, without_text
 from latechunk_dagster.sources.listing import INCOMPLETE_READS, IncompleteListingError, Listing, Walk
 from latechunk_dagster.sources.prefetch import read_concurrency as read_concurrency_of
 from latechunk_dagster.sources.readers import (
@@ -377,7 +377,7 @@ class DocumentStore:
         In an object store nothing is read: the fingerprint is :meth:`listed_fingerprints`'; nor in a
         local text tree: its files' stamps (:meth:`fingerprints`)."""
         if isinstance(self.path, ObjectPath) or (self.kind == "text" and not self._is_file()):
-            every = self.listed_fingerprints() if isinstance(self.path, ObjectPath) else self._stat_fingerprints(shard)
+            every = self.listed_fingerprints() if isinstance(self.path, ObjectPath) else self._tree_fingerprints(shard)
             if shard not in every:
                 raise UnknownShardError(f"unknown shard {shard!r} in document store {self.uri}")
             return every[shard]
@@ -388,10 +388,10 @@ class DocumentStore:
         single-file store is read once for all its shards (memory: a doc_id and a hash per row, no
         text), a directory store's files are listed once and each read once. Time is linear in rows.
         In an object store: :meth:`listed_fingerprints` (one listing, no object read). A local text
-        tree: the same from one ``stat`` of each file (size; the newer of mtime and ctime, so a copy
-        that keeps the mtime is a change): no file is read or converted, so a sensor tick never opens
-        a PDF (issue 47 kind 1, issue 49 item 2); a touched file is a new fingerprint, and its run skips
-        it by ``doc_sha256``.
+        tree: its text files by content, as above, and its document files (PDF, DOCX, PPTX, HTML, a
+        converter's own suffixes) by one ``stat`` each (size; the newer of mtime and ctime, so a copy
+        that keeps the mtime is a change), never converted: a sensor tick opens no PDF (issue 47 kind 1,
+        issue 49 item 2). A touched document file is a new fingerprint; its run skips it by ``doc_sha256``.
 
         Raises:
             OSError: the store's files cannot be listed.
@@ -399,7 +399,7 @@ class DocumentStore:
         if isinstance(self.path, ObjectPath):
             return self.listed_fingerprints()
         if not self._is_file() and self.kind == "text":
-            return self._stat_fingerprints()
+            return self._tree_fingerprints()
         if not self._is_file():
             tree = self._layout()
             return {
@@ -439,13 +439,20 @@ class DocumentStore:
             raise IncompleteListingError(Listing((), gaps=tuple(tree.gaps)).incomplete_reason())
         return listing_fingerprints(self.path, tree)
 
-    def _stat_fingerprints(self, shard: str | None = None) -> dict[str, str]:
-        """A local text tree's :meth:`fingerprints` (of ``shard`` alone, when given) from its files' stats."""
+    def _tree_fingerprints(self, shard: str | None = None) -> dict[str, str]:
+        """A local text tree's :meth:`fingerprints` (of ``shard`` alone, when given): text files by
+        content, document files (a converter reads the suffix) by their stats, none converted
+        (:func:`~latechunk_dagster.sources.listed.stamped_items`)."""
         tree = self._layout()
-        if shard is not None:
-            tree.groups = {shard: tree.groups[shard]} if shard in tree.groups else {}
-        tree.stats = local_stats(f for files in tree.groups.values() for f in files)
-        return listing_fingerprints(self.path, tree)
+        groups = tree.groups if shard is None else {k: v for k, v in tree.groups.items() if k == shard}
+        out = {}
+        for name, files in sorted(groups.items()):
+            documents = [f for f in files if self.converters.for_name(f.name) is not None]
+            texts = [f for f in files if self.converters.for_name(f.name) is None]
+            read = self._files_items(texts, tree.gaps_of.get(name, ()), defer_conversion=True)
+            items = stamped_items(self.path, read, documents)
+            out[name] = fingerprint_of(first_of_each_id(items, self._scope(name)))
+        return out
 
     # -- layout ----------------------------------------------------------------------------------
 

@@ -3,13 +3,15 @@ and the small pieces a store's fingerprints are made of."""
 
 from __future__ import annotations
 
+import hashlib
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path, PurePath
 
-from latechunk_dagster.sources.documents import Document, key_of
+from latechunk_dagster.sources.documents import Document, RejectedRow, key_of, printable
 from latechunk_dagster.sources.layout import Layout
-from latechunk_dagster.sources.storage import ObjectStat, version_of
+from latechunk_dagster.sources.storage import version_of
+from latechunk_dagster.sources.text_files import UnconvertedFile
 
 
 def listing_fingerprints(root: PurePath, tree: Layout) -> dict[str, str]:
@@ -29,19 +31,28 @@ def listing_fingerprints(root: PurePath, tree: Layout) -> dict[str, str]:
     return out
 
 
-def local_stats(files: Iterable[Path]) -> dict[Path, ObjectStat]:
-    """What one ``stat`` says of each local file, in a listing's form: its size and the newer of its
-    mtime and ctime in ns (a file replaced by a copy that keeps its mtime, ``cp -p``, has a new ctime);
-    ``(None, None)`` for a file that cannot be stat'ed (a read names the error). No file is opened."""
-    out = {}
-    for file in files:
+def stamped_items(
+    root: PurePath, read: Iterable[object], documents: Iterable[Path]
+) -> Iterator[tuple[Document, str] | RejectedRow]:
+    """A local text tree's shard as a fingerprint sees it, converting nothing: ``read`` (its text files'
+    items, read with ``defer_conversion``) as they are, a text file whose content is a binary format (an
+    :class:`~latechunk_dagster.sources.text_files.UnconvertedFile`) by the sha256 of its bytes, and each
+    of ``documents`` (files a converter reads) by one ``stat``: size and the newer of mtime and ctime
+    (a copy that keeps the mtime, ``cp -p``, has a new ctime). A shard of text files alone keeps the
+    fingerprint it had before document files were fingerprinted by stats."""
+    for item in read:
+        if isinstance(item, tuple) and isinstance(item[0], UnconvertedFile):
+            doc, where = item
+            yield Document(doc.doc_id, "", key_of("bytes", hashlib.sha256(doc.data).hexdigest())), where
+        else:
+            yield item  # type: ignore[misc]
+    for file in documents:
         try:
             st = os.stat(file)
+            stat: list[int | None] = [st.st_size, max(st.st_mtime_ns, st.st_ctime_ns)]
         except OSError:
-            out[file] = ObjectStat(None, None)
-            continue
-        out[file] = ObjectStat(st.st_size, max(st.st_mtime_ns, st.st_ctime_ns))
-    return out
+            stat = [None, None]  # a read names the error
+        yield Document(file.relative_to(root).as_posix(), "", key_of("stat", *stat)), printable(str(file))
 
 
 def file_stamp(path: PurePath) -> tuple[object, ...]:
