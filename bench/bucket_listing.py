@@ -14,6 +14,13 @@ Times are taken against moto directly; requests are counted by a loopback proxy 
 steady tick must read no object (``GET`` 0).
 
 Run: ``.venv/bin/python bench/bucket_listing.py [--objects 10000] [--shards 100]``.
+
+**At scale** (issue 49 item 5), ``--scale [--objects 100000] [--shards 1000]``: a *local* text tree of
+that many small ``.txt`` files (moto uploads ~43 objects/s here: 100,000 would take ~40 minutes, and it
+scans every key for each page of a listing), each step in a fresh interpreter (``--step``) so its peak
+RSS is its own: ``listing()``, ``fingerprints()`` (one ``stat`` a file, no read), a first
+``sync_partitions`` (adds every partition to a Dagster instance) and a steady one (nothing changed).
+Reported: seconds and peak RSS above the interpreter's after its imports. ``--quick``: 2,000 files in 20 shards.
 """
 
 from __future__ import annotations
@@ -102,12 +109,82 @@ def sensor_ticks(url: str, home: Path) -> list[tuple[float, object]]:
     return out
 
 
+def make_tree(root: Path, objects: int, shards: int) -> None:
+    """A local text tree of ``objects`` small ``.txt`` files in ``shards`` first-level directories."""
+    for s in range(shards):
+        (root / f"s{s:04d}").mkdir(parents=True, exist_ok=True)
+    for i in range(objects):
+        body = f"Document {i}: pumps, owls and green tea in one short sentence."
+        (root / f"s{i % shards:04d}" / f"doc{i:06d}.txt").write_text(body)
+
+
+def peak_rss_mib() -> float:
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+
+
+def one_step(step: str, root: Path, home: Path) -> None:
+    """One measured step in this (fresh) interpreter; prints ``seconds peak_mib base_mib count``."""
+    import dagster as dg
+
+    from latechunk_dagster.integration.sensors import sync_partitions
+    from latechunk_dagster.sources.files import DocumentStore
+
+    base = peak_rss_mib()
+    t0 = time.perf_counter()
+    store = DocumentStore.from_path(root)
+    if step == "listing":
+        count = len(store.listing().shards)
+    elif step == "fingerprints":
+        count = len(store.fingerprints())
+    else:
+        parts = dg.DynamicPartitionsDefinition(name="shards")
+        with dg.instance_for_test(temp_dir=str(home)) as instance:
+            if step == "sync-steady":
+                instance.add_dynamic_partitions("shards", store.shards())
+                base, t0 = peak_rss_mib(), time.perf_counter()
+            added, _ = sync_partitions(instance, store, parts)
+            count = len(added) if step == "sync-first" else len(instance.get_dynamic_partitions("shards"))
+    print(f"{time.perf_counter() - t0:.3f} {peak_rss_mib():.1f} {base:.1f} {count}")
+
+
+def scale(objects: int, shards: int) -> None:
+    """The local tree at scale, each step in a fresh interpreter (module docstring)."""
+    import subprocess
+
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp) / "store"
+        t0 = time.perf_counter()
+        make_tree(root, objects, shards)
+        print(f"local tree of {objects:,} files in {shards:,} shards written in {time.perf_counter() - t0:.1f} s")
+        for step in ("listing", "fingerprints", "sync-first", "sync-steady"):
+            home = Path(tmp) / f"home-{step}"
+            home.mkdir()
+            cmd = [sys.executable, __file__, "--step", step, "--root", str(root), "--home", str(home)]
+            out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout.split()[-4:]
+            seconds, peak, base, count = float(out[0]), float(out[1]), float(out[2]), int(out[3])
+            print(f"{step:13s} {seconds:7.2f} s   peak RSS +{peak - base:6.1f} MiB (of {peak:.0f})   -> {count:,}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--objects", type=int, default=10_000)
-    parser.add_argument("--shards", type=int, default=100)
-    parser.add_argument("--quick", action="store_true", help="200 objects in 4 shards: a smoke run, no figures")
+    parser.add_argument("--objects", type=int, default=None)
+    parser.add_argument("--shards", type=int, default=None)
+    parser.add_argument("--quick", action="store_true", help="a smoke run (200 objects, or 2,000 with --scale)")
+    parser.add_argument("--scale", action="store_true", help="a local tree of 100,000 files in 1,000 shards")
+    parser.add_argument("--step", help=argparse.SUPPRESS)
+    parser.add_argument("--root", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--home", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.step:
+        one_step(args.step, args.root, args.home)
+        return
+    if args.scale:
+        big = (2_000, 20) if args.quick else (100_000, 1_000)
+        scale(args.objects or big[0], args.shards or big[1])
+        return
+    args.objects, args.shards = args.objects or 10_000, args.shards or 100
     if args.quick:
         args.objects, args.shards = 200, 4
 
