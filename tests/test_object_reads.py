@@ -174,7 +174,9 @@ def test_a_secret_with_a_slash_or_space_in_the_uri_never_leaks(
     # the one rule for any text quoting such a URI (pyarrow's message, a log line)
     quoted = f"Cannot parse URI: 's3://{KEY_ID}:{secret}@{BUCKET}/x' due to syntax error"
     assert redact_url(quoted) == f"Cannot parse URI: 's3://{KEY_ID}:[secure]@{BUCKET}/x' due to syntax error"
-    # the CLI: `latechunk sync-partitions` over such a store, reachable and not
+    if " " in secret:
+        return  # the CLI (a process of its own) once, for the secret with a "/"
+    # the CLI: `latechunk sync-partitions` over such a store
     env = {"LATECHUNK_DOCUMENT_STORE": f"s3://{KEY_ID}:{secret}@bad bucket/cli", "AWS_ENDPOINT_URL": srv.url}
     out = run_cli(["sync-partitions"], tmp_path / "home", **env)
     assert out.returncode == 2 and "Traceback" not in out.stderr and "percent-encoded" in out.stderr
@@ -312,55 +314,6 @@ def test_the_setting_reaches_the_store_from_dagster_and_the_environment(
     monkeypatch.setenv("LATECHUNK_READ_CONCURRENCY", "none")
     with pytest.raises(ValueError, match="LATECHUNK_READ_CONCURRENCY='none': expected a whole number >= 1"):
         DocumentStore.from_path(tmp_path)
-
-
-def test_a_partition_read_while_its_object_is_replaced_keeps_its_rows(s3, proxy: S3Proxy, chunker, tmp_path) -> None:  # noqa: ANN001
-    """Issue 47 kind 2 end to end: a JSONL shard read in ranged GETs (1 KiB requests here, as 1 MiB ones
-    read a larger object), replaced by a version with 5 documents removed and 5 added after its first
-    GET. The run fails before its commit and the table keeps version 1's documents exactly (none of
-    version 2's rows, none of version 1's lost); the next run writes version 2 whole."""
-    import lancedb
-
-    from latechunk_dagster import MarkdownSections, sink
-    from latechunk_dagster.pipeline import SystemicFailureError, materialize_partition
-    from latechunk_dagster.sources import storage
-
-    srv, _ = s3
-
-    def version(ids: range) -> bytes:
-        rows = ({"id": f"d{i:02d}", "text": f"Document {i} is about rivers number {i}."} for i in ids)
-        return b"".join(json.dumps(row).encode() + b"\n" for row in rows)
-
-    old, new = version(range(0, 60)), version(range(5, 65))
-    assert len(old) > 2 * 1024
-    key = "run-swap/shard.jsonl"
-    _put(srv.url, key, old)
-    db = lancedb.connect(str(tmp_path / "db"))
-    chunks = sink.open_or_create(db, sink.CHUNK_TABLE, sink.chunk_schema(chunker.embedding_dim))
-    rejected = sink.open_or_create(db, sink.REJECTED_TABLE, sink.REJECTED_SCHEMA)
-    store = DocumentStore.from_path(f"s3://{BUCKET}/run-swap", storage_options=_options(proxy.url))
-
-    def run(run_id: str) -> object:
-        return materialize_partition(
-            chunker, store.iter_shard("shard"), "shard", MarkdownSections(max_tokens=64),
-            chunk_table=chunks, rejected_table=rejected, run_id=run_id,
-        )  # fmt: skip
-
-    def stored() -> set[str]:
-        return set(chunks.to_arrow().column("doc_id").to_pylist())
-
-    assert run("v1").documents_new == 60 and stored() == {f"d{i:02d}" for i in range(60)}
-    storage.READ_BUFFER_BYTES, saved = 1024, storage.READ_BUFFER_BYTES
-    try:
-        proxy.on_get = _replace_on_second_get(srv.url, key, new)
-        with pytest.raises(SystemicFailureError, match="replaced while it was read"):
-            run("swap")
-    finally:
-        storage.READ_BUFFER_BYTES, proxy.on_get = saved, None
-    assert stored() == {f"d{i:02d}" for i in range(60)}  # not a row lost, none of version 2's
-    report = run("v2")
-    assert (report.documents_deleted, report.documents_new, report.rejected) == (5, 5, 0)
-    assert stored() == {f"d{i:02d}" for i in range(5, 65)}
 
 
 def test_a_local_shard_file_rewritten_while_read_is_an_incomplete_read(tmp_path: Path) -> None:
