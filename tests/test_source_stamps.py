@@ -217,3 +217,43 @@ def test_local_tree_fingerprints_convert_nothing(tmp_path: Path) -> None:
     after = store.fingerprints()
     assert CountingHtml.calls == []
     assert after["a"] == before["a"] and after["b"] != before["b"]
+
+
+def test_a_local_tree_converts_only_the_changed_file(tmp_path: Path, chunker, tables, monkeypatch) -> None:  # noqa: ANN001
+    """A local tree (ns times: no margin needed here, ``LATECHUNK_STAMP_MARGIN_S=0``): one page of
+    three rewritten, one text file touched with the same bytes: one conversion, nothing else re-encoded;
+    a copy that keeps the old mtime (``cp -p``) is still seen (its ctime is new)."""
+    monkeypatch.setenv("LATECHUNK_STAMP_MARGIN_S", "0")
+    (tmp_path / "store" / "s").mkdir(parents=True)
+    for topic in TOPICS[:3]:
+        (tmp_path / "store" / "s" / f"{topic}.html").write_bytes(page(topic))
+    (tmp_path / "store" / "s" / "notes.txt").write_text("Notes on pumps and owls.")
+
+    def local_run(run_id: str) -> PartitionReport:
+        CountingHtml.calls.clear()
+        store = DocumentStore.from_path(tmp_path / "store", converters=conv())
+        items = store.iter_shard("s", defer_conversion=True)
+        return materialize_partition(
+            chunker, items, "s", Sentences(max_tokens=64), chunk_table=tables[0], rejected_table=tables[1],
+            run_id=run_id, host_workers=0,
+        )  # fmt: skip
+
+    time.sleep(0.05)
+    assert local_run("l1").documents_new == 4 and len(CountingHtml.calls) == 3
+    owls = tmp_path / "store" / "s" / "owls.html"
+    owls.write_bytes(page("owls", " Owls hunt at dusk."))
+    notes = tmp_path / "store" / "s" / "notes.txt"
+    notes.write_text("Notes on pumps and owls.")
+    time.sleep(0.05)
+    second = local_run("l2")
+    assert [Path(c).name for c in CountingHtml.calls] == ["owls.html"]
+    assert (second.documents_skipped, second.documents_reencoded) == (3, 1)
+    assert "dusk" in texts(tables[0], "s/owls.html")
+    third = local_run("l3")  # notes.txt's new stamp was written in run 2: nothing fetched, nothing converted
+    assert (CountingHtml.calls, third.documents_skipped, third.documents_reencoded) == ([], 4, 0)
+    st = os.stat(owls)
+    owls.write_bytes(page("owls", " Owls hunt at dawn."))  # same size as the dusk version
+    os.utime(owls, ns=(st.st_atime_ns, st.st_mtime_ns))  # the old mtime kept, as cp -p does
+    time.sleep(0.05)
+    local_run("l4")
+    assert [Path(c).name for c in CountingHtml.calls] == ["owls.html"] and "dawn" in texts(tables[0], "s/owls.html")
