@@ -146,6 +146,10 @@ def test_keys_with_empty_or_dot_segments_are_skipped_by_name(s3, proxy: S3Proxy)
     assert named == [(f"s3://{BUCKET}/odd/a/./c.txt", "bad_key"), (f"s3://{BUCKET}/odd/a//b.txt", "bad_key")]
     docs, rejected = store.read_shard_with_rejections("a")
     assert [(d.doc_id, d.text) for d in docs] == [("a/ok.txt", "A good document.")] and rejected == []
+    # a store URI whose own key has such a segment is refused by name, not read as another key
+    for uri in (f"s3://{BUCKET}/odd/a//b.txt", f"s3://{BUCKET}/odd/./a"):
+        with pytest.raises(ValueError, match=r"has an empty \('//'\), '\.' or '\.\.' segment"):
+            DocumentStore.from_path(uri, storage_options=_options(proxy.url))
 
 
 @pytest.mark.parametrize("secret", ["abc/def+ghi", "abc def/ghi"])

@@ -169,7 +169,8 @@ def location(path: str | PurePath, storage_options: Mapping[str, str] | None = N
     Raises:
         ValueError: ``storage_options`` on a local path, a key not in :data:`OPTION_KEYS`, or a key
             of another cloud than the URI's (naming the key; never its value); a URI pyarrow cannot
-            parse (shown without credentials, with :data:`CREDENTIALS_HINT` when it has some).
+            parse (shown without credentials, with :data:`CREDENTIALS_HINT` when it has some); a
+            key with an empty, ``.`` or ``..`` segment (``s3://b/data//x.jsonl``: it would read ``data/x.jsonl``).
         OSError: pyarrow cannot make the filesystem (e.g. it cannot resolve a bucket's region;
             shown without credentials).
     """
@@ -181,6 +182,11 @@ def location(path: str | PurePath, storage_options: Mapping[str, str] | None = N
             raise ValueError(f"storage_options are for object-store URIs (s3://, gs://, az://), {where}")
         return Path(path).expanduser().resolve()
     parts = split_store_uri(str(path))
+    if parts.key and any(segment in ("", ".", "..") for segment in parts.key.split("/")):
+        raise ValueError(
+            f"{parts.public}: the key has an empty ('//'), '.' or '..' segment, which a path reads as "
+            "another key; name the prefix or object without it"
+        )
     try:
         fs = filesystem(parts, storage_options or {})
     except (OSError, ValueError) as exc:  # pyarrow's errors quote the URI it was given: credentials out
