@@ -50,7 +50,14 @@ import re
 import warnings
 from typing import Any
 
-from latechunk_dagster.sources.converters.base import Converted, Rejection, converter_name, escape_block, tidy
+from latechunk_dagster.sources.converters.base import (
+    ConversionLimits,
+    Converted,
+    Rejection,
+    converter_name,
+    escape_block,
+    tidy,
+)
 from latechunk_dagster.sources.converters.charset import decode_html
 
 #: Version of this module's rules (main content, furniture, headings, escapes): part of the converter's name.
@@ -116,8 +123,11 @@ _BLOCK_CHILDREN = ("p", "div", "table", "ul", "ol", "dl", "pre", "blockquote", "
 _HEADINGS = ("h1", "h2", "h3", "h4", "h5", "h6")
 
 
-def convert_html(data: bytes) -> Converted:
+def convert_html(data: bytes, limits: ConversionLimits | None = None) -> Converted:
     """Markdown text of an HTML page's main content (module docstring: the rule).
+
+    ``limits``: the one converter signature's (:class:`~latechunk_dagster.sources.converters.base.ConversionLimits`);
+    this format's reading is bounded by ``max_file_bytes`` (checked before) and ``max_text_chars`` (after).
 
     Raises:
         Rejection: ``unreadable_file`` when the parser fails on the bytes.

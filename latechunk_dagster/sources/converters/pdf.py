@@ -36,7 +36,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from latechunk_dagster.sources.converters.base import Converted, Rejection, converter_name
+from latechunk_dagster.sources.converters.base import ConversionLimits, Converted, Rejection, converter_name
 from latechunk_dagster.sources.converters.ocr import no_text_layer_detail, ocr_page
 from latechunk_dagster.sources.converters.pdf_furniture import furniture
 from latechunk_dagster.sources.converters.pdf_headings import font_headings, place_outline
@@ -48,11 +48,16 @@ from latechunk_dagster.sources.converters.pdf_text import Item, join_pages
 RULES = 2
 
 
-def convert_pdf(data: bytes, *, ocr: bool = False, char_boxes: bool = True) -> Converted:
+def convert_pdf(
+    data: bytes, limits: ConversionLimits | None = None, *, ocr: bool = False, char_boxes: bool = True
+) -> Converted:
     """Markdown text of a PDF's text layer, with the start of each page and each character's box;
     with ``ocr``, a page without a text layer is read by OCR
     (:func:`~latechunk_dagster.sources.converters.ocr.ocr_page`; its characters have no boxes).
     ``char_boxes=False`` gives each character its line's box (faster: :func:`text_layer_lines`).
+
+    ``limits``: the one converter signature's (:class:`~latechunk_dagster.sources.converters.base.ConversionLimits`);
+    this format's reading is bounded by ``max_file_bytes`` (checked before) and ``max_text_chars`` (after).
 
     Raises:
         Rejection: ``encrypted``, ``no_text_layer`` or ``unreadable_file`` (module docstring).

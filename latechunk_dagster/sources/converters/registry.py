@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from functools import cache
+from importlib import import_module
 from importlib.metadata import EntryPoint, entry_points
 from pathlib import PurePosixPath
 from types import MappingProxyType
@@ -33,7 +34,28 @@ ENTRY_POINT_GROUP = "latechunk_dagster.converters"
 
 
 @dataclass(frozen=True)
-class PdfConverter:
+class BuiltInConverter:
+    """A converter of this package: module ``converters.<name>`` holds its rules' version ``RULES`` and
+    ``convert_<name>(data, limits)``; its :attr:`version` is ``"<RULES> <library> <installed version>"``."""
+
+    name: ClassVar[str]
+    suffixes: ClassVar[tuple[str, ...]]
+    library: ClassVar[str]
+
+    def module(self) -> Any:
+        """The format's module (imported on first use: its library is the ``documents`` extra's)."""
+        return import_module(f"latechunk_dagster.sources.converters.{self.name}")
+
+    @property
+    def version(self) -> str:
+        return library_version(self.module().RULES, self.library)
+
+    def convert(self, name: str, data: bytes, limits: ConversionLimits) -> Converted:
+        return getattr(self.module(), f"convert_{self.name}")(data, limits)
+
+
+@dataclass(frozen=True)
+class PdfConverter(BuiltInConverter):
     """PDF files: :func:`~latechunk_dagster.sources.converters.pdf.convert_pdf`.
 
     Attributes:
@@ -48,80 +70,47 @@ class PdfConverter:
 
     name: ClassVar[str] = "pdf"
     suffixes: ClassVar[tuple[str, ...]] = (".pdf",)
+    library: ClassVar[str] = "pypdfium2"
     ocr: bool = False
     char_boxes: bool = True
 
     @property
     def version(self) -> str:
-        from latechunk_dagster.sources.converters.pdf import RULES
-
         if not self.ocr:
-            return library_version(RULES, "pypdfium2")
+            return super().version
         from latechunk_dagster.sources.converters.ocr import ocr_version
 
-        return f"{library_version(RULES, 'pypdfium2')} {ocr_version()}"
+        return f"{super().version} {ocr_version()}"
 
     def convert(self, name: str, data: bytes, limits: ConversionLimits) -> Converted:
-        from latechunk_dagster.sources.converters.pdf import convert_pdf
-
-        return convert_pdf(data, ocr=self.ocr, char_boxes=self.char_boxes)
+        return self.module().convert_pdf(data, limits, ocr=self.ocr, char_boxes=self.char_boxes)
 
 
 @dataclass(frozen=True)
-class DocxConverter:
+class DocxConverter(BuiltInConverter):
     """DOCX files: :func:`~latechunk_dagster.sources.converters.docx.convert_docx`."""
 
     name: ClassVar[str] = "docx"
     suffixes: ClassVar[tuple[str, ...]] = (".docx",)
-
-    @property
-    def version(self) -> str:
-        from latechunk_dagster.sources.converters.docx import RULES
-
-        return library_version(RULES, "python-docx")
-
-    def convert(self, name: str, data: bytes, limits: ConversionLimits) -> Converted:
-        from latechunk_dagster.sources.converters.docx import convert_docx
-
-        return convert_docx(data, limits)
+    library: ClassVar[str] = "python-docx"
 
 
 @dataclass(frozen=True)
-class PptxConverter:
+class PptxConverter(BuiltInConverter):
     """PPTX files: :func:`~latechunk_dagster.sources.converters.pptx.convert_pptx`."""
 
     name: ClassVar[str] = "pptx"
     suffixes: ClassVar[tuple[str, ...]] = (".pptx",)
-
-    @property
-    def version(self) -> str:
-        from latechunk_dagster.sources.converters.pptx import RULES
-
-        return library_version(RULES, "python-pptx")
-
-    def convert(self, name: str, data: bytes, limits: ConversionLimits) -> Converted:
-        from latechunk_dagster.sources.converters.pptx import convert_pptx
-
-        return convert_pptx(data, limits)
+    library: ClassVar[str] = "python-pptx"
 
 
 @dataclass(frozen=True)
-class HtmlConverter:
+class HtmlConverter(BuiltInConverter):
     """HTML files: :func:`~latechunk_dagster.sources.converters.html.convert_html`."""
 
     name: ClassVar[str] = "html"
     suffixes: ClassVar[tuple[str, ...]] = (".html", ".htm")
-
-    @property
-    def version(self) -> str:
-        from latechunk_dagster.sources.converters.html import RULES
-
-        return library_version(RULES, "markdownify")
-
-    def convert(self, name: str, data: bytes, limits: ConversionLimits) -> Converted:
-        from latechunk_dagster.sources.converters.html import convert_html
-
-        return convert_html(data)
+    library: ClassVar[str] = "markdownify"
 
 
 BUILT_IN: tuple[Any, ...] = (PdfConverter(), DocxConverter(), PptxConverter(), HtmlConverter())
