@@ -162,6 +162,11 @@ def test_a_mixed_folder_is_chunked_by_its_own_headings_with_ranges_into_the_conv
 
 
 def test_a_converter_upgrade_re_encodes_its_documents_only(env, monkeypatch: pytest.MonkeyPatch) -> None:
+    # the upgrade is a monkeypatch of this process: conversion stays here (by default it runs in host
+    # worker processes, which import the converter afresh, as an installed upgrade would be)
+    from latechunk_dagster.pipeline.config import HOST_WORKERS_ENV
+
+    monkeypatch.setenv(HOST_WORKERS_ENV, "0")
     again = run(env["defs"], env["instance"])
     meta = again.get_asset_materialization_events()[0].event_specific_data.materialization.metadata
     assert again.success and meta["documents_skipped"].value == len(GOOD)

@@ -10,11 +10,16 @@
   through the store's ``converters=``) is killed in its host worker's child after
   ``convert_timeout_s``: that file alone is ``timed_out``; every other document is written as in a
   partition without it (real engine, real LanceDB, real host workers).
+- With no ``host_workers`` setting, document files are converted in worker processes all the same
+  (issue 49 item 3): a converter that kills its process rejects that one file; ``host_workers=0``
+  still converts in the calling thread.
 """
 
 from __future__ import annotations
 
+import os
 import random
+import signal
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +32,7 @@ from transformers import AutoTokenizer
 from latechunk_dagster import LateChunker, sink
 from latechunk_dagster.core.chunking import FixedTokens
 from latechunk_dagster.core.tokenizer_call import _one_call, encodings, joined_pieces, rust_backend
+from latechunk_dagster.pipeline.config import conversion_workers
 from latechunk_dagster.sources.converters import ConversionLimits, Converted
 from latechunk_dagster.sources.files import DocumentStore
 from tests.families import MULTILINGUAL, byte_bpe_tokenizer, unigram_tokenizer, wordpiece_tokenizer
@@ -119,6 +125,54 @@ class HangingConverter:
             while True:
                 time.sleep(1)
         return Converted(data.decode(), "")
+
+
+@dataclass(frozen=True)
+class CrashingConverter:
+    """Reads ``.crash`` files as UTF-8 text; one whose text starts with ``crash`` kills its process (a
+    fault in a converter's native library). Module-level, so the host workers unpickle it."""
+
+    name: ClassVar[str] = "crash"
+    version: ClassVar[str] = "1"
+    suffixes: ClassVar[tuple[str, ...]] = (".crash",)
+
+    def convert(self, name: str, data: bytes, limits: ConversionLimits) -> Converted:
+        if data.startswith(b"crash"):
+            os.kill(os.getpid(), signal.SIGKILL)
+        return Converted(data.decode(), "")
+
+
+def test_the_default_conversion_workers_leave_the_engine_its_cores() -> None:
+    assert [conversion_workers(c, engine_on_cpu=False) for c in (1, 2, 4, 16, 64)] == [1, 1, 2, 8, 8]
+    assert [conversion_workers(c, engine_on_cpu=True) for c in (1, 2, 8, 16)] == [1, 1, 2, 4]
+
+
+def test_without_a_setting_document_files_convert_in_a_worker_and_a_crash_rejects_one_file(
+    tmp_path: Path, chunker: LateChunker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from latechunk_dagster.pipeline import hostpool, materialize_partition
+    from latechunk_dagster.pipeline.config import HOST_WORKERS_ENV
+
+    monkeypatch.delenv(HOST_WORKERS_ENV, raising=False)
+    shard = tmp_path / "store" / "s"
+    shard.mkdir(parents=True)
+    for k, text in enumerate(["Owls hunt at night.", "crash the converter", "Tea is steamed."]):
+        (shard / f"{k}.crash").write_text(text)
+    store = DocumentStore.from_path(tmp_path / "store", converters=[CrashingConverter()])
+    db = sink.connect(str(tmp_path / "db"))
+    chunks = sink.open_or_create(db, sink.CHUNK_TABLE, sink.chunk_schema(chunker.embedding_dim))
+    rejected = sink.open_or_create(db, sink.REJECTED_TABLE, sink.REJECTED_SCHEMA)
+    hostpool.shutdown_host_pools()
+    report = materialize_partition(
+        chunker, store.iter_shard("s", defer_conversion=True), "s", FixedTokens(16), chunk_table=chunks,
+        rejected_table=rejected, run_id="default",
+    )  # fmt: skip
+    hostpool.shutdown_host_pools()
+    assert report.rejected_reasons == {"unreadable_file": 1}
+    [row] = rejected.to_arrow().to_pylist()
+    assert row["doc_id"] == "s/1.crash"
+    assert row["detail"] == f"{shard / '1.crash'}: converting it crashed the converter's process (exit code -9)"
+    assert sorted(chunks.to_arrow().column("doc_id").to_pylist()) == ["s/0.crash", "s/2.crash"]
 
 
 def test_a_text_over_max_text_chars_is_too_large_naming_the_limit(tmp_path: Path) -> None:

@@ -77,7 +77,9 @@ def default_host_workers() -> int:
     """Host worker processes of :func:`~latechunk_dagster.pipeline.materialize_partition` by default.
 
     ``LATECHUNK_HOST_WORKERS`` when set (an integer, ``0`` = in process); else ``0``: the host work
-    runs in the calling and writer threads, on any machine.
+    runs in the calling and writer threads, on any machine, except the conversion of document files,
+    which then runs in :func:`conversion_workers` processes (``0`` given, by argument or variable,
+    converts in the calling thread too).
 
     Measured on 2 cores (``bench/host_ceiling.py``, ``bench/gpu_proxy.py``, bench/README.md), free
     engine at the GPU batch: 2 workers 1.15x the threads, 1 worker 0.87x; each worker costs ~200 MB
@@ -95,10 +97,64 @@ def default_host_workers() -> int:
     Raises:
         ValueError: ``LATECHUNK_HOST_WORKERS`` is not an integer >= 0.
     """
+    given = host_workers_env()
+    return 0 if given is None else given
+
+
+def host_workers_env() -> int | None:
+    """``LATECHUNK_HOST_WORKERS`` as a worker count, ``None`` when unset or blank.
+
+    Raises:
+        ValueError: it is not an integer >= 0.
+    """
     raw = os.environ.get(HOST_WORKERS_ENV)
     if raw is not None and raw.strip():
         return check_host_workers(raw, source=HOST_WORKERS_ENV)
-    return 0
+    return None
+
+
+#: Most host worker processes :func:`conversion_workers` starts by default (each holds ~200 MB).
+MAX_CONVERSION_WORKERS = 8
+
+#: Cores :func:`conversion_workers` leaves to the run's own process beside a GPU engine: the engine
+#: thread (vLLM's scheduler and its input preparation) and the stream's calling and writer threads.
+ENGINE_CORES = 2
+
+
+def usable_cores() -> int:
+    """The CPUs this process may run on (its affinity mask: a container's or ``taskset``'s), else ``os.cpu_count()``."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not Linux
+        return os.cpu_count() or 1
+
+
+def conversion_workers(cores: int | None = None, engine_on_cpu: bool | None = None) -> int:
+    """Host worker processes that convert a partition's document files when no setting says otherwise
+    (neither ``host_workers`` nor ``LATECHUNK_HOST_WORKERS``; issue 49 item 3), so conversion never
+    runs in the run's own process by default: a file that crashes or hangs its converter is rejected
+    alone (:mod:`latechunk_dagster.pipeline.hostworker`).
+
+    From the machine's cores, leaving the engine what it needs: beside a GPU engine all but
+    :data:`ENGINE_CORES`; beside vLLM's CPU build, which computes on the cores, a quarter of them;
+    at least 1, at most :data:`MAX_CONVERSION_WORKERS`. 16 cores and a GPU: 8; 2 cores: 1. The pool
+    starts at the first document file (a store of JSONL or Parquet starts none).
+
+    Args:
+        cores: the cores to share (default :func:`usable_cores`).
+        engine_on_cpu: the engine computes on the CPU (default: vLLM's platform, as
+            :func:`default_batch_tokens` asks it; ``True`` when it cannot tell).
+    """
+    cores = usable_cores() if cores is None else cores
+    if engine_on_cpu is None:
+        try:
+            from latechunk_dagster.core.engines.vllm_local import on_cpu
+
+            engine_on_cpu = bool(on_cpu())
+        except Exception:  # no vLLM platform to ask: assume the engine needs the cores
+            engine_on_cpu = True
+    spare = cores // 4 if engine_on_cpu else cores - ENGINE_CORES
+    return max(1, min(MAX_CONVERSION_WORKERS, spare))
 
 
 def vector_config_fields(

@@ -114,9 +114,11 @@ from latechunk_dagster.core.granularities import Granularities
 from latechunk_dagster.pipeline.accounting import GranularityReport, PartitionReport
 from latechunk_dagster.pipeline.config import (
     check_host_workers,
+    conversion_workers,
     default_batch_tokens,
     default_host_workers,
     granularity_configs,
+    host_workers_env,
 )
 from latechunk_dagster.pipeline.hostpool import pool_refusal
 from latechunk_dagster.pipeline.killpoints import TEST_KILL_ENV as TEST_KILL_ENV  # re-exported
@@ -217,7 +219,10 @@ def materialize_partition(
         staging_dir: where the staged rows go (default: the system's temp directory).
         host_workers: worker processes for the host work (prepare, and finish with the Arrow rows;
             :mod:`latechunk_dagster.pipeline.hostpool`); ``0``: in this process, in the calling and
-            writer threads. Default :func:`~latechunk_dagster.pipeline.config.default_host_workers`.
+            writer threads. Default :func:`~latechunk_dagster.pipeline.config.default_host_workers`
+            (``LATECHUNK_HOST_WORKERS``, else 0); with neither set, document files are still converted
+            in :func:`~latechunk_dagster.pipeline.config.conversion_workers` worker processes (started at
+            the first file), never in this process; ``0`` given converts them in the calling thread.
             The results (vectors, ranges, row ids, order) are the same either way.
         granularities: ``strategy`` as the caller's edge normalised it already
             (:class:`~latechunk_dagster.core.granularities.Granularities`; ``run_shard`` passes its own);
@@ -251,6 +256,9 @@ def materialize_partition(
             "partition %r: host work stays in this process (default host_workers=%d): %s", partition, workers, why_not
         )
         workers = 0
+    # no setting given: document files are converted in worker processes all the same (issue 49 item 3)
+    defaulted = host_workers is None and host_workers_env() is None and why_not is None
+    converters = conversion_workers() if defaulted and pool_refusal(chunker, strategy) is None else 0
     tables = tables_of_run(granularities, chunk_table)
     meter = ProgressMeter(partition, expected_documents, progress, progress_interval)
     run = _begin(chunker, partition, strategy, granularities, tables, run_id, batch_tokens, force, meter)
@@ -261,7 +269,7 @@ def materialize_partition(
     ):
         staged = {g: Path(tmp) / f"rows-{k}.arrows" for k, g in enumerate(tables)}
         # read, skip unchanged, encode, pool, stage
-        host = PoolHost(run, workers) if workers else LocalHost(run)
+        host = PoolHost(run, workers) if workers else LocalHost(run, converters)
         Stream(run, staged, host).stream(documents)
         _count_reader_rejections(run)
         _check_systemic(run, max_rejected_share, systemic_min_documents)

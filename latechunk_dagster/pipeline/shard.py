@@ -133,7 +133,9 @@ class ShardSettings:
         max_rejected_share, systemic_min_documents: the systemic-failure rule of
             :mod:`latechunk_dagster.pipeline.partition` (a reason that rejects at least this share of
             at least this many documents fails the shard, keeping its old rows).
-        host_workers: host worker processes (``None``: the default, ``LATECHUNK_HOST_WORKERS`` or 0).
+        host_workers: host worker processes (``None``: the default, ``LATECHUNK_HOST_WORKERS`` or 0,
+            document files then converted in :func:`~latechunk_dagster.pipeline.config.conversion_workers`
+            processes; ``0`` given: everything in the run's process).
         chunks_column: the store column holding each document's own chunks
             (``DocumentStore(chunks_column=...)``, ``iter_table_documents(chunks_column=...)``), read by
             a ``given_chunks`` strategy; ``None``: none (a ``given_chunks`` strategy is then refused

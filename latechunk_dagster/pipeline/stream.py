@@ -10,8 +10,10 @@ One loop, :class:`Stream`, with bounded queues between its threads::
 
 Where the host work runs is the only difference between the two arrangements, each a *host*:
 
-* :class:`LocalHost`: convert and prepare in the calling thread, finish in the writer thread
-  (:func:`~latechunk_dagster.pipeline.finish.finish_rows`);
+* :class:`LocalHost`: prepare in the calling thread, finish in the writer thread
+  (:func:`~latechunk_dagster.pipeline.finish.finish_rows`); document files converted in host worker
+  processes (by default, :func:`~latechunk_dagster.pipeline.config.conversion_workers`) or, with
+  ``host_workers=0``, in the calling thread;
 * :class:`PoolHost`: all three in host worker processes (:mod:`latechunk_dagster.pipeline.hostpool`),
   which call the same functions; the threads move file bytes, converted documents, batches, token
   ids, shared-memory blocks and finished rows.
@@ -29,6 +31,8 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import logging
+import pickle
 import queue
 import threading
 import time
@@ -61,18 +65,30 @@ class Stopped(Exception):
 
 
 class LocalHost:
-    """Host work in this process: prepare in the calling thread, finish in the writer thread."""
+    """Host work in this process: prepare in the calling thread, finish in the writer thread.
+
+    ``converters``: host worker processes that convert the document files (a pool started at the
+    first file, :func:`~latechunk_dagster.pipeline.hostpool.host_pool`; each converts in a child of
+    its own, so a crash or a time-out rejects one file); ``0``: converted in the calling thread.
+    """
 
     ahead = 1
     writer_queue = 1
-    convert_ahead = 0  # converted at once, in the calling thread
 
-    def __init__(self, run: PartitionRun) -> None:
+    def __init__(self, run: PartitionRun, converters: int = 0) -> None:
         self.run = run
         self.context = run.context
         self.freed = FreedMemory()
+        self.converters = converters
+        self.convert_ahead = 2 * converters  # 0: converted at once, in the calling thread
+        self.pool: Any = None
+        self._refused: str | None = None  # why the converters cannot go to a worker ("": they can)
 
     def convert(self, item: UnconvertedFile) -> Future:
+        if self.converters and self._picklable(item):
+            if self.pool is None:
+                self.pool = host_pool(self.run.chunker, self.converters)
+            return self.pool.convert(item)
         done: Future = Future()
         done.set_result(item.convert())
         return done
@@ -98,8 +114,26 @@ class LocalHost:
         self.freed.freed(engine_bytes)  # the batch's engine rows are freed: hand the pages back now and then
         return results, rows, time.perf_counter() - t0
 
+    def _picklable(self, item: UnconvertedFile) -> bool:
+        """Whether the file's converters can go to a worker (a converter class defined inside a function
+        cannot); where not, it is converted here, with one warning a partition naming why."""
+        if self._refused is None:
+            try:
+                pickle.dumps(item.converters)
+                self._refused = ""
+            except Exception as exc:
+                self._refused = f"{type(exc).__name__}: {exc}"
+                logging.getLogger(__name__).warning(
+                    "partition %r: document files are converted in this process, not in worker processes: the "
+                    "store's converters do not pickle (%s); define converter classes at module level",
+                    self.run.partition,
+                    self._refused,
+                )
+        return not self._refused
+
     def close(self, failed: bool) -> None:
-        pass
+        if failed and self.pool is not None:
+            discard_host_pool(self.pool)  # its workers may hold files of this failed call
 
 
 class PoolHost:
