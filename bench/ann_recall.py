@@ -114,7 +114,15 @@ def chunk_rows(vectors: np.ndarray, *, partitions: int = 12) -> pa.Table:
     cols["id"] = cols["chunk_id"]
     cols["metadata"] = [{name: cols[name][i] for name in METADATA_FIELDS} for i in range(n)]
     schema = chunk_schema(dim)
-    return pa.table([pa.array(cols[f.name], f.type) if f.name != "vector" else cols[f.name] for f in schema], schema)
+
+    def column(f: pa.Field) -> pa.Array:
+        if f.name == "vector":
+            return cols["vector"]
+        if f.name not in cols and f.nullable:  # a column the schema gained since: NULL, as in a migrated table
+            return pa.nulls(n, f.type)
+        return pa.array(cols[f.name], f.type)
+
+    return pa.table([column(f) for f in schema], schema)
 
 
 def make_table(uri: str, vectors: np.ndarray, name: str = "chunks") -> Any:
