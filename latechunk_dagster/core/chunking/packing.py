@@ -34,7 +34,7 @@ _CHILD = {"code": "line", "table": "line", "list": "item", "paragraph": "sentenc
 _CHILD["item"] = "sentence"
 
 
-@dataclass
+@dataclass(slots=True)
 class Unit:
     """A run of tokens the packer keeps whole when it fits.
 
@@ -167,7 +167,10 @@ class Packer:
         merge fits the budget; a chunk without a letter or digit then joins its neighbour whatever the
         section or size (the previous one; the next one at a document's start)."""
         words_before = self.features[1]
-        bare = [words_before[c.span.end] == words_before[c.span.start] for c in chunks]
+        ends = np.fromiter(
+            (x for c in chunks for x in (c.span.start, c.span.end)), dtype=np.int64, count=2 * len(chunks)
+        )
+        bare = (words_before[ends[1::2]] == words_before[ends[0::2]]).tolist()
         if not any(bare) and all(len(c.span) >= self.min_tokens for c in chunks):
             return chunks
         out: list[Unit] = []
@@ -203,11 +206,11 @@ class Packer:
         return sentence_starts(self.text[skip:], self.language, base=skip, segmenter=self.segmenter)
 
     @cached_property
-    def features(self) -> tuple[list[int], list[int]]:
+    def features(self) -> tuple[np.ndarray, np.ndarray]:
         """The rank of a cut before each token (:func:`~latechunk_dagster.core.chunking.words.token_features`),
-        and how many tokens before each position start with a letter or digit (``[n + 1]``)."""
+        and how many tokens before each position start with a letter or digit (int ``[n + 1]``)."""
         ranks, wordlike = token_features(self.text, self.tokens.offset_arrays()[0])
-        return ranks.tolist(), np.concatenate(([0], np.cumsum(wordlike))).tolist()
+        return ranks, np.concatenate(([0], np.cumsum(wordlike)))
 
 
 def _fits(a: Unit, b: Unit, max_tokens: int) -> bool:

@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
+import numpy as np
+
 from latechunk_dagster.core.tokenization import bom_length
 
 #: Line breaks, as CommonMark (and markdown-it) count them: ``\r\n``, ``\r`` or ``\n``.
@@ -43,8 +45,12 @@ def line_starts(text: str) -> list[int]:
         >>> line_starts("a\\nbb\\r\\nc")
         [0, 2, 6, 7]
     """
-    starts = [0]
-    starts.extend(m.end() for m in _NEWLINE.finditer(text))
+    if "\r" not in text:  # "\n" only: found at C speed
+        starts = (np.flatnonzero(np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32) == 10) + 1).tolist()
+        starts.insert(0, 0)
+    else:
+        starts = [0]
+        starts.extend(m.end() for m in _NEWLINE.finditer(text))
     if starts[-1] != len(text):
         starts.append(len(text))
     return starts
@@ -141,6 +147,12 @@ _BREAK = re.compile(r" {0,3}(?:(?:\*[ \t]*){3,}|(?:-[ \t]*){3,}|(?:_[ \t]*){3,})
 _MARKS = frozenset("#`~=-*+_|0123456789\t\r\n\f\v") | {""}
 
 
+@lru_cache(maxsize=64)
+def _closing_fence(mark: str) -> re.Pattern[str]:
+    """The line that closes a fence opened with ``mark``: the same character, at least as many."""
+    return re.compile(rf"[ \t]*{re.escape(mark[0])}{{{len(mark)},}}[ \t]*(?:\r\n?|\n)?")
+
+
 class _Scanner:
     """CommonMark's top-level blocks of one text, line by line: ATX and setext headings, fenced code,
     lists (items at up to 3 spaces, continued by indented or lazy lines), GFM pipe tables (a ``|`` row
@@ -211,7 +223,7 @@ class _Scanner:
     def _fence(self, i: int, mark: str) -> int:
         """A fenced code block from line ``i`` to its closing fence (or the end); returns the line after it."""
         n, j = len(self.lines) - 1, i + 1
-        close = re.compile(rf"[ \t]*{re.escape(mark[0])}{{{len(mark)},}}[ \t]*(?:\r\n?|\n)?")
+        close = _closing_fence(mark)
         while j < n and not close.fullmatch(self.line(j)):
             j += 1
         end = min(j + 1, n)
@@ -246,7 +258,7 @@ class _Scanner:
 
     def _skip_fence(self, i: int, mark: str) -> int:
         n, j = len(self.lines) - 1, i + 1
-        close = re.compile(rf"[ \t]*{re.escape(mark[0])}{{{len(mark)},}}[ \t]*(?:\r\n?|\n)?")
+        close = _closing_fence(mark)
         while j < n and not close.fullmatch(self.line(j)):
             j += 1
         return min(j, n - 1)

@@ -103,11 +103,11 @@ def token_features(text: str, starts: np.ndarray) -> tuple[np.ndarray, np.ndarra
     return ranks, wordlike
 
 
-def split_at_words(ranks: list[int], span: Span, max_tokens: int, first: int = 0) -> list[Span]:
+def split_at_words(ranks: np.ndarray, span: Span, max_tokens: int, first: int = 0) -> list[Span]:
     """Cut ``span`` (longer than ``max_tokens``) into pieces of at most ``max_tokens`` tokens between words.
 
     Args:
-        ranks: the rank of a cut before each token of the document (:func:`token_features`).
+        ranks: the rank of a cut before each token of the document (int ``[n_tokens]``, :func:`token_features`).
         span: the tokens to cut; every piece keeps its ``headings``.
         max_tokens: the budget (>= 1).
         first: no cut before token ``first`` (the first token after the heading lines a unit starts
@@ -118,18 +118,19 @@ def split_at_words(ranks: list[int], span: Span, max_tokens: int, first: int = 0
         Spans tiling ``[span.start, span.end)``; a piece that ends inside a word (module docstring)
         has ``word_cut=True``.
     """
-    half = max(1, max_tokens // 2)
+    r = ranks[span.start : span.end].tolist()  # positions below are relative to span.start
+    half, floor = max(1, max_tokens // 2), first - span.start + 1
     out: list[Span] = []
-    pos, end = span.start, span.end
+    pos, end = 0, len(r)
     while end - pos > max_tokens:
-        cut, in_word = _best_cut(ranks, max(pos + 1, first + 1), pos + max_tokens, pos + half)
+        cut, in_word = _best_cut(r, max(pos + 1, floor), pos + max_tokens, pos + half)
         if cut < 0:  # nothing allowed within the budget: the first allowed place after it
-            cut, in_word = _first_cut(ranks, max(pos + max_tokens + 1, first + 1), end)
+            cut, in_word = _first_cut(r, max(pos + max_tokens + 1, floor), end)
             if cut < 0:
                 break
-        out.append(Span(pos, cut, span.headings, in_word))
+        out.append(Span(span.start + pos, span.start + cut, span.headings, in_word))
         pos = cut
-    out.append(Span(pos, end, span.headings))
+    out.append(Span(span.start + pos, span.end, span.headings))
     return out
 
 
