@@ -85,3 +85,56 @@ class ProgressMeter:
         if self.callback is not None:
             self.callback(snap)
         return snap
+
+
+class Phase:
+    """A long step on a terminal: one line when it starts, a line every ``interval`` seconds while it
+    runs (so no step is silent longer than that), and one line with its wall time when it ends.
+
+    Use as ``with Phase("encoding 6 shards", out=print):``; the lines go to ``out`` (default: stdout,
+    flushed). ``interval`` (seconds, default 20: below the 30 s the demo promises between lines) must
+    be positive. :meth:`note` prints a line of the phase's own (e.g. how far it got) and restarts the
+    interval. A phase that raises prints ``... stopped after N s`` and re-raises.
+
+    Raises:
+        ValueError: ``interval`` is not positive.
+    """
+
+    def __init__(self, name: str, *, interval: float = 20.0, out: Callable[[str], None] | None = None) -> None:
+        if interval <= 0:
+            raise ValueError(f"Phase {name!r}: interval must be positive seconds, got {interval}")
+        self.name, self.interval = name, interval
+        self.out = out if out is not None else (lambda line: print(line, flush=True))
+        self.start = time.perf_counter()
+        self._stop = threading.Event()
+        self._noted = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    @property
+    def seconds(self) -> float:
+        return time.perf_counter() - self.start
+
+    def note(self, line: str) -> None:
+        """Print ``line`` under the phase now; the next "still running" line waits a whole interval."""
+        self.out(f"  {line}")
+        self._noted.set()
+
+    def _beat(self) -> None:
+        while not self._stop.wait(self.interval):
+            if self._noted.is_set():  # a line of the phase's own within this interval
+                self._noted.clear()
+                continue
+            self.out(f"  {self.name}: still running, {self.seconds:.0f} s")
+
+    def __enter__(self) -> Phase:
+        self.start = time.perf_counter()
+        self.out(f"{self.name} ...")
+        self._thread = threading.Thread(target=self._beat, name=f"phase {self.name}", daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, *_: object) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        self.out(f"{self.name}: {'done in' if exc_type is None else 'stopped after'} {self.seconds:.1f} s")

@@ -31,6 +31,7 @@ import pyarrow.compute as pc
 from latechunk_dagster.sink.schema import REJECTED_SCHEMA, chunk_id, sql_in
 from latechunk_dagster.sources.documents import READ_ERRORS, UnknownShardError
 from latechunk_dagster.sources.files import Document, DocumentStore, RejectedRow
+from latechunk_dagster.sources.text_files import UnconvertedFile
 
 Outcome = tuple[bool, dict[str, Any]]
 #: A shard's documents by doc_id, or why the shard cannot be read (:func:`iter_shard_documents`).
@@ -98,18 +99,22 @@ def iter_shard_documents(
     A row that made no document counts as a document (its rejection record accounts for it).
 
     Args:
-        keep: per partition, the only doc_ids to hold (the others are read and dropped); ``None``: all.
+        keep: per partition, the only doc_ids to hold; ``None``: all. The others are read and dropped
+            unconverted: a document file (PDF, HTML, ...) is converted only when kept (``parity_sample``
+            samples 2 documents of a shard: converting the whole shard was most of its cost).
     """
     partitions = list(partitions)
     done = 0
     try:
-        for partition, items in store.iter_shards(partitions):
+        for partition, items in store.iter_shards(partitions, defer_conversion=keep is not None):
             wanted = keep.get(partition, ()) if keep is not None else None
             by_id: dict[str, Document] = {}
             try:
                 for item in items:
                     if wanted is not None and item.doc_id not in wanted:
                         continue
+                    if isinstance(item, UnconvertedFile):
+                        item = item.convert()
                     if isinstance(item, RejectedRow):
                         by_id.setdefault(item.doc_id, Document(item.doc_id, "", ""))
                     else:
