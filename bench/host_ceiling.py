@@ -33,7 +33,8 @@ says otherwise: the free engine stands for a GPU, and on a CPU machine the libra
 CPU batch (8,192), whose per-batch costs are not what a GPU host pays.
 
 Run: ``python bench/host_ceiling.py [--copies K] [--reps R] [--batch-tokens B] [--workers 1,4] [--model DIR]``
-(``--copies``: the demo corpus K times, ids made unique; ``--model``: the tokenizer's model directory).
+(``--copies``: the demo corpus K times, ids made unique; ``--model``: the tokenizer's model directory;
+``--quick``: a smoke run: 8 demo modules, one repetition, one worker).
 """
 
 from __future__ import annotations
@@ -100,7 +101,10 @@ def main() -> None:
     )
     ap.add_argument("--workers", type=str, default=None, help="comma-separated worker counts (default 1,2[,cores])")
     ap.add_argument("--model", default=None, help="a model directory (default: all-MiniLM-L6-v2's test package)")
+    ap.add_argument("--quick", action="store_true", help="a smoke run: 8 demo modules, one repetition, one worker")
     args = ap.parse_args()
+    if args.quick:
+        args.reps, args.workers = 1, "1"
     import lancedb
     from host_stages import RandomStates
 
@@ -113,7 +117,8 @@ def main() -> None:
     from latechunk_dagster.sources.documents import Document
     from latechunk_dagster.sources.files import DocumentStore
 
-    store = DocumentStore.from_path(build_demo_store(Path(tempfile.mkdtemp()) / "docs"))
+    docs_dir = build_demo_store(Path(tempfile.mkdtemp()) / "docs", max_modules=8 if args.quick else None)
+    store = DocumentStore.from_path(docs_dir)
     base = [d for s in store.shards() for d in store.read_shard(s)]
     docs = [Document(f"{d.doc_id}~{k}", d.text, d.sha256) for k in range(args.copies) for d in base]
     texts, ids = [d.text for d in docs], [d.doc_id for d in docs]

