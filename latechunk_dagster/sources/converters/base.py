@@ -10,7 +10,8 @@ import os
 import re
 import zipfile
 from dataclasses import dataclass, field
-from importlib.metadata import version
+from functools import cache
+from importlib.metadata import version as _metadata_version
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
@@ -192,6 +193,12 @@ class ConversionLimits:
             raise Rejection(
                 "too_large", f"its parts unpack to {total:,} bytes, over max_unpacked_bytes {self.max_unpacked_bytes:,}"
             )
+
+
+#: The installed version of a distribution (``importlib.metadata.version``, read once a process: it
+#: reads the package's metadata files, ~1-4 ms, more than converting a page of a PDF; a library
+#: upgraded while a process runs is not the code it has loaded anyway).
+version = cache(_metadata_version)
 
 
 def converter_name(fmt: str, rules: int, library: str) -> str:

@@ -10,7 +10,11 @@ from __future__ import annotations
 import ctypes
 import math
 import re
+from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cache
+from itertools import repeat
 from typing import Any
 
 import numpy as np
@@ -24,7 +28,6 @@ BOLD_WEIGHT = 600
 
 _LINE_BREAK = re.compile(r"\r\n|\n")
 _BOLD_NAME = re.compile(rb"bold|black|heavy", re.IGNORECASE)
-_NO_ROWS = np.zeros((0, 4), np.float32)
 
 
 @dataclass
@@ -64,6 +67,16 @@ class Line:
             self.top: float = max(a[3], b[3])
             self.bottom: float = min(a[1], b[1])
 
+    @classmethod
+    def known(cls, text: str, boxes: np.ndarray, page: int, size: float, bold: bool, top: float, bottom: float) -> Line:
+        """A line whose first and last characters have boxes, with ``top`` and ``bottom`` (points) as
+        ``__post_init__`` would find them (:func:`text_layer_lines` takes them from the page's arrays
+        at once)."""
+        line = cls.__new__(cls)
+        line.text, line.boxes, line.page, line.size, line.bold = text, boxes, page, size, bold
+        line.has_boxes, line.top, line.bottom = True, top, bottom
+        return line
+
 
 def no_boxes(n: int) -> np.ndarray:
     """``float32 [n, 4]`` of NaN: the boxes of ``n`` characters that have none."""
@@ -100,9 +113,7 @@ def text_layer_lines(textpage: Any, page: int, *, char_boxes: bool = True, fonts
         return []
     text = _page_text(textpage, n)
     reader = _Reader(textpage)
-    boxes = reader.char_boxes(n) if char_boxes else None
-    out = []
-    spans: list[tuple[int, int]] = []  # each line's first and last character (line boxes: one array at the end)
+    spans: list[tuple[int, int, str, float, bool]] = []  # each line's first and last character, text, font
     # PDFium's "\r\n" pairs are two chars of its list: split on the chars themselves, keeping indices
     start = 0
     for brk in [*(m.start() for m in _LINE_BREAK.finditer(text)), n]:
@@ -112,28 +123,36 @@ def text_layer_lines(textpage: Any, page: int, *, char_boxes: bool = True, fonts
         if body:
             first = start + lead
             last = first + len(body) - 1
-            chars = body.replace("\r", " ").replace("\0", " ")
             size, bold = reader.font(first) if fonts else (0.0, False)
             # a line is as large and as bold as its first and last characters both; the last is read
             # only where the first stands out from the line before (a heading candidate)
-            if fonts and last > first and (bold or not out or size != out[-1].size):
+            if fonts and last > first and (bold or not spans or size != spans[-1][3]):
                 last_size, last_bold = reader.font(last)
                 size, bold = min(size, last_size), bold and last_bold
-            if boxes is None:
-                spans.append((first, last))
-                rect = _NO_ROWS
-            else:
-                rect = boxes[first : last + 1]
-            out.append(Line(chars, rect, page, size, bold))
+            spans.append((first, last, body.replace("\r", " ").replace("\0", " "), size, bold))
         start = brk + (2 if text.startswith("\r\n", brk) else 1)
-    if boxes is None and out:  # each character gets its line's box: one array for the page, a view a line
-        rects = np.array([reader.line_box(first, last) for first, last in spans], np.float32)
-        every = np.repeat(rects, [len(line.text) for line in out], axis=0)
-        at = 0
-        for line in out:
-            line.boxes = every[at : at + len(line.text)]
-            line.__post_init__()
-            at += len(line.text)
+    if not spans:
+        return []
+    if char_boxes:
+        boxes = reader.char_boxes(n)
+        ends = boxes[[i for first, last, *_ in spans for i in (first, last)]].reshape(-1, 2, 4)
+        whole = ~np.isnan(ends[:, :, 0]).any(axis=1)  # first and last boxed: their heights are the line's
+        tops, bottoms = ends[:, :, 3].max(axis=1).tolist(), ends[:, :, 1].min(axis=1).tolist()
+        return [
+            Line.known(chars, boxes[first : last + 1], page, size, bold, top, bottom)
+            if ok
+            else Line(chars, boxes[first : last + 1], page, size, bold)
+            for (first, last, chars, size, bold), ok, top, bottom in zip(spans, whole, tops, bottoms, strict=True)
+        ]
+    # each character gets its line's box (the union of its first and last characters' boxes): one
+    # array for the page, a view a line
+    ends = reader.boxes([i for first, last, *_ in spans for i in (first, last)]).reshape(-1, 2, 4)
+    rects = np.concatenate([ends[:, :, :2].min(axis=1), ends[:, :, 2:].max(axis=1)], axis=1).astype(np.float32)
+    every = np.repeat(rects, [len(chars) for _, _, chars, _, _ in spans], axis=0)
+    out, at = [], 0
+    for (_, _, chars, size, bold), (_, bottom, _, top) in zip(spans, rects.tolist(), strict=True):
+        out.append(Line.known(chars, every[at : at + len(chars)], page, size, bold, top, bottom))
+        at += len(chars)
     return out
 
 
@@ -161,36 +180,32 @@ class _Reader:
 
         self.c = pdfium_c
         self.raw = textpage.raw
-        self.edges = ctypes.c_double(), ctypes.c_double(), ctypes.c_double(), ctypes.c_double()
-        self.refs = tuple(ctypes.byref(v) for v in self.edges)  # left, right, bottom, top
         self.name = ctypes.create_string_buffer(128)
         self.flags = ctypes.c_int()
 
-    def box(self, index: int) -> tuple[float, float, float, float]:
-        """``(x0, y0, x1, y1)`` of one character (``FPDFText_GetCharBox``)."""
-        self.c.FPDFText_GetCharBox(self.raw, index, *self.refs)
-        left, right, bottom, top = self.edges
-        return left.value, bottom.value, right.value, top.value
+    def boxes(self, indices: Sequence[int]) -> np.ndarray:
+        """``float64 [len(indices), 4]``: PDFium's box ``(x0, y0, x1, y1)`` of each character at
+        ``indices``, as it gives them (one with no area included; a character PDFium fails on: 0s).
+
+        One ``FPDFText_GetCharBox`` call a character (PDFium has no call for a page's boxes at once),
+        driven by ``map`` over a prototype of plain addresses that writes straight into the array's
+        rows: 2.5x a loop over ``byref`` doubles (bench/pdf_quality.py, bench/README.md)."""
+        m = len(indices)
+        out = np.zeros((m, 4), np.float64)
+        base = out.ctypes.data  # rows of (x0, y0, x1, y1): left at +0, bottom +8, right +16, top +24
+        end = base + 32 * m
+        raw = ctypes.cast(self.raw, ctypes.c_void_p).value
+        rows = (range(base + k, end, 32) for k in (0, 16, 8, 24))
+        deque(map(_char_box_call(self.c), repeat(raw, m), indices, *rows), maxlen=0)
+        return out
 
     def char_boxes(self, n: int) -> np.ndarray:
-        """``float32 [n, 4]``: PDFium's box of each character, NaN for one whose box has no area
-        (the spaces and line breaks PDFium generates)."""
-        get, raw, refs = self.c.FPDFText_GetCharBox, self.raw, self.refs
-        left, right, bottom, top = self.edges
-        values: list[float] = []
-        extend = values.extend  # a flat list grown per character: 2.3x faster than numpy item assignment
-        for i in range(n):
-            get(raw, i, *refs)
-            extend((left.value, bottom.value, right.value, top.value))
-        out = np.array(values, np.float64).reshape(n, 4)
+        """``float32 [n, 4]``: the box of each of the page's ``n`` characters (:meth:`boxes`), NaN for
+        one whose box has no area (the spaces and line breaks PDFium generates)."""
+        out = self.boxes(range(n))
         empty = (out[:, 2] <= out[:, 0]) & (out[:, 3] <= out[:, 1])
         out[empty] = np.nan
         return out.astype(np.float32)
-
-    def line_box(self, first: int, last: int) -> tuple[float, float, float, float]:
-        """The union of the boxes of characters ``first`` and ``last`` (a line's, from its ends)."""
-        a, b = self.box(first), self.box(last)
-        return min(a[0], b[0]), min(a[1], b[1]), max(a[2], b[2]), max(a[3], b[3])
 
     def font(self, index: int) -> tuple[float, bool]:
         """Font size (points) and boldness of the character at ``index`` (``FPDFText_GetFontSize``,
@@ -203,3 +218,11 @@ class _Reader:
             return size, False
         got = self.c.FPDFText_GetFontInfo(self.raw, index, self.name, 128, ctypes.byref(self.flags))
         return size, bool(got) and _BOLD_NAME.search(self.name.value) is not None
+
+
+@cache
+def _char_box_call(pdfium_c: Any) -> Any:
+    """``FPDFText_GetCharBox`` with every argument a plain address (``c_void_p``; the text page, then
+    left, right, bottom, top), so ctypes converts ints and builds no ``byref`` per call."""
+    proto = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_int, *[ctypes.c_void_p] * 4)
+    return proto(ctypes.cast(pdfium_c.FPDFText_GetCharBox, ctypes.c_void_p).value)
