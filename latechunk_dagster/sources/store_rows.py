@@ -87,10 +87,7 @@ def tree_items(
     for file in files:
         what = is_regular(file)
         if what is not None:
-            if kind == "text":
-                yield not_regular_row(file, file.relative_to(root).as_posix(), what, "not_a_regular_file")
-            else:
-                yield not_regular_row(file, "*", what, "unreadable_file")
+            yield not_regular_row(file, "*", what, "unreadable_file")
             continue
         yield from table_file_items(file, chunks_column)
 
