@@ -21,6 +21,7 @@ import pyarrow.compute as pc
 from pydantic import Field
 
 from latechunk_dagster.core.chunking import GivenChunks, strategy_from_config
+from latechunk_dagster.evaluation.blends import table_blend
 from latechunk_dagster.integration.wiring import Granularity, TableWiring
 from latechunk_dagster.pipeline.table_checks import granularity_table_outcomes
 from latechunk_dagster.sink import indexing, validation
@@ -199,9 +200,14 @@ def build_parity_check(w: TableWiring, g: Granularity) -> dg.AssetChecksDefiniti
             for doc_id in sampled[p]:
                 mine = part.filter(pc.equal(part.column("doc_id"), doc_id)).sort_by("chunk_index")
                 params = json.loads(mine.column("strategy_params")[0].as_py())
+                params.pop("blend", None)  # the vectors' blend weight (issue 48), not a chunking parameter
                 strategy = strategy_from_config(params.pop("name"), params)
+                weight, engine_weight = table_blend(mine), float(getattr(chunker, "blend", 1.0))
                 if doc_id not in docs:
                     outcome: validation.Outcome = (False, {"reason": "document no longer in the store"})
+                elif weight != engine_weight:
+                    why = f"rows written with blend={weight:g}, the engine's chunker blends {engine_weight:g}"
+                    outcome = (False, {"reason": why})
                 else:
                     doc = docs[doc_id]
                     given = {"chunks": [doc.chunks]} if strategy.name == GivenChunks.name else {}
