@@ -31,6 +31,7 @@ import dagster as dg
 import pytest
 
 from latechunk_dagster import LateChunker, TooManyRemovalsError, load_definitions, sink, sync_definitions
+from latechunk_dagster.app.demo import next_commands
 from latechunk_dagster.integration.resources import DocumentStoreResource, LanceDBResource
 from tests.conftest import session_engine_resource
 from tests.doc_examples import ROOT, example
@@ -258,7 +259,7 @@ def test_the_demos_sync_on_your_own_folder_deletes_no_demo_row(project, tmp_path
     assert out.returncode == 0, out.stderr
     [line] = [x for x in out.stdout.splitlines() if x.startswith("store ")]
     own = re.search(r"its tables in (\S+) \(the demo's are kept apart\)", line)
-    assert line.startswith(f"store {folder} (text): 1 shards (+1 -0)") and own, line
+    assert line.startswith(f"store {folder} (document tree): 1 shards (+1 -0)") and own, line
     assert Path(own[1]).parent.parent == home / "stores" and Path(own[1]).parent.name.startswith("notes-")
     assert "keys ['_root']" in out.stdout
     assert rows_by_partition(home / "lancedb", "chunks_sentences32") == before
@@ -284,7 +285,8 @@ def test_the_demo_on_your_own_folder_says_what_it_skips(project, tmp_path: Path)
     rows are untouched."""
     home = tmp_path / "home"
     before = demo_state(project, home)
-    env = environ(LATECHUNK_HOME=str(home), LATECHUNK_DOCUMENT_STORE=str(notes(tmp_path)))
+    folder = notes(tmp_path)
+    env = environ(LATECHUNK_HOME=str(home), LATECHUNK_DOCUMENT_STORE=str(folder))
     env.pop("DAGSTER_HOME", None)
     out = subprocess.run(
         [sys.executable, "-m", "latechunk_dagster.app.demo"], env=env, capture_output=True, text=True, timeout=900
@@ -293,8 +295,14 @@ def test_the_demo_on_your_own_folder_says_what_it_skips(project, tmp_path: Path)
     assert "materialized 1 partitions in one run: 4 documents" in out.stdout
     assert "searches: skipped: no labeled queries for this store; set LATECHUNK_QUERIES=" in out.stdout
     assert "generated context-dependent set: skipped (it scores the model on generated documents" in out.stdout
-    assert "retrieval scores: skipped: no labeled queries for this store" in out.stdout
+    assert "retrieval scores: skipped: no labeled queries (see the searches above)" in out.stdout
+    assert out.stdout.count("set LATECHUNK_QUERIES=") == 1  # issue 51: the long reason once, not twice
     assert "parse command-line options" not in out.stdout and "| late" not in out.stdout
+    # issue 51: a line per phase (with its wall time), nothing "failed", and the next commands at the end
+    assert "encoding 1 shards in one run (engine start, then every shard): done in" in out.stdout
+    assert "building the indexes (vector and full-text): done in" in out.stdout
+    assert "failed" not in (out.stdout + out.stderr).lower()
+    assert out.stdout.rstrip().splitlines()[-4:] == next_commands(str(folder)).splitlines()
     assert rows_by_partition(home / "lancedb", "chunks_sentences32") == before
 
 
@@ -318,8 +326,8 @@ def test_first_run_of_your_own_table_from_a_shell_as_the_guide_shows(tmp_path: P
     assert out.returncode == 0, out.stdout + out.stderr
     assert "chunks_minilm (partitions minilm_document_shards): added ['pumps']; removed none" in out.stdout
     assert "RUN_SUCCESS" in out.stderr + out.stdout
-    [hit] = [x for x in out.stdout.splitlines() if "\tpumps/acme.txt\t" in x]
-    assert "maintenance team" in hit
+    hits = [x for x in out.stdout.splitlines() if "\tpumps/acme.txt\t" in x]
+    assert len(hits) == 2 and all("maintenance team" in hit for hit in hits)  # vector, then hybrid (the index)
     rows = sink.connect(str(tmp_path / "my-table" / "data" / "lancedb")).open_table("chunks_minilm").to_arrow()
     assert set(rows.column("partition").to_pylist()) == {"pumps"}
 

@@ -14,6 +14,7 @@ checks, and ``retrieval_eval``'s table, plot and check.
 from __future__ import annotations
 
 import os
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -34,6 +35,7 @@ QUERIES = ["parse command-line options and arguments", "compress data with gzip"
 
 def main() -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    print("make demo: loading Dagster and the definitions ...", flush=True)
     from latechunk_dagster.app.settings import quiet_dagster_warnings, quiet_table_logs
     from latechunk_dagster.core.engines.vllm_local import QUIET_ENGINE_LOG_LEVEL, quiet_engine_logs
 
@@ -47,12 +49,14 @@ def main() -> int:
 
     from latechunk_dagster.app.definitions import TABLE, defs
     from latechunk_dagster.core.chunker import LateChunker
+    from latechunk_dagster.pipeline.progress import Phase
 
     resources = defs.resources
     instance = dg.DagsterInstance.get()
     try:
         queries = demo_queries()  # a bad LATECHUNK_QUERIES file: one line, before anything runs
-        store, keys = sync_store(instance)
+        with Phase("reading the store (the demo's is built on the first run) and syncing its partitions"):
+            store, keys = sync_store(instance)
     # TooManyRemovalsError (e.g. another store at a shared DAGSTER_HOME), QueryFileError (both
     # ValueErrors), a store that is not there or cannot be listed (OSError): one line, nothing changed
     except (ValueError, OSError) as exc:
@@ -63,24 +67,30 @@ def main() -> int:
         return 1
 
     t0 = time.perf_counter()
-    result = defs.resolve_job_def("chunk_documents").execute_in_process(
-        instance=instance,
-        tags={"dagster/asset_partition_range_start": keys[0], "dagster/asset_partition_range_end": keys[-1]},
-        run_config=QUIET,
-        raise_on_error=False,
-    )
+    with Phase(f"encoding {len(keys)} shards in one run (engine start, then every shard)"):
+        result = defs.resolve_job_def("chunk_documents").execute_in_process(
+            instance=instance,
+            tags={"dagster/asset_partition_range_start": keys[0], "dagster/asset_partition_range_end": keys[-1]},
+            run_config=QUIET,
+            raise_on_error=False,
+        )
     wall = time.perf_counter() - t0
     if not result.success:
         print("the chunk_documents run failed; see `make dev` for its logs", file=sys.stderr)
         return 1
     failed = _print_run(result, wall)
-    defs.resolve_job_def("index_chunks").execute_in_process(instance=instance, run_config=QUIET)
+    with Phase("building the indexes (vector and full-text)"):
+        defs.resolve_job_def("index_chunks").execute_in_process(instance=instance, run_config=QUIET)
 
     demo_store = resources["store"].build_demo
-    with LateChunker(resources["engine"].model_path()) as chunker:
+    with Phase("starting the engine for the searches"):
+        chunker = LateChunker(resources["engine"].model_path())
+    with chunker:
         _print_searches(chunker, queries)
         if demo_store:
-            print("\n" + _context_set(chunker, settings.queries_dir()))
+            with Phase("scoring the generated context-dependent set"):
+                text = _context_set(chunker, settings.queries_dir())
+            print("\n" + text)
         else:
             print(
                 "\ngenerated context-dependent set: skipped (it scores the model on generated documents, "
@@ -89,9 +99,24 @@ def main() -> int:
         model = chunker.card.fingerprint
     if TABLE.extra_assets:  # the retrieval_eval asset runs its own engine: after this one is closed
         print("\n" + _retrieval_eval(defs, instance, resources, store, model))
-    else:
-        print(f"\nretrieval scores: skipped: {NO_QUERIES}")
+    else:  # the reason was printed with the searches, once
+        print("\nretrieval scores: skipped: no labeled queries (see the searches above)")
+    print("\n" + next_commands(None if demo_store else os.environ.get("LATECHUNK_DOCUMENT_STORE")))
     return 1 if failed else 0
+
+
+def next_commands(own_store: str | None) -> str:
+    """The demo's last four lines: what to run next (search the table, open the UI, index a store of
+    one's own); ``own_store`` is the ``LATECHUNK_DOCUMENT_STORE`` the demo ran on (``None``: the demo's)."""
+    store = f"LATECHUNK_DOCUMENT_STORE={shlex.quote(own_store)} " if own_store else ""
+    return "\n".join(
+        [
+            "next:",
+            f'  {store}.venv/bin/latechunk search "read a csv file"   # search this table (--hybrid, --k, --help)',
+            f"  {store}make dev   # the Dagster UI on these runs: partitions, checks, retrieval_eval",
+            "  LATECHUNK_DOCUMENT_STORE=/path/to/your/documents make demo   # a folder, JSONL, Parquet or s3://...",
+        ]
+    )
 
 
 #: Why the demo neither searches nor scores a store of the user's without their queries.
@@ -127,7 +152,9 @@ def sync_store(instance: dg.DagsterInstance) -> tuple[DocumentStore, list[str]]:
         instance, store, TABLE.partitions_def, resources["lancedb"], TABLE.wiring.table_names, how=how
     )
     keys = instance.get_dynamic_partitions(TABLE.partitions_def.name)
-    line = f"store {_shown(store.uri)} ({store.kind}): {len(keys)} shards (+{len(added)} -{len(removed)})"
+    # a "text" store is a tree of documents of any supported format (PDF, HTML, ...), not only text
+    kind = "document tree" if store.kind == "text" else store.kind
+    line = f"store {_shown(store.uri)} ({kind}): {len(keys)} shards (+{len(added)} -{len(removed)})"
     if not resources["store"].build_demo:
         line += f"; its tables in {_shown(settings.lancedb_uri())} (the demo's are kept apart)"
     print(line, flush=True)
@@ -266,9 +293,13 @@ def _retrieval_eval(
     run = instance.get_run_by_id(latest.run_id) if latest is not None else None
     reused = run is not None and run.tags.get(EVALUATED_TAG) == evaluated
     if not reused:
-        result = defs.resolve_job_def("evaluate_retrieval").execute_in_process(
-            instance=instance, run_config=QUIET, tags={EVALUATED_TAG: evaluated}, raise_on_error=False
-        )
+        from latechunk_dagster.pipeline.progress import Phase
+
+        # minutes on the demo corpus: the naive side re-embeds every chunk of each granularity
+        with Phase(f"evaluating {queries.name} (asset {asset.key.to_user_string()}: late, naive, hybrid)"):
+            result = defs.resolve_job_def("evaluate_retrieval").execute_in_process(
+                instance=instance, run_config=QUIET, tags={EVALUATED_TAG: evaluated}, raise_on_error=False
+            )
         if not result.success:
             return "the evaluate_retrieval run failed; see `make dev` for its logs"
         latest = instance.get_latest_materialization_event(asset.key)
