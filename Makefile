@@ -67,9 +67,12 @@ test-native:
 
 test: lint test-main test-airflow test-native
 
+# `dg dev`, not `dagster dev` (a SupersessionWarning on every start); PYTHONWARNINGS hides the two
+# "Found version mismatch" lines of this venv's dg 1.13.27 beside dagster 1.13.28 (settings.DG_QUIET)
 dev: $(VENV)/.installed
 	DAGSTER_HOME=$$($(VENV)/bin/python -c 'from latechunk_dagster.app.settings import ensure_dagster_home as h; print(h())') \
-		$(VENV)/bin/dagster dev -m latechunk_dagster.app.definitions
+		PYTHONWARNINGS="$${PYTHONWARNINGS:-ignore:Found version mismatch}" \
+		$(VENV)/bin/dg dev -m latechunk_dagster.app.definitions
 
 clean:
 	rm -rf $(VENV) $(NATIVE_VENV) data

@@ -106,12 +106,18 @@ def quiet_table_logs() -> None:
 
 def quiet_dagster_warnings() -> None:
     """Hide Dagster's beta/preview notices (backfill policies, observable source assets) on the terminal
-    of the demo and the CLI; ``PYTHONWARNINGS=default`` shows them again."""
+    of the demo and the CLI. The filters go after those of ``PYTHONWARNINGS``/``-W``, so a user's own
+    filter wins: ``PYTHONWARNINGS=default`` shows them again, while one that only hides something else
+    (``PYTHONWARNINGS='ignore:Found version mismatch'``, :data:`DG_QUIET`) keeps them hidden."""
     import warnings
 
-    if os.environ.get("PYTHONWARNINGS"):
-        return
     from dagster_shared.utils.warnings import BetaWarning, PreviewWarning
 
-    warnings.filterwarnings("ignore", category=BetaWarning)
-    warnings.filterwarnings("ignore", category=PreviewWarning)
+    warnings.filterwarnings("ignore", category=BetaWarning, append=True)
+    warnings.filterwarnings("ignore", category=PreviewWarning, append=True)
+
+
+#: ``PYTHONWARNINGS`` for the ``dg`` commands of this checkout's venv: the registry has no
+#: ``dagster-dg-cli`` 1.13.28, so 1.13.27 sits beside dagster 1.13.28 and every ``dg`` command
+#: prints two "Found version mismatch" ``UserWarning`` s at start (the Makefile's ``make dev`` sets it).
+DG_QUIET = "ignore:Found version mismatch"
