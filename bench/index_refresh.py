@@ -13,7 +13,8 @@ rows, and the same table (copied) is refreshed both ways in one run:
 For each: refresh seconds, recall@10 of 100 queries near stored vectors (a fifth near the new rows)
 against an exact scan, and rows the indexes leave uncovered. Run:
 ``.venv/bin/python bench/index_refresh.py --scale 10`` (``--no-full`` skips the rebuild where it
-would take too long, e.g. ``--scale 100`` on 2 cores).
+would take too long, e.g. ``--scale 100`` on 2 cores; ``--quick``: a smoke run, ``--scale 0.1``, the vector index
+built from 1,000 rows instead of ``ANN_MIN_ROWS``).
 """
 
 from __future__ import annotations
@@ -54,7 +55,11 @@ def main() -> None:
     parser.add_argument("--scale", type=float, default=10.0, help="rows as a multiple of the demo table")
     parser.add_argument("--grow", type=float, default=0.1, help="rows a new run adds, as a share of the table")
     parser.add_argument("--no-full", action="store_true", help="skip the full rebuild")
+    parser.add_argument("--quick", action="store_true", help="a smoke run: --scale 0.1")
     args = parser.parse_args()
+    if args.quick:
+        args.scale = 0.1
+    min_rows = {"ann_min_rows": 1000} if args.quick else {}  # quick: a vector index on its 1,391 rows
 
     import lancedb
 
@@ -71,7 +76,7 @@ def main() -> None:
         for lo in range(0, rows, 200_000):  # the table in pieces: bounded memory for the row dicts
             table.add(rows_of(ann, vectors[lo : min(rows, lo + 200_000)], f"c{lo}-"))
         t0 = time.perf_counter()
-        first = refresh_indexes(table)
+        first = refresh_indexes(table, **min_rows)
         print(f"table: {rows} rows, first build {time.perf_counter() - t0:.1f} s ({first['vector_index']})")
         table.add(rows_of(ann, vectors[rows:], "new-"))
         rng = np.random.default_rng(3)
@@ -87,7 +92,7 @@ def main() -> None:
             shutil.copytree(root / "base.lance", root / f"{name}.lance")
             copy = db.open_table(name)
             t0 = time.perf_counter()
-            report = refresh_indexes(copy, rebuild=rebuild)
+            report = refresh_indexes(copy, rebuild=rebuild, **min_rows)
             times[label] = time.perf_counter() - t0
             truth = ann.exact_top(copy, queries, 10)
             got, _ = ann.ann_top(copy, queries, 10, default=True)

@@ -10,7 +10,8 @@ scan and milliseconds a query (median, one query at a time, after one warm-up pa
 The build takes the cores for a long time (1.4M rows: ~20 minutes on 2 cores); the searches are
 timed only once the machine is quiet (``--quiet-load``: the 1-minute load average, default 1.0).
 
-Run: ``.venv/bin/python bench/search_probes.py --scale 100``
+Run: ``.venv/bin/python bench/search_probes.py --scale 100`` (``--quick``: a smoke run, ``--scale 0.1``, the vector
+index built from 1,000 rows instead of ``ANN_MIN_ROWS``, timed at any load).
 """
 
 from __future__ import annotations
@@ -58,7 +59,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--scale", type=float, default=10.0, help="rows as a multiple of the demo table")
     parser.add_argument("--quiet-load", type=float, default=1.0, help="time searches once the load is under this")
+    parser.add_argument("--quick", action="store_true", help="a smoke run: --scale 0.1, no wait for a quiet machine")
     args = parser.parse_args()
+    if args.quick:
+        args.scale, args.quiet_load = 0.1, float("inf")
+    min_rows = {"ann_min_rows": 1000} if args.quick else {}  # quick: a vector index on its 1,391 rows
 
     from latechunk_dagster.sink import queries as settings
     from latechunk_dagster.sink.indexing import refresh_indexes
@@ -74,7 +79,7 @@ def main() -> None:
         for lo in range(0, rows, 200_000):  # the table in pieces: bounded memory for the row dicts
             table.add(refresh.rows_of(ann, vectors[lo : min(rows, lo + 200_000)], f"c{lo}-"))
         t0 = time.perf_counter()
-        built = refresh_indexes(table)
+        built = refresh_indexes(table, **min_rows)
         print(f"table: {rows} rows, built in {time.perf_counter() - t0:.1f} s ({built['vector_index']})")
         while os.getloadavg()[0] > args.quiet_load:
             time.sleep(10)

