@@ -10,7 +10,7 @@ QUIET_PIP := sed -u '/^WARNING: Location/d'
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: demo test check lint test-main test-airflow test-native dev clean ocr-tools
+.PHONY: demo test check lint test-main test-airflow test-native dev clean ocr-tools bench-quick
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(VENV)/bin/python || $(PY) -m venv $(VENV)
@@ -49,9 +49,17 @@ test-main: $(VENV)/.installed ocr-tools
 	$(VENV)/bin/python -m pytest $(XDIST) -m "not native" tests --ignore-glob='tests/test_airflow*' --doctest-modules latechunk_dagster/core/chunking --durations=20
 
 # The fast tier: ruff, then the unit and contract tests on the module's shared engine (no servers,
-# daemon, scheduler or subprocess fleets: tests/conftest.py SLOW_MODULES), with the 20 slowest tests.
+# daemon, scheduler or subprocess fleets: tests/conftest.py SLOW_MODULES), with the 20 slowest tests,
+# then every bench script's --quick smoke run (bench-quick).
 check: lint ocr-tools
 	$(VENV)/bin/python -m pytest $(XDIST) -m "not native and not slow" tests --ignore-glob='tests/test_airflow*' --doctest-modules latechunk_dagster/core/chunking --durations=20
+	$(MAKE) --no-print-directory bench-quick
+
+# Every bench/*.py with --quick, one at a time, each under BENCH_QUICK_TIMEOUT seconds: one line per
+# script (name, seconds, ok/FAILED); fails if any fails. No figure is checked, only that it runs.
+BENCH_QUICK_TIMEOUT ?= 180
+bench-quick: $(VENV)/.installed ocr-tools
+	PY=$(VENV)/bin/python BENCH_QUICK_TIMEOUT=$(BENCH_QUICK_TIMEOUT) bash scripts/bench-quick.sh
 
 # Airflow's tests in a pytest process of their own: importing Airflow configures process-wide
 # state (AIRFLOW_HOME, its logging, its ORM) that the other tests should not run under.

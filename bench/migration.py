@@ -15,6 +15,7 @@ generations: must be 0), refused searches (must be 0), the backfill's time, the 
 rollback's, and the storage the old generation holds.
 
     .venv/bin/python bench/migration.py [MODULES]   # default 40
+    .venv/bin/python bench/migration.py --quick     # a smoke run: 6 modules
 """
 
 from __future__ import annotations
@@ -128,4 +129,4 @@ def main(modules: int = 40) -> None:
 
 
 if __name__ == "__main__":
-    main(*(int(a) for a in sys.argv[1:2]))
+    main(6 if sys.argv[1:2] == ["--quick"] else int(sys.argv[1]) if len(sys.argv) > 1 else 40)

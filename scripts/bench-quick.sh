@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Smoke test of the benchmarks (issue 50 item 7): runs every bench/*.py with --quick, one at a time,
+# each under a timeout, and prints one line per script (name, seconds, ok/FAILED). No figure is
+# checked, only that the script runs and exits 0; a failure prints the tail of its output, and the
+# run exits 1 if any failed. `make bench-quick` (and so `make check`) runs it.
+#
+#   scripts/bench-quick.sh [NAME ...]   only these scripts (names without bench/ and .py)
+#
+# PY (default .venv/bin/python) and BENCH_QUICK_TIMEOUT (seconds per script, default 180).
+# On timeout the script gets SIGINT (its finally blocks stop the servers it started), SIGKILL 30 s later.
+set -u
+cd "$(dirname "$0")/.."
+PY=${PY:-.venv/bin/python}
+LIMIT=${BENCH_QUICK_TIMEOUT:-180}
+export HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false VLLM_LOGGING_LEVEL=${VLLM_LOGGING_LEVEL:-ERROR}
+
+if [ $# -gt 0 ]; then scripts=("${@/#/bench/}"); scripts=("${scripts[@]/%/.py}"); else scripts=(bench/*.py); fi
+failed=()
+since() { awk -v a="$1" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }'; }
+all_start=$EPOCHREALTIME
+for script in "${scripts[@]}"; do
+    name=$(basename "$script" .py)
+    log=$(mktemp "${TMPDIR:-/tmp}/bench-quick-$name.XXXXXX")
+    start=$EPOCHREALTIME
+    timeout -s INT -k 30 "$LIMIT" "$PY" "$script" --quick >"$log" 2>&1
+    rc=$?
+    secs=$(since "$start")
+    if [ $rc -eq 0 ]; then
+        printf '%-24s %7.1f s  ok\n' "$name" "$secs"
+    else
+        why="exit $rc"
+        { [ $rc -eq 124 ] || [ $rc -eq 137 ]; } && why="timed out after $LIMIT s"
+        printf '%-24s %7.1f s  FAILED (%s)\n' "$name" "$secs" "$why"
+        tail -n 25 "$log" | sed 's/^/    /'
+        failed+=("$name")
+    fi
+    rm -f "$log"
+done
+total=$(since "$all_start")
+printf '%d scripts in %.0f s, %d failed%s\n' "${#scripts[@]}" "$total" "${#failed[@]}" "${failed[*]:+: ${failed[*]}}"
+[ ${#failed[@]} -eq 0 ]
