@@ -112,7 +112,7 @@ def next_commands(own_store: str | None) -> str:
     return "\n".join(
         [
             "next:",
-            f'  {store}.venv/bin/latechunk search "read a csv file"   # search this table (--hybrid, --k, --help)',
+            f'  {store}.venv/bin/latechunk search "read a csv file"   # search this table (--hybrid, -k 10, --help)',
             f"  {store}make dev   # the Dagster UI on these runs: partitions, checks, retrieval_eval",
             "  LATECHUNK_DOCUMENT_STORE=/path/to/your/documents make demo   # a folder, JSONL, Parquet or s3://...",
         ]
