@@ -112,26 +112,24 @@ class Packer:
     def _pack(self, units: list[Unit], within_sections: bool) -> list[Unit]:
         """Greedy packing; a unit over the budget becomes the chunks of its own parts (never merged here)."""
         out: list[Unit] = []
-        cur: Unit | None = None
+        first: Unit | None = None  # the current chunk runs from first to last (joined once, when it closes)
+        last: Unit | None = None
+        budget = self.max_tokens
         for u in units:
-            if len(u.span) > self.max_tokens:
-                if cur is not None:
-                    out.append(cur)
-                    cur = None
+            if first is not None and last is not None:
+                fits = u.span.end - first.span.start <= budget and len(u.span) <= budget
+                if fits and not (within_sections and u.sections[0] != last.sections[1]):
+                    last = u
+                    continue
+                out.append(first if first is last else _joined(first, last))
+                first = last = None
+            if len(u.span) > budget:
                 # a word piece over the budget holds headings that fill it: it stays as it is
                 out.extend([u] if u.kind == "word" else self._pack(self._split(u), True))
-            elif (
-                cur is not None
-                and u.span.end - cur.span.start <= self.max_tokens
-                and not (within_sections and u.sections[0] != cur.sections[1])
-            ):
-                cur = _joined(cur, u)
             else:
-                if cur is not None:
-                    out.append(cur)
-                cur = u
-        if cur is not None:
-            out.append(cur)
+                first = last = u
+        if first is not None and last is not None:
+            out.append(first if first is last else _joined(first, last))
         return out
 
     def _split(self, u: Unit) -> list[Unit]:
