@@ -77,3 +77,28 @@ def test_the_guides_first_run_prints_nothing_unwanted(tmp_path: Path) -> None:
     assert out.returncode == 0, text
     assert "RUN_SUCCESS" in text and text.count("\tpumps/acme.txt\t") == 2  # both searches answered
     assert noise(text) == [], "\n".join(noise(text))
+
+
+def test_a_phase_prints_when_it_starts_while_it_runs_and_its_wall_time() -> None:
+    """Issue 51 item 4: no step silent longer than its interval (the demo's 20 s, here 0.2 s)."""
+    import time
+
+    import pytest
+
+    from latechunk_dagster.pipeline.progress import Phase
+
+    lines: list[str] = []
+    with Phase("encoding", interval=0.2, out=lines.append):
+        time.sleep(0.5)  # two intervals: two "still running" lines (one where a busy machine delays the thread)
+        lines.append("-- mark --")
+    assert lines[0] == "encoding ..."
+    beats = lines[1 : lines.index("-- mark --")]
+    assert 1 <= len(beats) <= 2 and all(re.fullmatch(r"  encoding: still running, \d s", b) for b in beats), beats
+    done = re.fullmatch(r"encoding: done in (\d+\.\d) s", lines[-1])
+    assert done and 0.5 <= float(done[1]) < 5, lines[-1]
+    lines.clear()
+    with pytest.raises(KeyError), Phase("sync", interval=60, out=lines.append):
+        raise KeyError("x")
+    assert lines[0] == "sync ..." and re.fullmatch(r"sync: stopped after \d+\.\d s", lines[-1]), lines
+    with pytest.raises(ValueError, match="interval must be positive"):
+        Phase("x", interval=0)
