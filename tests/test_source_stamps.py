@@ -229,9 +229,9 @@ def test_a_local_tree_converts_only_the_changed_file(tmp_path: Path, chunker, ta
         (tmp_path / "store" / "s" / f"{topic}.html").write_bytes(page(topic))
     (tmp_path / "store" / "s" / "notes.txt").write_text("Notes on pumps and owls.")
 
-    def local_run(run_id: str) -> PartitionReport:
+    def local_run(run_id: str, converter: CountingHtml | None = None) -> PartitionReport:
         CountingHtml.calls.clear()
-        store = DocumentStore.from_path(tmp_path / "store", converters=conv())
+        store = DocumentStore.from_path(tmp_path / "store", converters={".html": converter or CountingHtml()})
         items = store.iter_shard("s", defer_conversion=True)
         return materialize_partition(
             chunker, items, "s", Sentences(max_tokens=64), chunk_table=tables[0], rejected_table=tables[1],
@@ -257,3 +257,14 @@ def test_a_local_tree_converts_only_the_changed_file(tmp_path: Path, chunker, ta
     time.sleep(0.05)
     local_run("l4")
     assert [Path(c).name for c in CountingHtml.calls] == ["owls.html"] and "dawn" in texts(tables[0], "s/owls.html")
+    upgraded = local_run("l5", NewerHtml())  # another converter version: its files are read again, text is not
+    assert sorted(Path(c).name for c in CountingHtml.calls) == ["owls.html", "pumps.html", "tea.html"]
+    assert (upgraded.documents_reencoded, upgraded.documents_skipped) == (3, 1)
+
+
+class NewerHtml(CountingHtml):
+    """The counting HTML converter under another version (an upgrade: another lineage)."""
+
+    @property
+    def version(self) -> str:
+        return HtmlConverter().version + " +test-upgrade"

@@ -9,6 +9,7 @@ from dataclasses import replace
 from pathlib import Path, PurePath
 
 from latechunk_dagster.sources.converters import ConversionLimits, Converters, default_converters
+from latechunk_dagster.sources.converters.registry import BUILT_IN_TYPES
 from latechunk_dagster.sources.documents import Document, RejectedRow, printable
 from latechunk_dagster.sources.layout import kind_of
 from latechunk_dagster.sources.listing import is_regular, not_regular_row
@@ -149,11 +150,20 @@ def _text_items(
 
 
 def accepted_lineages(converters: Converters, name: str) -> frozenset[str | None]:
-    """The converter lineages whose rows of the file ``name`` stand: every converter of the store
-    (content sniffing may pick another than the suffix's: a PDF saved as ``.html``), and ``None``
-    (text read as it is) unless a converter reads the suffix (one added for ``.txt`` re-reads those files)."""
-    every: set[str | None] = {f"{c.name}/{c.version}" for c in converters.by_suffix.values()}
-    return frozenset(every if converters.for_name(name) is not None else every | {None})
+    """The converter lineages whose rows of the file ``name`` stand: the converter of its suffix
+    (``None``: text read as it is; a text file added a converter is read again), and where content
+    sniffing may pick another (:meth:`~latechunk_dagster.sources.converters.Converters.for_content`:
+    a built-in converter's suffix or none, e.g. a PDF saved as ``.html``) the current converters of
+    the sniffed formats. A converter of one's own reads its suffix whatever the content."""
+    own = converters.for_name(name)
+    if own is not None and not isinstance(own, BUILT_IN_TYPES):
+        return frozenset({converters.lineage(name)})
+    sniffed = {converters.lineage(f"x{suffix}") for suffix in SNIFFED_SUFFIXES if suffix in converters.by_suffix}
+    return frozenset({converters.lineage(name), *sniffed})
+
+
+#: The suffixes of the formats content sniffing reads a file as (:meth:`Converters.for_content`).
+SNIFFED_SUFFIXES = (".pdf", ".docx", ".pptx", ".html")
 
 
 def _unchanged_files(
