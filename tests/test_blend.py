@@ -163,3 +163,28 @@ def test_a_partition_written_with_a_blend_holds_the_blended_vectors(blended: Lat
     )
     assert {json.loads(p)["blend"] for p in rows.column("strategy_params").to_pylist()} == {0.5}
     assert not set(rows.column("vector_config").to_pylist()) & late_configs
+
+
+def test_a_dagster_run_with_a_blend_passes_its_checks(blended: LateChunker, tmp_path: Path) -> None:
+    """The table's checks pass on blended rows (the parity sample re-chunks at the engine's weight), and
+    the rows record it."""
+    import json
+
+    import dagster as dg
+
+    from tests.conftest import SHARED_ENGINE
+    from tests.test_pipeline import DOCS, make_defs, run_partitions, sync, table_rows, write_store
+
+    blended.blend = 0.5
+    SHARED_ENGINE["chunker"] = blended
+    store, db = write_store(tmp_path / "store", DOCS), tmp_path / "lancedb"
+    (tmp_path / "home").mkdir()
+    with dg.instance_for_test(temp_dir=str(tmp_path / "home")) as instance:
+        sync(instance, store)
+        result = run_partitions(make_defs(store, db), instance, "alpha", "gamma")
+    assert result.success
+    checks = result.get_asset_check_evaluations()
+    assert "parity_sample" in {c.check_name for c in checks}
+    assert all(c.passed for c in checks), [(c.check_name, c.metadata) for c in checks if not c.passed]
+    params = {json.loads(p).get("blend") for p in table_rows(db).column("strategy_params").to_pylist()}
+    assert params == {0.5}
