@@ -85,7 +85,7 @@ def test_a_phase_prints_when_it_starts_while_it_runs_and_its_wall_time() -> None
 
     import pytest
 
-    from latechunk_dagster.pipeline.progress import Phase
+    from latechunk_dagster.app.phases import Phase
 
     lines: list[str] = []
     with Phase("encoding", interval=0.2, out=lines.append):

@@ -20,6 +20,8 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from latechunk_dagster.app.phases import Phase  # light: the first line comes before the heavy imports
+
 if TYPE_CHECKING:
     import dagster as dg
 
@@ -35,21 +37,20 @@ QUERIES = ["parse command-line options and arguments", "compress data with gzip"
 
 def main() -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    print("make demo: loading Dagster and the definitions ...", flush=True)
-    from latechunk_dagster.app.settings import quiet_dagster_warnings, quiet_table_logs
-    from latechunk_dagster.core.engines.vllm_local import QUIET_ENGINE_LOG_LEVEL, quiet_engine_logs
+    with Phase("loading Dagster, vLLM and the definitions"):
+        from latechunk_dagster.app.settings import quiet_dagster_warnings, quiet_table_logs
+        from latechunk_dagster.core.engines.vllm_local import QUIET_ENGINE_LOG_LEVEL, quiet_engine_logs
 
-    quiet_table_logs()
-    quiet_engine_logs(QUIET_ENGINE_LOG_LEVEL)  # errors only; VLLM_LOGGING_LEVEL=INFO shows the engine's full log
-    quiet_dagster_warnings()
-    from latechunk_dagster.app import settings
+        quiet_table_logs()
+        quiet_engine_logs(QUIET_ENGINE_LOG_LEVEL)  # errors only; VLLM_LOGGING_LEVEL=INFO shows the engine's full log
+        quiet_dagster_warnings()
+        from latechunk_dagster.app import settings
 
-    settings.ensure_dagster_home()
-    import dagster as dg
+        settings.ensure_dagster_home()
+        import dagster as dg
 
-    from latechunk_dagster.app.definitions import TABLE, defs
-    from latechunk_dagster.core.chunker import LateChunker
-    from latechunk_dagster.pipeline.progress import Phase
+        from latechunk_dagster.app.definitions import TABLE, defs
+        from latechunk_dagster.core.chunker import LateChunker
 
     resources = defs.resources
     instance = dg.DagsterInstance.get()
@@ -293,8 +294,6 @@ def _retrieval_eval(
     run = instance.get_run_by_id(latest.run_id) if latest is not None else None
     reused = run is not None and run.tags.get(EVALUATED_TAG) == evaluated
     if not reused:
-        from latechunk_dagster.pipeline.progress import Phase
-
         # minutes on the demo corpus: the naive side re-embeds every chunk of each granularity
         with Phase(f"evaluating {queries.name} (asset {asset.key.to_user_string()}: late, naive, hybrid)"):
             result = defs.resolve_job_def("evaluate_retrieval").execute_in_process(
