@@ -102,3 +102,30 @@ def test_a_phase_prints_when_it_starts_while_it_runs_and_its_wall_time() -> None
     assert lines[0] == "sync ..." and re.fullmatch(r"sync: stopped after \d+\.\d s", lines[-1]), lines
     with pytest.raises(ValueError, match="interval must be positive"):
         Phase("x", interval=0)
+    answers = iter(["1/2 shards written"])  # the second call raises StopIteration: left out, lines go on
+    lines.clear()
+    with Phase("encoding", interval=0.2, out=lines.append, status=lambda: next(answers)):
+        time.sleep(0.7)
+    assert lines[1] == "  encoding: still running, 0 s: 1/2 shards written", lines
+    assert re.fullmatch(r"  encoding: still running, \d s", lines[2]), lines
+
+
+def test_the_encode_phase_counts_the_shards_written_so_far() -> None:
+    """The demo's encode phase's status reads the run's materializations from the instance."""
+    import dagster as dg
+
+    from latechunk_dagster.app.demo import _shards_written
+
+    parts = dg.StaticPartitionsDefinition(["a", "b", "c"])
+
+    @dg.asset(partitions_def=parts)
+    def shard() -> None:
+        return None
+
+    with dg.instance_for_test() as instance:
+        dg.materialize([shard], instance=instance, partition_key="a")  # before: not counted
+        status = _shards_written(instance, shard.key, 3)
+        assert status() == "0/3 shards written"
+        for key in ("b", "c"):
+            dg.materialize([shard], instance=instance, partition_key=key)
+        assert status() == "2/3 shards written"

@@ -23,6 +23,8 @@ from typing import TYPE_CHECKING
 from latechunk_dagster.app.phases import Phase  # light: the first line comes before the heavy imports
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     import dagster as dg
 
     from latechunk_dagster.core.chunker import LateChunker
@@ -68,7 +70,8 @@ def main() -> int:
         return 1
 
     t0 = time.perf_counter()
-    with Phase(f"encoding {len(keys)} shards in one run (engine start, then every shard)"):
+    written = _shards_written(instance, TABLE.chunk_keys[0], len(keys))
+    with Phase(f"encoding {len(keys)} shards in one run (engine start, then every shard)", status=written):
         result = defs.resolve_job_def("chunk_documents").execute_in_process(
             instance=instance,
             tags={"dagster/asset_partition_range_start": keys[0], "dagster/asset_partition_range_end": keys[-1]},
@@ -104,6 +107,22 @@ def main() -> int:
         print("\nretrieval scores: skipped: no labeled queries (see the searches above)")
     print("\n" + next_commands(None if demo_store else os.environ.get("LATECHUNK_DOCUMENT_STORE")))
     return 1 if failed else 0
+
+
+def _shards_written(instance: dg.DagsterInstance, key: dg.AssetKey, total: int) -> Callable[[], str]:
+    """The encode phase's status: ``"N/total shards written"``, the materializations of ``key`` since now
+    (read from the run's event log, in the phase's thread)."""
+    since = time.time()
+
+    def status() -> str:
+        import dagster as dg
+
+        records = instance.fetch_materializations(
+            dg.AssetRecordsFilter(asset_key=key, after_timestamp=since), limit=total + 1
+        ).records
+        return f"{len(records)}/{total} shards written"
+
+    return status
 
 
 def next_commands(own_store: str | None) -> str:

@@ -19,17 +19,26 @@ class Phase:
 
     Use as ``with Phase("encoding 6 shards", out=print):``; the lines go to ``out`` (default: stdout,
     flushed). ``interval`` (seconds, default 20: below the 30 s the demo promises between lines) must
-    be positive. :meth:`note` prints a line of the phase's own (e.g. how far it got) and restarts the
+    be positive. ``status``, when given, is called for each "still running" line and its answer
+    appended (e.g. ``"3/12 shards written"``); one that raises is left out of that line.
+    :meth:`note` prints a line of the phase's own (e.g. how far it got) and restarts the
     interval. A phase that raises prints ``... stopped after N s`` and re-raises.
 
     Raises:
         ValueError: ``interval`` is not positive.
     """
 
-    def __init__(self, name: str, *, interval: float = 20.0, out: Callable[[str], None] | None = None) -> None:
+    def __init__(
+        self,
+        name: str,
+        *,
+        interval: float = 20.0,
+        out: Callable[[str], None] | None = None,
+        status: Callable[[], str] | None = None,
+    ) -> None:
         if interval <= 0:
             raise ValueError(f"Phase {name!r}: interval must be positive seconds, got {interval}")
-        self.name, self.interval = name, interval
+        self.name, self.interval, self.status = name, interval, status
         self.out = out if out is not None else (lambda line: print(line, flush=True))
         self.start = time.perf_counter()
         self._stop = threading.Event()
@@ -50,7 +59,12 @@ class Phase:
             if self._noted.is_set():  # a line of the phase's own within this interval
                 self._noted.clear()
                 continue
-            self.out(f"  {self.name}: still running, {self.seconds:.0f} s")
+            line = f"  {self.name}: still running, {self.seconds:.0f} s"
+            try:
+                line += f": {self.status()}" if self.status is not None else ""
+            except Exception:  # noqa: BLE001 - a status that cannot be read must not stop the lines
+                pass
+            self.out(line)
 
     def __enter__(self) -> Phase:
         self.start = time.perf_counter()
