@@ -89,11 +89,11 @@ def test_a_phase_prints_when_it_starts_while_it_runs_and_its_wall_time() -> None
 
     lines: list[str] = []
     with Phase("encoding", interval=0.2, out=lines.append):
-        time.sleep(0.5)  # two intervals: two "still running" lines (one where a busy machine delays the thread)
+        time.sleep(0.5)  # two intervals: "still running" lines (one to three where the machine is busy)
         lines.append("-- mark --")
     assert lines[0] == "encoding ..."
     beats = lines[1 : lines.index("-- mark --")]
-    assert 1 <= len(beats) <= 2 and all(re.fullmatch(r"  encoding: still running, \d s", b) for b in beats), beats
+    assert 1 <= len(beats) <= 3 and all(re.fullmatch(r"  encoding: still running, \d s", b) for b in beats), beats
     done = re.fullmatch(r"encoding: done in (\d+\.\d) s", lines[-1])
     assert done and 0.5 <= float(done[1]) < 5, lines[-1]
     lines.clear()
@@ -105,8 +105,10 @@ def test_a_phase_prints_when_it_starts_while_it_runs_and_its_wall_time() -> None
     answers = iter(["1/2 shards written"])  # the second call raises StopIteration: left out, lines go on
     lines.clear()
     with Phase("encoding", interval=0.2, out=lines.append, status=lambda: next(answers)):
-        time.sleep(0.7)
-    assert lines[1] == "  encoding: still running, 0 s: 1/2 shards written", lines
+        deadline = time.monotonic() + 30
+        while len(lines) < 3 and time.monotonic() < deadline:  # two beats, however busy the machine
+            time.sleep(0.05)
+    assert re.fullmatch(r"  encoding: still running, \d s: 1/2 shards written", lines[1]), lines
     assert re.fullmatch(r"  encoding: still running, \d s", lines[2]), lines
 
 
