@@ -86,8 +86,10 @@ class ChunkerResource(ConfigurableResource):
         default=None,
         ge=0,
         description="Host worker processes per step for prepare and finish (tokenize, spans, means, head, "
-        "rows; latechunk_dagster.pipeline.hostpool); 0: in the step's process. Default: LATECHUNK_HOST_WORKERS, "
-        "else 0. Results are the same either way; bench/host_ceiling.py measures which is faster.",
+        "rows; latechunk_dagster.pipeline.hostpool); 0: everything in the step's process. Default: "
+        "LATECHUNK_HOST_WORKERS, else prepare and finish in the step's process and document files (PDF, DOCX, "
+        "PPTX, HTML) converted in worker processes (pipeline.config.conversion_workers: a converter crash "
+        "rejects one file). Results are the same either way; bench/host_ceiling.py measures which is faster.",
     )
 
     _chunker: LateChunker | None = PrivateAttr(default=None)

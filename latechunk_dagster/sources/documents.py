@@ -237,9 +237,12 @@ class RejectedRow:
             (a chunks column's value of the wrong shape: null, empty, not a list, pairs mixed with
             strings, a pair not of two integers; :mod:`latechunk_dagster.sources.chunk_column`).
             A converter's refusal of a document file (:mod:`latechunk_dagster.sources.converters`):
-            ``encrypted`` (a PDF that needs a password), ``no_text_layer`` (a PDF without text: a scan),
-            ``unreadable_file`` (a truncated or corrupt document file), ``too_large`` (over
-            ``max_file_bytes``, or a zip package that unpacks past its limits).
+            ``encrypted`` (a PDF, DOCX or PPTX that needs a password), ``no_text_layer`` (a PDF without
+            text: a scan, with OCR off), ``unreadable_file`` (a truncated or corrupt document file, or one
+            its converter failed on), ``too_large`` (over ``max_file_bytes`` or ``max_text_chars``, or a
+            zip package that unpacks past its limits), ``wrong_format`` (its bytes are a format no
+            converter reads: an image, an archive, legacy Office), ``timed_out`` (its conversion took
+            longer than ``convert_timeout_s``).
         detail: a sentence naming the file, the row and what is wrong.
         file_read: ``True`` when the file was read whole and its content is refused (a converter's
             rejection): it is rejected alone, whatever its reason; ``False`` (every reader's own

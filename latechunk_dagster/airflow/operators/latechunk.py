@@ -129,7 +129,8 @@ class LateChunkShardOperator(LanceDBOperator):
             opt-ins ``allow_causal``, ``allow_non_mean_pooling``, ``trust_remote_code``, recorded in
             lineage); the shard run (``batch_tokens``, ``force``, ``max_rejected_share``,
             ``systemic_min_documents``, ``host_workers``: worker processes for the host work, default
-            ``LATECHUNK_HOST_WORKERS``, else 0; ``chunks_column``: the store column of each
+            ``LATECHUNK_HOST_WORKERS``, else 0 for prepare and finish while document files are converted
+            in worker processes (``pipeline.config.conversion_workers``); ``chunks_column``: the store column of each
             document's own chunks, for ``given_chunks``). The same values Dagster's engine resource
             and run config build. Checked when the DAG is parsed.
         pool: give :data:`ENGINE_POOL` (or another pool) to bound how many tasks hold an engine at once.
