@@ -26,6 +26,7 @@ from latechunk_dagster.integration.resources import DocumentStoreResource, Lance
 from latechunk_dagster.integration.sensors import read_cursor, sync_partitions
 from latechunk_dagster.pipeline import config as pipeline_config
 from latechunk_dagster.sources import files as store_files
+from latechunk_dagster.sources import store_files as store_file_rows
 from latechunk_dagster.sources.files import DocumentStore
 from tests.conftest import SHARED_ENGINE
 from tests.test_cli import run_cli
@@ -323,7 +324,8 @@ def test_fingerprints_and_check_reads_take_one_pass_over_a_single_file_store(
         reads.append(file)
         return real(file)
 
-    monkeypatch.setattr(store_files, "jsonl_rows", counting)
+    for module in (store_files, store_file_rows):  # the public reads and the single-file rows they build on
+        monkeypatch.setattr(module, "jsonl_rows", counting)
     assert store.fingerprints() == expected
     assert len(reads) == 1
 
@@ -347,7 +349,8 @@ def test_a_run_over_many_partitions_reads_a_single_jsonl_file_once(
             whole_reads.append(file)
         return real(file, lines)
 
-    monkeypatch.setattr(store_files, "jsonl_rows", counting)
+    for module in (store_files, store_file_rows):  # the public reads and the single-file rows they build on
+        monkeypatch.setattr(module, "jsonl_rows", counting)
     assert {shard: list(items) for shard, items in store.iter_shards(shards)} == expected
     assert whole_reads == []
     tree = DocumentStore.from_path(text_tree(tmp_path / "tree"))
