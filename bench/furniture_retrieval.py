@@ -127,7 +127,7 @@ class Doc:
 
 
 def make_book(number: int, title: str, chapters: list[tuple[str, str, str]]) -> Doc:
-    """A book: a contents page, then per chapter a 16 pt heading and 3 paragraphs of 5 sentences, the
+    """A book: a contents page, then per chapter a 16 pt heading and 4 paragraphs of 6 sentences, the
     fact in the middle of the second; running head and foot as ``pdf_quality.make_book`` draws them."""
     rng = random.Random(number)
     book_title = f"{title} {number}"
@@ -138,8 +138,8 @@ def make_book(number: int, title: str, chapters: list[tuple[str, str, str]]) -> 
         if len(pages[-1]) > LINES_PER_PAGE - 4:
             pages.append([])
         pages[-1].append((f"{k + 1} {chapter}", 16, True))
-        for p in range(3):
-            sentences = [_sentence(rng) for _ in range(5)]
+        for p in range(4):
+            sentences = [_sentence(rng) for _ in range(6)]
             if p == 1:
                 sentences[2] = fact
             for line, _ in _wrap(" ".join(sentences), rng, []):
@@ -208,8 +208,11 @@ def search(vectors: np.ndarray, query: np.ndarray, k: int) -> np.ndarray:
     return np.argsort(-scores, kind="stable")[:k]
 
 
-def side(chunker: object, docs: list[Doc], texts: list[str], queries: np.ndarray, names: list[str]) -> dict:
-    """Chunk and encode one side's texts, search every query; furniture counts and content metrics."""
+def side(
+    chunker: object, docs: list[Doc], texts: list[str], queries: np.ndarray, names: list[str]
+) -> tuple[dict, list[int]]:
+    """Chunk and encode one side's texts, search every query: furniture counts and content metrics, and
+    the furniture chunks in the top 5 of each furniture-shaped query."""
     from latechunk_dagster.core.chunking.sentences import Sentences
 
     results = chunker.chunk(texts, Sentences(max_tokens=64), doc_ids=[d.name for d in docs])  # type: ignore[attr-defined]
@@ -219,11 +222,13 @@ def side(chunker: object, docs: list[Doc], texts: list[str], queries: np.ndarray
     facts = [(d, fact) for d in docs for fact, _ in d.facts]
     out = {"chunks": len(rows), "furniture chunks": int(furniture.sum()), "furniture@5 (furniture q)": 0,
            "furniture@5 (content q)": 0, "ndcg@10": [], "recall@5": [], "whole-doc passages": 0}  # fmt: skip
+    per_query: list[int] = []
     for q in range(len(names)):
         top = search(vectors, queries[q], 10)
         shaped = q < len(FURNITURE_QUERIES)
         out["furniture@5 (furniture q)" if shaped else "furniture@5 (content q)"] += int(furniture[top[:5]].sum())
         if shaped:
+            per_query.append(int(furniture[top[:5]].sum()))
             continue
         doc, fact = facts[q - len(FURNITURE_QUERIES)]
         passage = locate(texts[docs.index(doc)], doc.name, fact)
@@ -232,7 +237,7 @@ def side(chunker: object, docs: list[Doc], texts: list[str], queries: np.ndarray
         metrics = query_metrics(*judge(ranking, [passage]), 10)
         out["ndcg@10"].append(metrics["ndcg@10"])
         out["recall@5"].append(metrics["recall@5"])
-    return out
+    return out, per_query
 
 
 def build(quick: bool) -> list[Doc]:
@@ -267,8 +272,8 @@ def main() -> None:
     )
     with chunker:
         queries = chunker.embed_queries(names)
-        sides = {"before (rules 1, html/1)": side(chunker, docs, before, queries, names)}
-        sides["after (rules 2)"] = side(chunker, docs, after, queries, names)
+        (old_row, old_per), (new_row, new_per) = (side(chunker, docs, t, queries, names) for t in (before, after))
+    sides = {"before (rules 1, html/1)": old_row, "after (rules 2)": new_row}
     books = sum(d.name.startswith("book") for d in docs)
     real = [d.name[5:] for d in docs if d.name.startswith("real:")]
     print(
@@ -288,6 +293,8 @@ def main() -> None:
         a, b = float(np.mean(old[k])), float(np.mean(new[k]))
         ratios.append(f"{k} {b / a:.2f}x" if a else f"{k} {a:g} -> {b:g}")
     print("\nafter / before: " + ", ".join(ratios))
+    shaped = ", ".join(f"{q!r} {a} -> {b}" for q, a, b in zip(FURNITURE_QUERIES, old_per, new_per, strict=True))
+    print(f"furniture chunks in the top 5 per furniture-shaped query (before -> after): {shaped}")
 
 
 if __name__ == "__main__":
