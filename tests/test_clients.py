@@ -40,7 +40,9 @@ MODULES = ["bz2", "csv", "getopt", "glob", "gzip", "zlib"]
 QUERIES = ["compress data with zlib", "parse command-line options", "read and write CSV files"]
 FRESH, OLD = "chunks", "chunks_old"
 #: The chunk table's columns added after its first layout, in order: a table without them is an old one.
-NEWER_COLUMNS = ["id", "metadata", "granularity", "parent_chunk_id", "converter", "page_start", "page_end"]
+NEWER_COLUMNS = [
+    "id", "metadata", "granularity", "parent_chunk_id", "converter", "page_start", "page_end", "boxes", "source_stamp",
+]  # fmt: skip
 #: The table the README's search example and docs/querying.md's LangChain, LlamaIndex and hybrid examples
 #: read: the demo's 128-token granularity (a copy of FRESH's rows, with its own indexes).
 README_TABLE = "chunks_sentences128"

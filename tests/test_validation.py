@@ -252,8 +252,8 @@ def test_the_checks_read_one_partition_at_a_time(tmp_path: Path, monkeypatch: py
         reads.append((list(partitions), columns))
         return read(table, partitions, columns, where)
 
-    def spy_shards(self: DocumentStore, names: list[str]):
-        for name, items in iter_shards(self, names):
+    def spy_shards(self: DocumentStore, names: list[str], **options: object):
+        for name, items in iter_shards(self, names, **options):
             shards.append(name)
             yield name, items
 
