@@ -31,6 +31,14 @@ from tests.servers import ServerProcess, s3_bucket
 boto3 = pytest.importorskip("boto3")
 
 BUCKET = "stamps"
+
+
+@pytest.fixture(autouse=True)
+def _the_default_margin(monkeypatch: pytest.MonkeyPatch) -> None:
+    """This module tests the margin rule: the default margin here (conftest sets 0 for the other modules)."""
+    monkeypatch.setenv("LATECHUNK_STAMP_MARGIN_S", "2")
+
+
 TOPICS = ["pumps", "owls", "tea", "lighthouses", "glaciers", "bridges", "ferns", "comets"]
 
 
