@@ -582,7 +582,7 @@ def test_the_operator_takes_one_settings_dict_built_into_the_values_dagster_buil
     vllm["engine_args"] = {"seed": 7}
     options = {"max_model_len": 256, "engine_path": "token_states", "prefix": "doc: ", "query_prefix": "q: "}
     options |= {"dimensions": 64, "window_overlap": 32, "allow_causal": True, "allow_non_mean_pooling": True}
-    options["trust_remote_code"] = True
+    options |= {"trust_remote_code": True, "blend": 0.5}
     shard = {"batch_tokens": 4096, "force": True, "max_rejected_share": 0.25, "systemic_min_documents": 3}
     settings = {**vllm, **options, **shard, "host_workers": 2, "chunks_column": "own_chunks"}
     # every key but the engine's name and the transformers engine's own (tests/test_airflow_shard_job.py)
